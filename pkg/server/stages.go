@@ -1,0 +1,79 @@
+package server
+
+import (
+	"context"
+	"net/netip"
+
+	"github.com/miekg/dns"
+)
+
+// The interfaces below are what the request pipeline needs from the other
+// stages. They are defined here, by their consumer; the packages that
+// implement them (pkg/k8s, pkg/cache, pkg/upstream) never import this one,
+// and cmd/nodedns wires them together.
+//
+// Conventions shared by every stage:
+//   - Names are fully qualified and lower-case. The server restores the
+//     client's spelling when it writes the reply (it overwrites the question
+//     bytes, and owner names compressed against the question follow).
+//   - Messages handed back are read-only for the caller: a stage may return
+//     a *dns.Msg (and RRs) that it shares between requests.
+
+// ClusterResult is the local answer for a name in the cluster's zones.
+type ClusterResult struct {
+	// Msg carries Rcode, Authoritative and the Answer, Ns and Extra sections
+	// (Question is ignored). It is shared: never modify it.
+	Msg *dns.Msg
+	// ExternalTarget, when set, is an out-of-zone name (lower-case FQDN) that
+	// Msg's answer ends in a CNAME to (an ExternalName service). The caller
+	// resolves it through cache and upstream and appends that answer.
+	ExternalTarget string
+	// NotSynced means the name belongs to the cluster's zones but the index
+	// has not synced yet: the caller must not answer NXDOMAIN from it and
+	// forwards to the configured cluster DNS, or answers SERVFAIL.
+	NotSynced bool
+}
+
+// Cluster is the local authority for the cluster zone (and for the reverse
+// names of cluster IPs it knows). Implementations must be safe for
+// concurrent use and cheap: Lookup is called on the query path and must be
+// a map lookup, never a scan.
+type Cluster interface {
+	// Lookup answers (name, qtype). ok is false when the name is not one the
+	// cluster answers (outside the zone, or a reverse name of an IP it does
+	// not know): the query then goes to cache and upstream.
+	Lookup(name string, qtype uint16) (res ClusterResult, ok bool)
+	// Zone is the cluster domain, lower-case and fully qualified
+	// ("cluster.local.").
+	Zone() string
+}
+
+// Pods maps a client address to the namespace of the pod that owns it. Only
+// pods on this node are known; host-network pods are never returned.
+// Implementations must be safe for concurrent use and cheap.
+type Pods interface {
+	PodNamespace(ip netip.Addr) (namespace string, ok bool)
+}
+
+// Resolver answers external names: cache first, upstream on a miss.
+// Implementations must be safe for concurrent use.
+type Resolver interface {
+	// Resolve answers q (one question, lower-case name). The reply's ID and
+	// question are not meaningful to the caller. src says where the answer
+	// came from. A nil reply with a nil error never happens: failure is an
+	// error, and the caller answers SERVFAIL.
+	Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, src Source, err error)
+}
+
+// Source says which stage produced an answer; it labels metrics and stats.
+type Source string
+
+// Sources of answers.
+const (
+	SourceCluster  Source = "cluster"
+	SourceCache    Source = "cache"
+	SourceStale    Source = "stale"
+	SourceUpstream Source = "upstream"
+	SourceAutopath Source = "autopath"
+	SourceLocal    Source = "local" // answered by the server itself (errors, ANY, ...)
+)
