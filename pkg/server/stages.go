@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/netip"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -58,11 +59,48 @@ type Pods interface {
 // Resolver answers external names: cache first, upstream on a miss.
 // Implementations must be safe for concurrent use.
 type Resolver interface {
-	// Resolve answers q (one question, lower-case name). The reply's ID and
-	// question are not meaningful to the caller. src says where the answer
-	// came from. A nil reply with a nil error never happens: failure is an
-	// error, and the caller answers SERVFAIL.
-	Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, src Source, err error)
+	// Resolve answers q (one question, lower-case name). The reply's
+	// question is not meaningful to the caller. fromCache is true when no
+	// upstream exchange was awaited, stale when the answer is past its
+	// lifetime (served because the upstream failed). A nil reply with a nil
+	// error never happens: failure is an error, and the caller answers
+	// SERVFAIL.
+	Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCache, stale bool, err error)
+}
+
+// HitCache is the optional allocation-free path for cache hits, tried on
+// the socket's reader before anything else. It appends the stored reply
+// (ID zero, lower-case question, TTLs counted down, no OPT) to dst. The
+// server patches ID, flags, the question's case and EDNS.
+type HitCache interface {
+	AppendHit(dst []byte, name string, qtype, qclass uint16, do, cd bool) (out []byte, rcode int, ok bool)
+}
+
+// Exchanger forwards a query as it is (used for --cluster-dns before the
+// cluster index has synced).
+type Exchanger interface {
+	Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error)
+}
+
+// Observer is told about every answered request. It must be cheap and safe
+// for concurrent use; it is called on the serving path.
+type Observer interface {
+	Observe(ev Event)
+}
+
+// Event describes one answered request.
+type Event struct {
+	Source   Source
+	Rcode    int
+	Proto    string // "udp" or "tcp"
+	Client   netip.Addr
+	Name     string // lower-case question name
+	Qtype    uint16
+	Duration time.Duration
+	// AutopathSteps is, for a shortcut taken, how many search-path steps the
+	// agent walked for the client; AutopathSaved how many client queries the
+	// shortcut saved.
+	AutopathSteps, AutopathSaved int
 }
 
 // Source says which stage produced an answer; it labels metrics and stats.

@@ -1,0 +1,85 @@
+// Command nodedns is the node-local caching DNS agent for Kubernetes.
+//
+//	nodedns serve [flags]     run the agent
+//	nodedns stats [flags]     print the local agent's figures
+//	nodedns cleanup [flags]   remove the link and rules (uninstall)
+//	nodedns version           print the version
+//
+// main only parses, wires and waits: every behaviour lives in pkg/.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serve(args[1:], stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, versionString())
+		return 0
+	case "stats":
+		err = stats(args[1:], stdout, stderr)
+	case "cleanup":
+		err = cleanup(args[1:], stderr)
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "nodedns: unknown command %q\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nodedns %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage: nodedns <command> [flags]
+
+commands:
+  serve     run the node-local DNS agent
+  stats     print the local agent's figures (reads its /stats)
+  cleanup   remove the link and iptables rules the agent installs
+  version   print the version
+
+Run 'nodedns <command> -h' for the command's flags.
+`)
+}
+
+func versionString() string {
+	v := version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += " (" + s.Value[:12] + ")"
+			}
+		}
+		return fmt.Sprintf("nodedns %s %s", v, bi.GoVersion)
+	}
+	return "nodedns " + v
+}

@@ -1,0 +1,553 @@
+// Package cache keeps answers for external names and fetches misses through
+// an upstream Exchanger. It owns the caching rules: what is stored and for
+// how long (RFC 2308 negative caching, clamps, short-lived SERVFAIL), TTLs
+// that count down, serve-stale when the upstream fails (RFC 8767) and
+// prefetch of popular entries before they expire.
+//
+// Entries are kept in wire form: the packed reply (ID zero, lower-case
+// names, no OPT) plus the offsets of its TTL fields, so a hit is a copy and a
+// few stores. The LRU is github.com/hashicorp/golang-lru/v2, split in shards
+// so that concurrent hits do not all queue on one lock; each shard evicts
+// its own least recently used entry, so the bound is exact and the order is
+// LRU per shard, not globally.
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/dnswire"
+)
+
+// Exchanger sends a query upstream. It is what the cache needs from
+// pkg/upstream; implementations must be safe for concurrent use.
+type Exchanger interface {
+	Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error)
+}
+
+// Key identifies a cached answer. Name is lower-case and fully qualified.
+type Key struct {
+	Name   string
+	Type   uint16
+	Class  uint16
+	DO, CD bool
+}
+
+// Config tunes the cache. Zero values take the defaults named.
+type Config struct {
+	// Size bounds the number of entries; default 10000.
+	Size int
+	// MinTTL and MaxTTL clamp the lifetime of positive answers; defaults 0
+	// and 1h. A record's own TTL is honoured down to MinTTL.
+	MinTTL, MaxTTL time.Duration
+	// MaxNegativeTTL bounds NXDOMAIN/NODATA lifetimes; default 30m. The
+	// lifetime is the SOA's TTL or MINIMUM, whichever is lower (RFC 2308).
+	MaxNegativeTTL time.Duration
+	// ServfailTTL is how long a SERVFAIL is kept; default 5s, at most 30s.
+	ServfailTTL time.Duration
+	// StaleFor is how long past expiry an entry may still be served when
+	// every upstream fails; default 1h; negative disables serve-stale.
+	StaleFor time.Duration
+	// StaleTTL is the TTL on a stale answer; default 30s (RFC 8767).
+	StaleTTL time.Duration
+	// StaleAnswerAfter is how long a query for an expired entry waits for
+	// the upstream before it is answered stale; default 1.8s (RFC 8767's
+	// client response timer).
+	StaleAnswerAfter time.Duration
+	// StaleRetry is how long after a failed refresh stale answers are given
+	// at once, without waiting on the upstream again; default 10s.
+	StaleRetry time.Duration
+	// PrefetchHits is how many hits make an entry popular; default 2; a
+	// negative value disables prefetch.
+	PrefetchHits int
+	// PrefetchPercent: a popular entry is refreshed when its remaining
+	// lifetime falls to this share of its original; default 10.
+	PrefetchPercent int
+	// MaxRefresh bounds concurrent background refreshes; default 32.
+	MaxRefresh int
+	// Now is the clock; default time.Now. Tests inject their own.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if c.Size == 0 {
+		c.Size = 10000
+	}
+	if c.Size < 1 {
+		return fmt.Errorf("cache size %d: want at least 1", c.Size)
+	}
+	if c.MaxTTL == 0 {
+		c.MaxTTL = time.Hour
+	}
+	if c.MaxNegativeTTL == 0 {
+		c.MaxNegativeTTL = 30 * time.Minute
+	}
+	if c.MinTTL < 0 || c.MaxTTL < 0 || c.MaxNegativeTTL < 0 || c.MinTTL > c.MaxTTL {
+		return fmt.Errorf("cache TTL bounds min %s max %s negative %s: want 0 <= min <= max", c.MinTTL, c.MaxTTL, c.MaxNegativeTTL)
+	}
+	if c.ServfailTTL == 0 {
+		c.ServfailTTL = 5 * time.Second
+	}
+	if c.ServfailTTL > 30*time.Second {
+		c.ServfailTTL = 30 * time.Second
+	}
+	if c.StaleFor == 0 {
+		c.StaleFor = time.Hour
+	}
+	if c.StaleTTL <= 0 {
+		c.StaleTTL = 30 * time.Second
+	}
+	if c.StaleAnswerAfter <= 0 {
+		c.StaleAnswerAfter = 1800 * time.Millisecond
+	}
+	if c.StaleRetry <= 0 {
+		c.StaleRetry = 10 * time.Second
+	}
+	if c.PrefetchHits == 0 {
+		c.PrefetchHits = 2
+	}
+	if c.PrefetchPercent <= 0 || c.PrefetchPercent > 100 {
+		c.PrefetchPercent = 10
+	}
+	if c.MaxRefresh <= 0 {
+		c.MaxRefresh = 32
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// kind classifies an entry; it decides the lifetime rule and whether the
+// entry can stand in when the upstream fails.
+type kind uint8
+
+const (
+	kindPositive kind = iota
+	kindNegative
+	kindServfail
+)
+
+// entry is immutable once stored, except for its counters.
+type entry struct {
+	wire     []byte   // packed reply: ID 0, lower-case names, no OPT
+	ttlOffs  []uint16 // TTL fields in wire
+	kind     kind
+	rcode    int
+	stored   int64 // unix nanoseconds
+	lifetime int64 // nanoseconds
+	hits     atomic.Uint32
+	// refreshing is set while one background refresh runs for this entry.
+	refreshing atomic.Bool
+	// staleUntil: after a failed refresh, stale answers are given at once
+	// until this time (unix nanoseconds).
+	staleUntil atomic.Int64
+}
+
+func (e *entry) expires() int64 { return e.stored + e.lifetime }
+
+// Stats are the cache's counters.
+type Stats struct {
+	Entries     int    `json:"entries"`
+	Capacity    int    `json:"capacity"`
+	Hits        uint64 `json:"hits"`
+	Misses      uint64 `json:"misses"`
+	Evictions   uint64 `json:"evictions"`
+	StaleServed uint64 `json:"stale_served"`
+	Prefetches  uint64 `json:"prefetches"`
+}
+
+// Cache is safe for concurrent use.
+type Cache struct {
+	cfg    Config
+	log    *slog.Logger
+	up     Exchanger
+	seed   maphash.Seed
+	shards []*lru.Cache[Key, *entry]
+	// refreshSem bounds background refreshes (prefetch and stale refresh).
+	refreshSem chan struct{}
+	// bg is the context background refreshes run under; Close cancels it.
+	bg     context.Context
+	cancel context.CancelFunc
+
+	hits, misses, evictions, stale, prefetches atomic.Uint64
+}
+
+// New returns a cache in front of up.
+func New(cfg Config, up Exchanger) (*Cache, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	n := 1
+	for n < 16 && cfg.Size/(n*2) >= 256 {
+		n *= 2
+	}
+	c := &Cache{cfg: cfg, log: cfg.Logger.With("component", "cache"), up: up, seed: maphash.MakeSeed(),
+		refreshSem: make(chan struct{}, cfg.MaxRefresh)}
+	c.bg, c.cancel = context.WithCancel(context.Background())
+	for i := 0; i < n; i++ {
+		size := cfg.Size / n
+		if i < cfg.Size%n {
+			size++
+		}
+		l, err := lru.NewWithEvict(size, func(Key, *entry) { c.evictions.Add(1) })
+		if err != nil {
+			return nil, fmt.Errorf("creating cache shard of %d: %w", size, err)
+		}
+		c.shards = append(c.shards, l)
+	}
+	return c, nil
+}
+
+// Close stops background refreshes.
+func (c *Cache) Close() { c.cancel() }
+
+func (c *Cache) shard(k *Key) *lru.Cache[Key, *entry] {
+	if len(c.shards) == 1 {
+		return c.shards[0]
+	}
+	return c.shards[maphash.String(c.seed, k.Name)%uint64(len(c.shards))]
+}
+
+// Stats returns the cache's counters.
+func (c *Cache) Stats() Stats {
+	s := Stats{Capacity: c.cfg.Size, Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load(),
+		StaleServed: c.stale.Load(), Prefetches: c.prefetches.Load()}
+	for _, sh := range c.shards {
+		s.Entries += sh.Len()
+	}
+	return s
+}
+
+// Len is the number of entries.
+func (c *Cache) Len() int {
+	n := 0
+	for _, sh := range c.shards {
+		n += sh.Len()
+	}
+	return n
+}
+
+// AppendHit appends the cached reply for k to dst when a fresh entry exists,
+// with every TTL counted down. The header's ID and flags and the question's
+// case are the caller's to patch. It is the allocation-free hit path: it
+// unpacks nothing. ok is false on a miss or an expired entry (Resolve then
+// deals with it).
+func (c *Cache) AppendHit(dst []byte, name string, qtype, qclass uint16, do, cd bool) (out []byte, rcode int, ok bool) {
+	k := Key{Name: name, Type: qtype, Class: qclass, DO: do, CD: cd}
+	e, found := c.shard(&k).Get(k)
+	if !found {
+		return dst, 0, false
+	}
+	now := c.cfg.Now().UnixNano()
+	remain := e.expires() - now
+	if remain <= 0 {
+		return dst, 0, false
+	}
+	c.hits.Add(1)
+	start := len(dst)
+	dst = append(dst, e.wire...)
+	dnswire.PutTTLs(dst[start:], e.ttlOffs, ttlSeconds(remain))
+	c.maybePrefetch(k, e, remain)
+	return dst, e.rcode, true
+}
+
+func ttlSeconds(ns int64) uint32 {
+	s := ns / int64(time.Second)
+	if s > 1<<31-1 {
+		s = 1<<31 - 1
+	}
+	return uint32(s)
+}
+
+// Resolve answers q from the cache, or from upstream on a miss. The reply's
+// question is q's (lower-cased) and its ID is q's. fromCache is true when
+// no upstream exchange was awaited; stale is true for a stale answer.
+func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCache, stale bool, err error) {
+	if len(q.Question) != 1 {
+		return nil, false, false, fmt.Errorf("cache: query has %d questions, want 1", len(q.Question))
+	}
+	k := KeyOf(q)
+	sh := c.shard(&k)
+	e, found := sh.Get(k)
+	now := c.cfg.Now().UnixNano()
+	if found {
+		if remain := e.expires() - now; remain > 0 {
+			c.hits.Add(1)
+			c.maybePrefetch(k, e, remain)
+			r, err := e.msg(q.Id, ttlSeconds(remain))
+			return r, true, false, err
+		}
+		if !c.usableStale(e, now) {
+			found = false
+		} else if e.staleUntil.Load() > now {
+			// The upstream failed moments ago: answer stale at once and
+			// let one background refresh find out whether it is back.
+			c.refreshAsync(k, q, e)
+			return c.serveStale(e, q.Id)
+		}
+	}
+	c.misses.Add(1)
+	if !found {
+		r, err := c.fetch(ctx, k, q)
+		return r, false, false, err
+	}
+	// An expired entry that may stand in: give the upstream
+	// StaleAnswerAfter, then answer stale while the fetch goes on.
+	type result struct {
+		r   *dns.Msg
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		r, err := c.fetch(context.WithoutCancel(ctx), k, q)
+		ch <- result{r, err}
+	}()
+	timer := time.NewTimer(c.cfg.StaleAnswerAfter)
+	defer timer.Stop()
+	select {
+	case res := <-ch:
+		if res.err == nil && !failed(res.r) {
+			return res.r, false, false, nil
+		}
+		e.staleUntil.Store(c.cfg.Now().Add(c.cfg.StaleRetry).UnixNano())
+		return c.serveStale(e, q.Id)
+	case <-timer.C:
+		return c.serveStale(e, q.Id)
+	case <-ctx.Done():
+		return nil, false, false, fmt.Errorf("cache: waiting for upstream: %w", ctx.Err())
+	}
+}
+
+func (c *Cache) usableStale(e *entry, now int64) bool {
+	return c.cfg.StaleFor > 0 && e.kind != kindServfail && now-e.expires() < int64(c.cfg.StaleFor)
+}
+
+func (c *Cache) serveStale(e *entry, id uint16) (*dns.Msg, bool, bool, error) {
+	c.stale.Add(1)
+	r, err := e.msg(id, ttlSeconds(int64(c.cfg.StaleTTL)))
+	return r, true, true, err
+}
+
+// failed reports whether a reply is one a stale answer should replace.
+func failed(r *dns.Msg) bool {
+	return r.Rcode == dns.RcodeServerFailure || r.Rcode == dns.RcodeRefused
+}
+
+// fetch asks the upstream and stores what may be stored.
+func (c *Cache) fetch(ctx context.Context, k Key, q *dns.Msg) (*dns.Msg, error) {
+	out := upstreamQuery(k, q.Id)
+	r, err := c.up.Exchange(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	r.Id = q.Id
+	if len(r.Question) == 0 {
+		r.Question = out.Question
+	}
+	c.store(k, r)
+	return r, nil
+}
+
+// upstreamQuery is the query the cache sends for k: lower-case name, RD,
+// the client's CD, EDNS0 with DO when the client set it.
+func upstreamQuery(k Key, id uint16) *dns.Msg {
+	m := &dns.Msg{MsgHdr: dns.MsgHdr{Id: id, RecursionDesired: true, CheckingDisabled: k.CD}}
+	m.Question = []dns.Question{{Name: k.Name, Qtype: k.Type, Qclass: k.Class}}
+	m.SetEdns0(1232, k.DO)
+	return m
+}
+
+// KeyOf returns the cache key of a query.
+func KeyOf(q *dns.Msg) Key {
+	k := Key{Name: strings.ToLower(q.Question[0].Name), Type: q.Question[0].Qtype, Class: q.Question[0].Qclass, CD: q.CheckingDisabled}
+	if o := q.IsEdns0(); o != nil {
+		k.DO = o.Do()
+	}
+	return k
+}
+
+// Put stores r as the answer for k if the caching rules allow it.
+func (c *Cache) Put(k Key, r *dns.Msg) { c.store(k, r) }
+
+// store applies the caching rules (written next to the code that enforces
+// them, as the RFCs they come from):
+//   - truncated replies are never stored: the TCP retry has the real answer;
+//   - the reply must answer exactly k's question;
+//   - NOERROR with answers: lifetime is the smallest TTL in the message (OPT
+//     excluded), clamped to [MinTTL, MaxTTL];
+//   - NXDOMAIN, or NOERROR without answers (NODATA): only with an SOA in the
+//     authority section; lifetime min(SOA TTL, SOA MINIMUM) (RFC 2308 §5),
+//     at most MaxNegativeTTL; SOA-less denials are not stored;
+//   - SERVFAIL: ServfailTTL, and never over an entry that could still be
+//     served stale (that entry is worth more than the failure);
+//   - everything else (REFUSED, FORMERR, NOTIMP, ...) is not stored.
+func (c *Cache) store(k Key, r *dns.Msg) {
+	if r.Truncated || len(r.Question) != 1 {
+		return
+	}
+	if q := r.Question[0]; q.Qtype != k.Type || q.Qclass != k.Class || !strings.EqualFold(q.Name, k.Name) {
+		return
+	}
+	now := c.cfg.Now()
+	var life time.Duration
+	var kd kind
+	switch {
+	case r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0:
+		kd = kindPositive
+		life = clamp(minTTL(r), c.cfg.MinTTL, c.cfg.MaxTTL)
+	case r.Rcode == dns.RcodeNameError || r.Rcode == dns.RcodeSuccess:
+		soa := findSOA(r)
+		if soa == nil {
+			return
+		}
+		kd = kindNegative
+		ttl := min(soa.Hdr.Ttl, soa.Minttl)
+		life = clamp(time.Duration(ttl)*time.Second, 0, c.cfg.MaxNegativeTTL)
+	case r.Rcode == dns.RcodeServerFailure:
+		kd = kindServfail
+		life = c.cfg.ServfailTTL
+		if old, ok := c.shard(&k).Peek(k); ok && c.usableStale(old, now.UnixNano()) {
+			return
+		}
+	default:
+		return
+	}
+	if life <= 0 {
+		return
+	}
+	wire, offs, err := pack(k, r)
+	if err != nil {
+		c.log.Debug("not caching unpackable reply", "name", k.Name, "type", k.Type, "err", err)
+		return
+	}
+	e := &entry{wire: wire, ttlOffs: offs, kind: kd, rcode: r.Rcode, stored: now.UnixNano(), lifetime: int64(life)}
+	c.shard(&k).Add(k, e)
+}
+
+func clamp(d, lo, hi time.Duration) time.Duration { return max(lo, min(d, hi)) }
+
+func minTTL(r *dns.Msg) time.Duration {
+	m := uint32(1<<32 - 1)
+	for _, sec := range [][]dns.RR{r.Answer, r.Ns, r.Extra} {
+		for _, rr := range sec {
+			if rr.Header().Rrtype == dns.TypeOPT {
+				continue
+			}
+			m = min(m, rr.Header().Ttl)
+		}
+	}
+	return time.Duration(m) * time.Second
+}
+
+func findSOA(r *dns.Msg) *dns.SOA {
+	for _, rr := range r.Ns {
+		if soa, ok := rr.(*dns.SOA); ok {
+			return soa
+		}
+	}
+	return nil
+}
+
+// pack stores r in wire form: ID 0, lower-case question and owner names (so
+// owners equal to the question compress against it and take the client's
+// case when the server patches the question), no OPT.
+func pack(k Key, r *dns.Msg) ([]byte, []uint16, error) {
+	m := &dns.Msg{MsgHdr: r.MsgHdr, Compress: true}
+	m.Id = 0
+	m.Question = []dns.Question{{Name: k.Name, Qtype: k.Type, Qclass: k.Class}}
+	lower := func(in []dns.RR) []dns.RR {
+		out := make([]dns.RR, 0, len(in))
+		for _, rr := range in {
+			if rr.Header().Rrtype == dns.TypeOPT {
+				continue
+			}
+			rr = dns.Copy(rr)
+			rr.Header().Name = strings.ToLower(rr.Header().Name)
+			out = append(out, rr)
+		}
+		return out
+	}
+	m.Answer, m.Ns, m.Extra = lower(r.Answer), lower(r.Ns), lower(r.Extra)
+	wire, err := m.Pack()
+	if err != nil {
+		return nil, nil, fmt.Errorf("packing reply for %s: %w", k.Name, err)
+	}
+	offs, err := dnswire.TTLOffsets(wire)
+	if err != nil {
+		return nil, nil, fmt.Errorf("indexing TTLs of reply for %s: %w", k.Name, err)
+	}
+	return wire, offs, nil
+}
+
+// msg unpacks the entry with every TTL set to ttl.
+func (e *entry) msg(id uint16, ttl uint32) (*dns.Msg, error) {
+	b := make([]byte, len(e.wire))
+	copy(b, e.wire)
+	dnswire.PutTTLs(b, e.ttlOffs, ttl)
+	m := new(dns.Msg)
+	if err := m.Unpack(b); err != nil {
+		return nil, fmt.Errorf("cache: unpacking stored reply: %w", err)
+	}
+	m.Id = id
+	return m, nil
+}
+
+// maybePrefetch refreshes a popular entry whose remaining lifetime has
+// fallen to PrefetchPercent of its original, once at a time per entry.
+func (c *Cache) maybePrefetch(k Key, e *entry, remain int64) {
+	hits := e.hits.Add(1)
+	if c.cfg.PrefetchHits < 0 || int(hits) < c.cfg.PrefetchHits || e.kind == kindServfail {
+		return
+	}
+	if remain*100 > e.lifetime*int64(c.cfg.PrefetchPercent) {
+		return
+	}
+	if c.refreshAsync(k, nil, e) {
+		c.prefetches.Add(1)
+	}
+}
+
+// refreshAsync starts one background fetch for k unless one is running for
+// e or the refresh bound is reached. It reports whether it started one.
+func (c *Cache) refreshAsync(k Key, q *dns.Msg, e *entry) bool {
+	if !e.refreshing.CompareAndSwap(false, true) {
+		return false
+	}
+	select {
+	case c.refreshSem <- struct{}{}:
+	default:
+		e.refreshing.Store(false)
+		return false
+	}
+	if q == nil {
+		q = upstreamQuery(k, 0)
+	}
+	go func() {
+		defer func() { <-c.refreshSem }()
+		r, err := c.fetch(c.bg, k, q)
+		if err != nil || failed(r) {
+			// Keep answering stale without waiting, and let a later query
+			// try again once StaleRetry has passed.
+			e.staleUntil.Store(c.cfg.Now().Add(c.cfg.StaleRetry).UnixNano())
+			e.refreshing.Store(false)
+			if err != nil && !errors.Is(err, context.Canceled) {
+				c.log.Debug("background refresh failed", "name", k.Name, "type", k.Type, "err", err)
+			}
+		}
+	}()
+	return true
+}

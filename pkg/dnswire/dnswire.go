@@ -1,0 +1,334 @@
+// Package dnswire reads and patches DNS messages in wire form without
+// unpacking them: the request header and question, the EDNS0 OPT record,
+// the offsets of every TTL in a packed answer. It is what lets the hit path
+// answer from stored bytes; anything that needs the records themselves
+// unpacks with github.com/miekg/dns instead.
+//
+// Names handled here are uncompressed in the question (as every real client
+// sends them); a compression pointer in a question is reported as an error.
+package dnswire
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/miekg/dns"
+)
+
+// HeaderLen is the length of the DNS header.
+const HeaderLen = 12
+
+// Errors from parsing. ErrHeader means even the header is unreadable (the
+// packet is dropped); the others leave a header to answer FORMERR to.
+var (
+	ErrHeader   = errors.New("dnswire: short header")
+	ErrQuestion = errors.New("dnswire: malformed question")
+	ErrRR       = errors.New("dnswire: malformed resource record")
+	ErrOPT      = errors.New("dnswire: malformed or repeated OPT")
+)
+
+// Header flag bits (second 16-bit word of the header).
+const (
+	FlagQR = 1 << 15
+	FlagAA = 1 << 10
+	FlagTC = 1 << 9
+	FlagRD = 1 << 8
+	FlagRA = 1 << 7
+	FlagAD = 1 << 5
+	FlagCD = 1 << 4
+)
+
+// Query is a parsed request: header fields, the single question and the
+// EDNS0 parameters. Name and RawName point into the packet that was parsed.
+type Query struct {
+	ID      uint16
+	Flags   uint16
+	QDCount uint16
+	ANCount uint16
+	NSCount uint16
+	ARCount uint16
+
+	// RawName is the question name as sent (wire form, client's case).
+	RawName []byte
+	// Name is the question name in presentation form, lower-case, fully
+	// qualified, as github.com/miekg/dns would print it.
+	Name  string
+	Type  uint16
+	Class uint16
+	// QEnd is the offset just past the question section.
+	QEnd int
+
+	EDNS        bool
+	UDPSize     uint16
+	DO          bool
+	EDNSVersion uint8
+}
+
+// Opcode returns the header's opcode.
+func (q *Query) Opcode() int { return int(q.Flags>>11) & 0xF }
+
+// Response reports whether QR is set.
+func (q *Query) Response() bool { return q.Flags&FlagQR != 0 }
+
+// CD reports whether the checking-disabled bit is set.
+func (q *Query) CD() bool { return q.Flags&FlagCD != 0 }
+
+// ParseHeader reads only the header.
+func ParseHeader(b []byte, q *Query) error {
+	if len(b) < HeaderLen {
+		return ErrHeader
+	}
+	q.ID = binary.BigEndian.Uint16(b[0:])
+	q.Flags = binary.BigEndian.Uint16(b[2:])
+	q.QDCount = binary.BigEndian.Uint16(b[4:])
+	q.ANCount = binary.BigEndian.Uint16(b[6:])
+	q.NSCount = binary.BigEndian.Uint16(b[8:])
+	q.ARCount = binary.BigEndian.Uint16(b[10:])
+	return nil
+}
+
+// ParseQuery reads the header, the first question and any OPT record. The
+// caller has already checked QDCount == 1 if it cares; ParseQuery requires
+// at least one question.
+func ParseQuery(b []byte, q *Query) error {
+	if err := ParseHeader(b, q); err != nil {
+		return err
+	}
+	*q = Query{ID: q.ID, Flags: q.Flags, QDCount: q.QDCount, ANCount: q.ANCount, NSCount: q.NSCount, ARCount: q.ARCount}
+	if q.QDCount == 0 {
+		return ErrQuestion
+	}
+	end, simple, err := questionName(b, HeaderLen)
+	if err != nil {
+		return err
+	}
+	q.RawName = b[HeaderLen:end]
+	if end+4 > len(b) {
+		return ErrQuestion
+	}
+	q.Type = binary.BigEndian.Uint16(b[end:])
+	q.Class = binary.BigEndian.Uint16(b[end+2:])
+	q.QEnd = end + 4
+	if simple {
+		q.Name = lowerText(q.RawName)
+	} else {
+		name, _, err := dns.UnpackDomainName(b, HeaderLen)
+		if err != nil {
+			return ErrQuestion
+		}
+		q.Name = lowerASCII(name)
+	}
+	if q.ARCount == 0 {
+		return nil
+	}
+	// Further questions (QDCOUNT > 1) are the caller's to refuse; EDNS is
+	// only looked for when the question section is the usual single one.
+	if q.QDCount != 1 {
+		return nil
+	}
+	off := q.QEnd
+	for i := 0; i < int(q.ANCount)+int(q.NSCount); i++ {
+		if off, err = skipRR(b, off); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < int(q.ARCount); i++ {
+		start := off
+		nameEnd, err := SkipName(b, off)
+		if err != nil {
+			return ErrRR
+		}
+		if nameEnd+10 > len(b) {
+			return ErrRR
+		}
+		typ := binary.BigEndian.Uint16(b[nameEnd:])
+		rdlen := int(binary.BigEndian.Uint16(b[nameEnd+8:]))
+		if nameEnd+10+rdlen > len(b) {
+			return ErrRR
+		}
+		if typ == dns.TypeOPT {
+			if q.EDNS || nameEnd != start+1 || b[start] != 0 {
+				return ErrOPT
+			}
+			q.EDNS = true
+			q.UDPSize = binary.BigEndian.Uint16(b[nameEnd+2:])
+			ttl := binary.BigEndian.Uint32(b[nameEnd+4:])
+			q.EDNSVersion = uint8(ttl >> 16)
+			q.DO = ttl&(1<<15) != 0
+		}
+		off = nameEnd + 10 + rdlen
+	}
+	return nil
+}
+
+// questionName checks the uncompressed name at off and returns its end. simple
+// is true when every byte is a letter, digit, '-', '_' or '*', so that the
+// text form is the labels joined by dots.
+func questionName(b []byte, off int) (end int, simple bool, err error) {
+	simple = true
+	total := 0
+	for {
+		if off >= len(b) {
+			return 0, false, ErrQuestion
+		}
+		l := int(b[off])
+		if l == 0 {
+			total++
+			if total > 255 {
+				return 0, false, ErrQuestion
+			}
+			return off + 1, simple, nil
+		}
+		if l > 63 { // a pointer (0xC0) or a reserved label type
+			return 0, false, ErrQuestion
+		}
+		if off+1+l > len(b) {
+			return 0, false, ErrQuestion
+		}
+		total += l + 1
+		if total > 255 {
+			return 0, false, ErrQuestion
+		}
+		if simple {
+			for _, c := range b[off+1 : off+1+l] {
+				if !plain(c) {
+					simple = false
+					break
+				}
+			}
+		}
+		off += 1 + l
+	}
+}
+
+func plain(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '*'
+}
+
+// lowerText converts a plain wire name to lower-case presentation form.
+func lowerText(raw []byte) string {
+	if len(raw) == 1 {
+		return "."
+	}
+	buf := make([]byte, 0, len(raw))
+	for off := 0; raw[off] != 0; {
+		l := int(raw[off])
+		for _, c := range raw[off+1 : off+1+l] {
+			if c >= 'A' && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			buf = append(buf, c)
+		}
+		buf = append(buf, '.')
+		off += 1 + l
+	}
+	return string(buf)
+}
+
+func lowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 'A' && s[i] <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if b[j] >= 'A' && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+// SkipName returns the offset just past the (possibly compressed) name at
+// off. It does not follow pointers, so it cannot loop.
+func SkipName(b []byte, off int) (int, error) {
+	for {
+		if off >= len(b) {
+			return 0, ErrRR
+		}
+		l := int(b[off])
+		switch {
+		case l == 0:
+			return off + 1, nil
+		case l&0xC0 == 0xC0:
+			if off+2 > len(b) {
+				return 0, ErrRR
+			}
+			return off + 2, nil
+		case l > 63:
+			return 0, ErrRR
+		}
+		off += 1 + l
+	}
+}
+
+func skipRR(b []byte, off int) (int, error) {
+	n, err := SkipName(b, off)
+	if err != nil {
+		return 0, err
+	}
+	if n+10 > len(b) {
+		return 0, ErrRR
+	}
+	rdlen := int(binary.BigEndian.Uint16(b[n+8:]))
+	if n+10+rdlen > len(b) {
+		return 0, ErrRR
+	}
+	return n + 10 + rdlen, nil
+}
+
+// TTLOffsets returns the offset of the TTL field of every resource record in
+// the packed message m, OPT records excluded (their TTL field holds flags).
+func TTLOffsets(m []byte) ([]uint16, error) {
+	var h Query
+	if err := ParseHeader(m, &h); err != nil {
+		return nil, err
+	}
+	off := HeaderLen
+	var err error
+	for i := 0; i < int(h.QDCount); i++ {
+		if off, err = SkipName(m, off); err != nil {
+			return nil, err
+		}
+		off += 4
+	}
+	n := int(h.ANCount) + int(h.NSCount) + int(h.ARCount)
+	offs := make([]uint16, 0, n)
+	for i := 0; i < n; i++ {
+		nameEnd, err := SkipName(m, off)
+		if err != nil {
+			return nil, err
+		}
+		if nameEnd+10 > len(m) || nameEnd > 0xFFFF {
+			return nil, ErrRR
+		}
+		if binary.BigEndian.Uint16(m[nameEnd:]) != dns.TypeOPT {
+			offs = append(offs, uint16(nameEnd+4))
+		}
+		if off, err = skipRR(m, off); err != nil {
+			return nil, err
+		}
+	}
+	return offs, nil
+}
+
+// PutTTLs writes ttl into every TTL field listed in offs.
+func PutTTLs(m []byte, offs []uint16, ttl uint32) {
+	for _, o := range offs {
+		binary.BigEndian.PutUint32(m[o:], ttl)
+	}
+}
+
+// AppendOPT appends an OPT record advertising udpSize with the DO bit and
+// extended rcode bits given, and increments ARCOUNT.
+func AppendOPT(m []byte, udpSize uint16, do bool, extRcode uint8) []byte {
+	var flags uint32 = uint32(extRcode) << 24
+	if do {
+		flags |= 1 << 15
+	}
+	m = append(m, 0, 0, byte(dns.TypeOPT), byte(udpSize>>8), byte(udpSize),
+		byte(flags>>24), byte(flags>>16), byte(flags>>8), byte(flags), 0, 0)
+	binary.BigEndian.PutUint16(m[10:], binary.BigEndian.Uint16(m[10:])+1)
+	return m
+}

@@ -1,0 +1,135 @@
+package server
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/dnswire"
+)
+
+// ourUDPSize is the EDNS0 buffer size the server advertises in replies.
+const ourUDPSize = 1232
+
+// request is one query being answered.
+type request struct {
+	q      dnswire.Query
+	proto  string
+	client netip.Addr
+	start  time.Time
+	// maxSize is the largest reply the client accepts on this transport.
+	maxSize int
+	// parsed is false when the question could not be read (FORMERR
+	// replies then carry no question).
+	parsed bool
+	// raw is the packet; rawQuestion reads the question bytes from it.
+	raw []byte
+}
+
+func (r *request) setMaxSize(maxUDP int) {
+	if r.proto == "tcp" {
+		r.maxSize = dns.MaxMsgSize
+		return
+	}
+	r.maxSize = dns.MinMsgSize
+	if r.q.EDNS && int(r.q.UDPSize) > r.maxSize {
+		r.maxSize = min(int(r.q.UDPSize), maxUDP)
+	}
+}
+
+// encode packs m (a stage's answer, read-only) as the reply to r and
+// appends it to dst.
+func (s *Server) encode(dst []byte, r *request, m *dns.Msg) []byte {
+	out := dns.Msg{MsgHdr: m.MsgHdr, Compress: true, Answer: m.Answer, Ns: m.Ns, Extra: m.Extra}
+	out.Question = []dns.Question{{Name: r.q.Name, Qtype: r.q.Type, Qclass: r.q.Class}}
+	if hasOPT(m.Extra) {
+		out.Extra = make([]dns.RR, 0, len(m.Extra))
+		for _, rr := range m.Extra {
+			if rr.Header().Rrtype != dns.TypeOPT {
+				out.Extra = append(out.Extra, rr)
+			}
+		}
+	}
+	rcode := m.Rcode
+	out.Rcode = rcode & 0xF
+	start := len(dst)
+	b, err := out.PackBuffer(dst[start:cap(dst)])
+	if err != nil {
+		s.log.Warn("packing reply failed", "name", r.q.Name, "type", r.q.Type, "err", err)
+		return s.errorReply(dst, r, dns.RcodeServerFailure)
+	}
+	// PackBuffer used dst's spare capacity when it fitted, else allocated.
+	dst = append(dst[:start], b...)
+	return s.finish(dst, start, r, rcode)
+}
+
+func hasOPT(rrs []dns.RR) bool {
+	for _, rr := range rrs {
+		if rr.Header().Rrtype == dns.TypeOPT {
+			return true
+		}
+	}
+	return false
+}
+
+// finish turns the packed reply at dst[start:] into the reply to r: the
+// client's ID, RD and CD, QR and RA set, the question in the client's case,
+// an OPT when the client sent one, and TC with empty sections when the
+// reply does not fit the client's size. rcode may be extended (> 15).
+func (s *Server) finish(dst []byte, start int, r *request, rcode int) []byte {
+	m := dst[start:]
+	binary.BigEndian.PutUint16(m[0:], r.q.ID)
+	flags := binary.BigEndian.Uint16(m[2:])
+	flags &^= dnswire.FlagRD | dnswire.FlagCD | dnswire.FlagTC | 0x7800 | 0xF // opcode and rcode
+	flags |= dnswire.FlagQR | dnswire.FlagRA | uint16(rcode&0xF)
+	flags |= r.q.Flags & (dnswire.FlagRD | dnswire.FlagCD)
+	// RFC 6840 §5.8: AD only for clients that asked for DNSSEC answers.
+	if !r.q.DO && r.q.Flags&dnswire.FlagAD == 0 {
+		flags &^= dnswire.FlagAD
+	}
+	binary.BigEndian.PutUint16(m[2:], flags)
+	n := len(r.q.RawName)
+	if len(m) >= dnswire.HeaderLen+n && binary.BigEndian.Uint16(m[4:]) == 1 {
+		copy(m[dnswire.HeaderLen:], r.q.RawName)
+	}
+	if r.q.EDNS {
+		dst = dnswire.AppendOPT(dst, ourUDPSize, r.q.DO, uint8(rcode>>4))
+	}
+	if len(dst)-start <= r.maxSize {
+		return dst
+	}
+	// Too big: header and question only, TC set, so the client retries
+	// over TCP.
+	qEnd := start + dnswire.HeaderLen + n + 4
+	dst = dst[:qEnd]
+	m = dst[start:]
+	binary.BigEndian.PutUint16(m[2:], flags|dnswire.FlagTC)
+	binary.BigEndian.PutUint16(m[6:], 0)
+	binary.BigEndian.PutUint16(m[8:], 0)
+	binary.BigEndian.PutUint16(m[10:], 0)
+	if r.q.EDNS {
+		dst = dnswire.AppendOPT(dst, ourUDPSize, r.q.DO, uint8(rcode>>4))
+	}
+	return dst
+}
+
+// errorReply appends a reply with no records and the given rcode: the
+// client's question when it could be read, an OPT when the client sent one.
+func (s *Server) errorReply(dst []byte, r *request, rcode int) []byte {
+	start := len(dst)
+	var h [dnswire.HeaderLen]byte
+	binary.BigEndian.PutUint16(h[0:], r.q.ID)
+	flags := dnswire.FlagQR | dnswire.FlagRA | r.q.Flags&(dnswire.FlagRD|dnswire.FlagCD|0x7800) | uint16(rcode&0xF)
+	binary.BigEndian.PutUint16(h[2:], flags)
+	dst = append(dst, h[:]...)
+	if r.parsed && r.q.QEnd <= len(r.raw) {
+		binary.BigEndian.PutUint16(dst[start+4:], 1)
+		dst = append(dst, r.raw[dnswire.HeaderLen:r.q.QEnd]...)
+	}
+	if r.q.EDNS {
+		dst = dnswire.AppendOPT(dst, ourUDPSize, r.q.DO, uint8(rcode>>4))
+	}
+	return dst
+}

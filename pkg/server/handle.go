@@ -1,0 +1,251 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/dnswire"
+	"github.com/nodedns/nodedns/pkg/ndots"
+)
+
+// verdict is what the reader does with a packet.
+type verdict int
+
+const (
+	verdictDrop  verdict = iota // not answered at all
+	verdictReply                // dst holds the reply
+	verdictSlow                 // resolve off the reader
+)
+
+// fast handles everything that needs no waiting: validation and error
+// replies, RFC 8482 ANY, cluster answers, cache hits. It appends a reply to
+// dst (verdictReply), or says the packet must be dropped or resolved off
+// the reader.
+func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.panics.Add(1)
+			s.log.Error("panic answering query", "name", r.q.Name, "type", r.q.Type, "panic", fmt.Sprint(p))
+			out, v = s.errorReply(dst[:0], r, dns.RcodeServerFailure), verdictReply
+		}
+	}()
+	err := dnswire.ParseQuery(r.raw, &r.q)
+	switch {
+	case errors.Is(err, dnswire.ErrHeader):
+		return dst, verdictDrop
+	case r.q.Response():
+		// Never answer a response: that is how reflection loops start.
+		return dst, verdictDrop
+	case err != nil && r.q.QEnd == 0:
+		r.setMaxSize(s.cfg.MaxUDPSize)
+		return s.reply(dst, r, dns.RcodeFormatError, SourceLocal), verdictReply
+	}
+	r.parsed = true
+	r.setMaxSize(s.cfg.MaxUDPSize)
+	switch {
+	case err != nil: // the question read, the rest did not (bad or repeated OPT)
+		return s.reply(dst, r, dns.RcodeFormatError, SourceLocal), verdictReply
+	case r.q.Opcode() != dns.OpcodeQuery:
+		return s.reply(dst, r, dns.RcodeNotImplemented, SourceLocal), verdictReply
+	case r.q.QDCount != 1:
+		return s.reply(dst, r, dns.RcodeFormatError, SourceLocal), verdictReply
+	case r.q.EDNS && r.q.EDNSVersion != 0:
+		return s.reply(dst, r, dns.RcodeBadVers, SourceLocal), verdictReply
+	case r.q.Class != dns.ClassINET:
+		return s.reply(dst, r, dns.RcodeRefused, SourceLocal), verdictReply
+	}
+	switch r.q.Type {
+	case dns.TypeAXFR, dns.TypeIXFR:
+		return s.reply(dst, r, dns.RcodeRefused, SourceLocal), verdictReply
+	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeMAILA, dns.TypeMAILB, 0:
+		return s.reply(dst, r, dns.RcodeFormatError, SourceLocal), verdictReply
+	case dns.TypeANY:
+		// RFC 8482: a minimal answer instead of everything we know.
+		m := &dns.Msg{Answer: []dns.RR{&dns.HINFO{
+			Hdr: dns.RR_Header{Name: r.q.Name, Rrtype: dns.TypeHINFO, Class: dns.ClassINET, Ttl: 3600},
+			Cpu: "RFC8482"}}}
+		return s.send(dst, r, m, SourceLocal, 0, 0), verdictReply
+	}
+	if s.walkCandidate(r) {
+		return dst, verdictSlow
+	}
+	if s.cfg.Cluster != nil {
+		if res, ok := s.cfg.Cluster.Lookup(r.q.Name, r.q.Type); ok {
+			if res.NotSynced || res.ExternalTarget != "" {
+				return dst, verdictSlow
+			}
+			return s.send(dst, r, res.Msg, SourceCluster, 0, 0), verdictReply
+		}
+	}
+	if s.cfg.HitCache != nil {
+		start := len(dst)
+		if out, rcode, ok := s.cfg.HitCache.AppendHit(dst, r.q.Name, r.q.Type, r.q.Class, r.q.DO, r.q.CD()); ok {
+			out = s.finish(out, start, r, rcode)
+			s.observe(r, SourceCache, rcode, 0, 0)
+			return out, verdictReply
+		}
+	}
+	return dst, verdictSlow
+}
+
+// slow resolves what fast could not, off the reader, and appends the reply.
+func (s *Server) slow(ctx context.Context, dst []byte, r *request) (out []byte) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.panics.Add(1)
+			s.log.Error("panic answering query", "name", r.q.Name, "type", r.q.Type, "panic", fmt.Sprint(p))
+			out = s.reply(dst[:0], r, dns.RcodeServerFailure, SourceLocal)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	if s.walkCandidate(r) {
+		if m, steps, saved, ok := s.walk(ctx, r); ok {
+			return s.send(dst, r, m, SourceAutopath, steps, saved)
+		}
+	}
+	m, src, err := s.answer(ctx, r.q.Name, r.q.Type, r.q.DO, r.q.CD())
+	if err != nil {
+		if loop := s.loopName.Load().(string); loop == "" || r.q.Name != loop {
+			s.log.Debug("resolution failed", "name", r.q.Name, "type", r.q.Type, "err", err)
+		}
+		return s.reply(dst, r, dns.RcodeServerFailure, src)
+	}
+	return s.send(dst, r, m, src, 0, 0)
+}
+
+// answer resolves one (name, type): the cluster zone when the name is the
+// cluster's, else cache and upstream. It is the step the search-path walk
+// repeats.
+func (s *Server) answer(ctx context.Context, name string, qtype uint16, do, cd bool) (*dns.Msg, Source, error) {
+	if loop := s.loopName.Load().(string); loop != "" && name == loop {
+		s.loopSeen.Add(1)
+	}
+	if s.cfg.Cluster != nil {
+		if res, ok := s.cfg.Cluster.Lookup(name, qtype); ok {
+			switch {
+			case res.NotSynced:
+				return s.beforeSync(ctx, name, qtype)
+			case res.ExternalTarget != "":
+				return s.externalName(ctx, res, qtype, do, cd)
+			}
+			return res.Msg, SourceCluster, nil
+		}
+	}
+	q := query(name, qtype, do, cd)
+	m, fromCache, stale, err := s.cfg.Resolver.Resolve(ctx, q)
+	src := SourceUpstream
+	switch {
+	case stale:
+		src = SourceStale
+	case fromCache:
+		src = SourceCache
+	}
+	if err != nil {
+		return nil, src, err
+	}
+	return m, src, nil
+}
+
+func query(name string, qtype uint16, do, cd bool) *dns.Msg {
+	q := &dns.Msg{MsgHdr: dns.MsgHdr{Id: dns.Id(), RecursionDesired: true, CheckingDisabled: cd}}
+	q.Question = []dns.Question{{Name: name, Qtype: qtype, Qclass: dns.ClassINET}}
+	if do {
+		q.SetEdns0(ourUDPSize, true)
+	}
+	return q
+}
+
+// beforeSync answers a cluster name while the index has not synced: from
+// the central cluster DNS when one is configured, else SERVFAIL. Never a
+// false NXDOMAIN.
+func (s *Server) beforeSync(ctx context.Context, name string, qtype uint16) (*dns.Msg, Source, error) {
+	if s.cfg.ClusterDNS == nil {
+		return nil, SourceCluster, errors.New("cluster index not synced and no --cluster-dns")
+	}
+	m, err := s.cfg.ClusterDNS.Exchange(ctx, query(name, qtype, false, false))
+	if err != nil {
+		return nil, SourceUpstream, fmt.Errorf("asking cluster DNS before sync: %w", err)
+	}
+	return m, SourceUpstream, nil
+}
+
+// maxChain bounds the CNAME hops followed for an ExternalName target.
+const maxChain = 10
+
+// externalName appends the answer for an ExternalName's out-of-zone target
+// to the cluster's CNAME. Like CoreDNS, the target's rcode does not become
+// the reply's: the CNAME itself exists.
+func (s *Server) externalName(ctx context.Context, res ClusterResult, qtype uint16, do, cd bool) (*dns.Msg, Source, error) {
+	out := &dns.Msg{MsgHdr: res.Msg.MsgHdr, Answer: append([]dns.RR(nil), res.Msg.Answer...)}
+	if qtype == dns.TypeCNAME {
+		return out, SourceCluster, nil
+	}
+	m, src, err := s.answer(ctx, res.ExternalTarget, qtype, do, cd)
+	if err != nil {
+		return nil, src, fmt.Errorf("resolving ExternalName target %s: %w", res.ExternalTarget, err)
+	}
+	if len(m.Answer) > maxChain {
+		m.Answer = m.Answer[:maxChain]
+	}
+	out.Answer = append(out.Answer, m.Answer...)
+	if len(m.Answer) == 0 {
+		out.Ns = m.Ns
+	}
+	return out, SourceCluster, nil
+}
+
+// send encodes m as the reply to r, appends it and reports it.
+func (s *Server) send(dst []byte, r *request, m *dns.Msg, src Source, steps, saved int) []byte {
+	out := s.encode(dst, r, m)
+	s.observe(r, src, m.Rcode, steps, saved)
+	return out
+}
+
+// reply appends an error reply and reports it.
+func (s *Server) reply(dst []byte, r *request, rcode int, src Source) []byte {
+	out := s.errorReply(dst, r, rcode)
+	s.observe(r, src, rcode, 0, 0)
+	return out
+}
+
+func (s *Server) observe(r *request, src Source, rcode, steps, saved int) {
+	if s.cfg.Observer == nil {
+		return
+	}
+	s.cfg.Observer.Observe(Event{Source: src, Rcode: rcode, Proto: r.proto, Client: r.client, Name: r.q.Name,
+		Qtype: r.q.Type, Duration: time.Since(r.start), AutopathSteps: steps, AutopathSaved: saved})
+}
+
+// namespaceOf returns the namespace of the pod that sent r, when autopath
+// applies to it.
+func (s *Server) namespaceOf(client netip.Addr) (string, bool) {
+	if !s.cfg.Autopath || s.cfg.Pods == nil || s.cfg.Cluster == nil {
+		return "", false
+	}
+	return s.cfg.Pods.PodNamespace(client.Unmap())
+}
+
+// walkCandidate reports whether r is a search-path expansion the server
+// should walk itself.
+func (s *Server) walkCandidate(r *request) bool {
+	if !s.cfg.Autopath || s.cfg.Pods == nil || s.cfg.Cluster == nil {
+		return false
+	}
+	zone := s.cfg.Cluster.Zone()
+	if !strings.HasSuffix(r.q.Name, ".svc."+zone) {
+		return false
+	}
+	ns, ok := s.namespaceOf(r.client)
+	if !ok {
+		return false
+	}
+	_, ok = ndots.Split(r.q.Name, ns, zone)
+	return ok
+}

@@ -1,0 +1,282 @@
+// Package server owns the DNS listeners and the request pipeline: it reads
+// packets, decodes the header and question, answers from the fastest stage
+// that can (cache hit on the reader, cluster zone, search-path walk, cache
+// and upstream), and writes the reply with the client's ID, question case,
+// EDNS size and TC bit.
+//
+// The stages are interfaces defined in stages.go; this package imports none
+// of their implementations. Interception (links and rules) is not its
+// concern either: it only binds the addresses it is given.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Config configures a Server. Zero values take the defaults named.
+//
+// Resolution order for one query: a cache hit (HitCache) on the socket's
+// reader; then, off the reader, the cluster zone (Cluster); the search-path
+// walk for pods on this node (Pods, when Autopath); then Resolver (cache and
+// upstream).
+type Config struct {
+	// Listen holds host:port addresses; UDP and TCP are served on each.
+	Listen []string
+	// Cluster answers the cluster zone; nil disables it.
+	Cluster Cluster
+	// ClusterDNS, when set, answers cluster-zone queries until Cluster has
+	// synced; without it they get SERVFAIL (never a false NXDOMAIN).
+	ClusterDNS Exchanger
+	// Pods maps clients to namespaces for the search-path walk.
+	Pods Pods
+	// Autopath enables the server-side search-path walk.
+	Autopath bool
+	// Search are the extra search domains pods inherit from the node
+	// (lower-case FQDNs), walked after the cluster's own.
+	Search []string
+	// Resolver answers everything else. Required.
+	Resolver Resolver
+	// HitCache is the optional fast path for cache hits.
+	HitCache HitCache
+	// Observer is told about every answer; nil: nobody.
+	Observer Observer
+
+	// SocketsPerAddr is the number of SO_REUSEPORT UDP sockets (each with
+	// its own reader) per listen address; default GOMAXPROCS.
+	SocketsPerAddr int
+	// MaxInflight bounds queries being resolved off the readers (upstream,
+	// walks); past it a query is answered SERVFAIL at once. Default 2000.
+	MaxInflight int
+	// MaxTCPConns bounds open TCP connections; default 1000.
+	MaxTCPConns int
+	// TCPIdleTimeout closes a TCP connection with no query for this long;
+	// default 10s. TCPWriteTimeout bounds one write; default 2s.
+	TCPIdleTimeout, TCPWriteTimeout time.Duration
+	// QueryTimeout bounds the resolution of one query; default 5s.
+	QueryTimeout time.Duration
+	// MaxUDPSize caps the UDP reply size whatever the client advertises;
+	// default 1232 (the DNS flag day value: no fragmentation).
+	MaxUDPSize int
+	// AutopathMemo is how long the winning step of a walk is remembered for
+	// (namespace, name), so that A and AAAA take the same path; default 30s.
+	AutopathMemo time.Duration
+	Logger       *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if len(c.Listen) == 0 {
+		return errors.New("server: no listen address")
+	}
+	if c.Resolver == nil {
+		return errors.New("server: no resolver")
+	}
+	if c.SocketsPerAddr <= 0 {
+		c.SocketsPerAddr = runtime.GOMAXPROCS(0)
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = 2000
+	}
+	if c.MaxTCPConns <= 0 {
+		c.MaxTCPConns = 1000
+	}
+	if c.TCPIdleTimeout <= 0 {
+		c.TCPIdleTimeout = 10 * time.Second
+	}
+	if c.TCPWriteTimeout <= 0 {
+		c.TCPWriteTimeout = 2 * time.Second
+	}
+	if c.QueryTimeout <= 0 {
+		c.QueryTimeout = 5 * time.Second
+	}
+	if c.MaxUDPSize <= 0 {
+		c.MaxUDPSize = 1232
+	}
+	if c.MaxUDPSize < 512 {
+		c.MaxUDPSize = 512
+	}
+	if c.AutopathMemo <= 0 {
+		c.AutopathMemo = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Server serves DNS on its listen addresses.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	udp   []*net.UDPConn
+	tcp   []*net.TCPListener
+	sem   chan struct{} // slow-path queries in flight
+	conns chan struct{} // open TCP connections
+	memo  *walkMemo
+
+	wg       sync.WaitGroup // readers, acceptors, connections, slow-path queries
+	ctx      context.Context
+	cancel   context.CancelFunc
+	bound    atomic.Bool
+	closing  atomic.Bool
+	tcpMu    sync.Mutex
+	tcpConns map[net.Conn]struct{}
+
+	loopName  atomic.Value // string: the loop probe's name while a check runs
+	loopSeen  atomic.Int32
+	overloads atomic.Uint64
+	panics    atomic.Uint64
+}
+
+// New validates cfg. Call Listen, then Serve.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	for _, a := range cfg.Listen {
+		if _, err := netip.ParseAddrPort(a); err != nil {
+			return nil, fmt.Errorf("listen address %q: want ip:port: %w", a, err)
+		}
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "server"),
+		sem: make(chan struct{}, cfg.MaxInflight), conns: make(chan struct{}, cfg.MaxTCPConns),
+		memo: newWalkMemo(10000, cfg.AutopathMemo), tcpConns: map[net.Conn]struct{}{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.loopName.Store("")
+	return s, nil
+}
+
+// reusePort sets SO_REUSEPORT (old and new agents share the addresses
+// during a rollout, and several readers share one address) and
+// SO_REUSEADDR.
+func reusePort(network, address string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); serr != nil {
+			serr = fmt.Errorf("setting SO_REUSEPORT on %s %s: %w", network, address, serr)
+			return
+		}
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); serr != nil {
+			serr = fmt.Errorf("setting SO_REUSEADDR on %s %s: %w", network, address, serr)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("controlling %s socket %s: %w", network, address, err)
+	}
+	return serr
+}
+
+// Listen binds every socket. On error nothing stays bound.
+func (s *Server) Listen() error {
+	lc := net.ListenConfig{Control: reusePort}
+	for _, addr := range s.cfg.Listen {
+		for i := 0; i < s.cfg.SocketsPerAddr; i++ {
+			pc, err := lc.ListenPacket(context.Background(), "udp", addr)
+			if err != nil {
+				s.closeListeners()
+				return fmt.Errorf("binding UDP %s: %w", addr, err)
+			}
+			uc := pc.(*net.UDPConn)
+			// A deep receive buffer absorbs bursts while readers are busy.
+			_ = uc.SetReadBuffer(4 << 20)
+			s.udp = append(s.udp, uc)
+		}
+		l, err := lc.Listen(context.Background(), "tcp", addr)
+		if err != nil {
+			s.closeListeners()
+			return fmt.Errorf("binding TCP %s: %w", addr, err)
+		}
+		s.tcp = append(s.tcp, l.(*net.TCPListener))
+	}
+	s.bound.Store(true)
+	return nil
+}
+
+// Addrs returns the bound UDP addresses, one per listen address (useful
+// when listening on port 0).
+func (s *Server) Addrs() []netip.AddrPort {
+	var out []netip.AddrPort
+	for i := 0; i < len(s.udp); i += s.cfg.SocketsPerAddr {
+		out = append(out, s.udp[i].LocalAddr().(*net.UDPAddr).AddrPort())
+	}
+	return out
+}
+
+// TCPAddrs returns the bound TCP addresses.
+func (s *Server) TCPAddrs() []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, l := range s.tcp {
+		out = append(out, l.Addr().(*net.TCPAddr).AddrPort())
+	}
+	return out
+}
+
+// Bound reports whether the listeners are bound and serving.
+func (s *Server) Bound() bool { return s.bound.Load() && !s.closing.Load() }
+
+// Serve starts the readers and acceptors and returns at once.
+func (s *Server) Serve() {
+	for _, uc := range s.udp {
+		s.wg.Add(1)
+		go s.readUDP(uc)
+	}
+	for _, l := range s.tcp {
+		s.wg.Add(1)
+		go s.acceptTCP(l)
+	}
+}
+
+// Shutdown stops reading, waits for queries in flight (bounded by ctx) and
+// closes every socket.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	s.closeListeners()
+	s.tcpMu.Lock()
+	for c := range s.tcpConns {
+		_ = c.SetReadDeadline(time.Unix(1, 0))
+	}
+	s.tcpMu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		s.cancel()
+		return nil
+	case <-ctx.Done():
+		s.cancel()
+		return fmt.Errorf("server shutdown: %w", ctx.Err())
+	}
+}
+
+func (s *Server) closeListeners() {
+	for _, uc := range s.udp {
+		_ = uc.Close()
+	}
+	for _, l := range s.tcp {
+		_ = l.Close()
+	}
+}
+
+// Stats are the server's own counters.
+type Stats struct {
+	Overloaded uint64 `json:"overloaded"`
+	Panics     uint64 `json:"panics"`
+	InFlight   int    `json:"in_flight"`
+	TCPConns   int    `json:"tcp_conns"`
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	return Stats{Overloaded: s.overloads.Load(), Panics: s.panics.Load(), InFlight: len(s.sem), TCPConns: len(s.conns)}
+}

@@ -1,0 +1,69 @@
+package server
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/dnswire"
+)
+
+// readUDP is one socket's reader. Cache hits and cluster answers are sent
+// from here without a goroutine or a copy of the packet; anything that has
+// to wait goes to a goroutine, bounded by MaxInflight.
+func (s *Server) readUDP(uc *net.UDPConn) {
+	defer s.wg.Done()
+	buf := make([]byte, dns.MaxMsgSize)
+	out := make([]byte, 0, 4096)
+	for {
+		n, addr, err := uc.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.log.Debug("UDP read failed", "err", err)
+			continue
+		}
+		r := request{proto: "udp", client: addr.Addr().Unmap(), start: time.Now(), raw: buf[:n]}
+		resp, v := s.fast(out[:0], &r)
+		switch v {
+		case verdictReply:
+			s.writeUDP(uc, resp, addr)
+		case verdictSlow:
+			s.goSlowUDP(uc, &r, addr, out[:0])
+		}
+	}
+}
+
+func (s *Server) writeUDP(uc *net.UDPConn, b []byte, addr netip.AddrPort) {
+	if _, err := uc.WriteToUDPAddrPort(b, addr); err != nil && !errors.Is(err, net.ErrClosed) {
+		s.log.Debug("UDP write failed", "client", addr, "err", err)
+	}
+}
+
+// goSlowUDP hands r to a goroutine, or answers SERVFAIL at once when
+// MaxInflight queries are already being resolved.
+func (s *Server) goSlowUDP(uc *net.UDPConn, r *request, addr netip.AddrPort, scratch []byte) {
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		s.overloads.Add(1)
+		s.writeUDP(uc, s.reply(scratch, r, dns.RcodeServerFailure, SourceLocal), addr)
+		return
+	}
+	// The reader reuses its buffer: the goroutine gets its own copy, and
+	// the question's raw name must point into that copy.
+	req := *r
+	req.raw = append([]byte(nil), r.raw...)
+	req.q.RawName = req.raw[dnswire.HeaderLen : dnswire.HeaderLen+len(r.q.RawName)]
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() { <-s.sem }()
+		out := s.slow(s.ctx, make([]byte, 0, 1024), &req)
+		s.writeUDP(uc, out, addr)
+	}()
+}

@@ -1,0 +1,126 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/ndots"
+)
+
+// walk answers r by walking the pod's search list on the server: the first
+// expansion that is not NXDOMAIN wins and the client gets
+// `<asked> CNAME <winner>` plus the winner's answer, in one round trip.
+// NODATA at the winner is NODATA for the name asked. ok is false when the
+// walk cannot decide (an expansion failed): the query is then answered as
+// asked and the client walks its list itself, exactly as without autopath.
+//
+// steps is how many expansions were resolved; saved how many queries the
+// client no longer sends for this type.
+func (s *Server) walk(ctx context.Context, r *request) (m *dns.Msg, steps, saved int, ok bool) {
+	ns, _ := s.namespaceOf(r.client)
+	zone := s.cfg.Cluster.Zone()
+	base, _ := ndots.Split(r.q.Name, ns, zone)
+	names := ndots.Walk(base, ns, zone, s.cfg.Search)
+	// The winner is remembered per (namespace, base), whatever the type, so
+	// that A and AAAA for one name from one pod always take the same path
+	// even if some upstream answers the two types inconsistently. The key
+	// holds the namespace: one namespace's result is never another's.
+	key := ns + "/" + base
+	if i, hit := s.memo.get(key); hit && i < len(names) {
+		if m, err := s.step(ctx, r, names[i]); err == nil {
+			return s.walkReply(r, names, i, m), 1, i, true
+		}
+	}
+	var first *dns.Msg
+	for i, name := range names {
+		m, err := s.step(ctx, r, name)
+		if err != nil {
+			return nil, i + 1, 0, false
+		}
+		if i == 0 {
+			first = m
+		}
+		if m.Rcode == dns.RcodeNameError {
+			continue
+		}
+		s.memo.put(key, i)
+		return s.walkReply(r, names, i, m), i + 1, i, true
+	}
+	// Nothing exists anywhere: NXDOMAIN for the name asked, with the
+	// cluster zone's SOA, and the client's own walk finds the same.
+	return first, len(names), len(names) - 1, true
+}
+
+// step resolves one expansion; a failure or a SERVFAIL/REFUSED reply is an
+// error (the walk cannot tell whether the name exists).
+func (s *Server) step(ctx context.Context, r *request, name string) (*dns.Msg, error) {
+	m, _, err := s.answer(ctx, name, r.q.Type, r.q.DO, r.q.CD())
+	if err != nil {
+		return nil, err
+	}
+	if m.Rcode != dns.RcodeSuccess && m.Rcode != dns.RcodeNameError {
+		return nil, errStepFailed
+	}
+	return m, nil
+}
+
+type stepError string
+
+func (e stepError) Error() string { return string(e) }
+
+const errStepFailed = stepError("search-path step answered neither NOERROR nor NXDOMAIN")
+
+func (s *Server) walkReply(r *request, names []string, i int, m *dns.Msg) *dns.Msg {
+	if i == 0 {
+		return m
+	}
+	out := &dns.Msg{MsgHdr: m.MsgHdr}
+	out.Rcode = dns.RcodeSuccess
+	if len(m.Answer) == 0 {
+		out.Ns = m.Ns
+		return out
+	}
+	// The CNAME is synthesized, so the reply is not authoritative unless
+	// everything in it came from the cluster zone.
+	cname := &dns.CNAME{Hdr: dns.RR_Header{Name: r.q.Name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET,
+		Ttl: m.Answer[0].Header().Ttl}, Target: names[i]}
+	out.Answer = make([]dns.RR, 0, 1+len(m.Answer))
+	out.Answer = append(append(out.Answer, cname), m.Answer...)
+	out.Extra = m.Extra
+	return out
+}
+
+// walkMemo remembers which expansion won for (namespace, base), for a short
+// time and a bounded number of names.
+type walkMemo struct {
+	ttl time.Duration
+	c   *lru.Cache[string, memoEntry]
+}
+
+type memoEntry struct {
+	idx     int
+	expires time.Time
+}
+
+func newWalkMemo(size int, ttl time.Duration) *walkMemo {
+	c, err := lru.New[string, memoEntry](size)
+	if err != nil {
+		panic(err) // only for size <= 0, which callers never pass
+	}
+	return &walkMemo{ttl: ttl, c: c}
+}
+
+func (w *walkMemo) get(key string) (int, bool) {
+	e, ok := w.c.Get(key)
+	if !ok || time.Now().After(e.expires) {
+		return 0, false
+	}
+	return e.idx, true
+}
+
+func (w *walkMemo) put(key string, idx int) {
+	w.c.Add(key, memoEntry{idx: idx, expires: time.Now().Add(w.ttl)})
+}

@@ -1,0 +1,289 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// maxIdleTCP bounds the idle TCP connections kept per server; idleTCP is how
+// long one may sit unused before it is closed.
+const (
+	maxIdleTCP = 4
+	idleTCP    = 10 * time.Second
+)
+
+// Server is one upstream resolver with its health and figures.
+type Server struct {
+	Addr string
+	cfg  *Config
+
+	consecutive atomic.Int32
+	down        atomic.Bool
+	requests    atomic.Uint64
+	failures    atomic.Uint64
+	lastErr     atomic.Value // string
+	latency     Histogram
+
+	mu   sync.Mutex
+	idle []idleConn
+}
+
+type idleConn struct {
+	c     *dns.Conn
+	since time.Time
+}
+
+func newServer(addr string, cfg *Config) *Server {
+	return &Server{Addr: addr, cfg: cfg}
+}
+
+// Down reports whether the server is marked down.
+func (s *Server) Down() bool { return s.down.Load() }
+
+// ServerStats is a snapshot of one server's figures.
+type ServerStats struct {
+	Addr      string  `json:"addr"`
+	Up        bool    `json:"up"`
+	Requests  uint64  `json:"requests"`
+	Failures  uint64  `json:"failures"`
+	LastError string  `json:"last_error,omitempty"`
+	P50ms     float64 `json:"p50_ms"`
+	P99ms     float64 `json:"p99_ms"`
+}
+
+// Stats returns a snapshot of the server's figures.
+func (s *Server) Stats() ServerStats {
+	st := ServerStats{Addr: s.Addr, Up: !s.Down(), Requests: s.requests.Load(), Failures: s.failures.Load()}
+	if e, ok := s.lastErr.Load().(string); ok {
+		st.LastError = e
+	}
+	st.P50ms = s.latency.Quantile(0.50).Seconds() * 1000
+	st.P99ms = s.latency.Quantile(0.99).Seconds() * 1000
+	return st
+}
+
+func (s *Server) fail(err error) {
+	s.failures.Add(1)
+	s.lastErr.Store(err.Error())
+	if int(s.consecutive.Add(1)) >= s.cfg.MaxFails && !s.down.Swap(true) {
+		s.cfg.Logger.Warn("upstream marked down", "component", "upstream", "server", s.Addr, "err", err)
+	}
+}
+
+func (s *Server) ok() {
+	s.consecutive.Store(0)
+	if s.down.Swap(false) {
+		s.cfg.Logger.Info("upstream back up", "component", "upstream", "server", s.Addr)
+	}
+}
+
+// probe asks a down server ". IN NS"; any reply but SERVFAIL brings it back.
+func (s *Server) probe(ctx context.Context) {
+	q := new(dns.Msg)
+	q.SetQuestion(".", dns.TypeNS)
+	r, err := s.exchangeOnce(ctx, q, s.cfg.TryTimeout/2)
+	if err == nil && r.Rcode != dns.RcodeServerFailure {
+		s.ok()
+	}
+}
+
+// exchange sends q and returns the matching reply. The query goes out with a
+// fresh random ID (the reply gets q's ID back); a truncated UDP reply is
+// retried over TCP.
+func (s *Server) exchange(ctx context.Context, q *dns.Msg, timeout time.Duration) (*dns.Msg, error) {
+	s.requests.Add(1)
+	start := time.Now()
+	r, err := s.exchangeOnce(ctx, q, timeout)
+	if err == nil {
+		s.latency.Observe(time.Since(start))
+	}
+	return r, err
+}
+
+func (s *Server) exchangeOnce(ctx context.Context, q *dns.Msg, timeout time.Duration) (*dns.Msg, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	out := q.Copy()
+	out.Id = dns.Id()
+	r, err := s.udp(ctx, out)
+	if err != nil {
+		return nil, err
+	}
+	if r.Truncated {
+		r, err = s.tcp(ctx, out)
+		if err != nil {
+			return nil, fmt.Errorf("retrying %s over TCP after truncation: %w", s.Addr, err)
+		}
+	}
+	r.Id = q.Id
+	return r, nil
+}
+
+// udp sends m from a fresh socket (a fresh random source port per exchange)
+// and waits for a datagram that matches; others are dropped.
+func (s *Server) udp(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "udp", s.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("dialing %s over UDP: %w", s.Addr, err)
+	}
+	defer nc.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		if err := nc.SetDeadline(dl); err != nil {
+			return nil, fmt.Errorf("setting deadline on %s: %w", s.Addr, err)
+		}
+	}
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	co := &dns.Conn{Conn: nc, UDPSize: udpSizeOf(m)}
+	if err := co.WriteMsg(m); err != nil {
+		return nil, fmt.Errorf("writing to %s: %w", s.Addr, err)
+	}
+	for {
+		r, err := co.ReadMsg()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) || errors.Is(err, net.ErrClosed) {
+				return nil, fmt.Errorf("reading from %s: %w", s.Addr, err)
+			}
+			// Garbage that does not parse: not a reply, keep waiting.
+			continue
+		}
+		if err := Validate(m, r); err != nil {
+			// Not ours (late, spoofed or broken): keep waiting for the
+			// real reply until the deadline.
+			continue
+		}
+		return r, nil
+	}
+}
+
+func udpSizeOf(m *dns.Msg) uint16 {
+	if o := m.IsEdns0(); o != nil && o.UDPSize() > dns.MinMsgSize {
+		return o.UDPSize()
+	}
+	return dns.MinMsgSize
+}
+
+// tcp sends m over a pooled connection (or a new one) and reads its reply. A
+// connection that errs or returns a mismatched reply is closed, not pooled.
+func (s *Server) tcp(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
+	co, err := s.getTCP(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = co.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = co.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := co.WriteMsg(m); err != nil {
+		co.Close()
+		return nil, fmt.Errorf("writing to %s over TCP: %w", s.Addr, err)
+	}
+	r, err := co.ReadMsg()
+	if err != nil {
+		co.Close()
+		return nil, fmt.Errorf("reading from %s over TCP: %w", s.Addr, err)
+	}
+	if err := Validate(m, r); err != nil {
+		co.Close()
+		return nil, fmt.Errorf("reply from %s over TCP: %w", s.Addr, err)
+	}
+	s.putTCP(co)
+	return r, nil
+}
+
+func (s *Server) getTCP(ctx context.Context) (*dns.Conn, error) {
+	s.mu.Lock()
+	for len(s.idle) > 0 {
+		ic := s.idle[len(s.idle)-1]
+		s.idle = s.idle[:len(s.idle)-1]
+		if time.Since(ic.since) < idleTCP {
+			s.mu.Unlock()
+			return ic.c, nil
+		}
+		ic.c.Close()
+	}
+	s.mu.Unlock()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", s.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("dialing %s over TCP: %w", s.Addr, err)
+	}
+	return &dns.Conn{Conn: nc}, nil
+}
+
+func (s *Server) putTCP(co *dns.Conn) {
+	_ = co.SetDeadline(time.Time{})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.idle) >= maxIdleTCP {
+		co.Close()
+		return
+	}
+	s.idle = append(s.idle, idleConn{c: co, since: time.Now()})
+}
+
+func (s *Server) expireIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := s.idle[:0]
+	for _, ic := range s.idle {
+		if time.Since(ic.since) >= idleTCP {
+			ic.c.Close()
+			continue
+		}
+		kept = append(kept, ic)
+	}
+	s.idle = kept
+}
+
+func (s *Server) closeIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ic := range s.idle {
+		ic.c.Close()
+	}
+	s.idle = nil
+}
+
+// Validate checks that r is a reply to q: same ID, QR set, opcode QUERY and
+// the same single question (name compared without case). Anything else is
+// not an answer to what was asked and must be discarded.
+func Validate(q, r *dns.Msg) error {
+	switch {
+	case r == nil:
+		return errors.New("no reply")
+	case r.Id != q.Id:
+		return fmt.Errorf("reply ID %d, sent %d", r.Id, q.Id)
+	case !r.Response:
+		return errors.New("reply without QR bit")
+	case r.Opcode != dns.OpcodeQuery:
+		return fmt.Errorf("reply opcode %d", r.Opcode)
+	case len(r.Question) != 1:
+		// A FORMERR or REFUSED without a question section is still an
+		// answer to us when the ID matched; RFC 1035 does not require the
+		// echo on errors.
+		if len(r.Question) == 0 && r.Rcode != dns.RcodeSuccess && r.Rcode != dns.RcodeNameError {
+			return nil
+		}
+		return fmt.Errorf("reply has %d questions", len(r.Question))
+	}
+	a, b := q.Question[0], r.Question[0]
+	if a.Qtype != b.Qtype || a.Qclass != b.Qclass || !strings.EqualFold(a.Name, b.Name) {
+		return fmt.Errorf("reply question %s/%d/%d, asked %s/%d/%d", b.Name, b.Qtype, b.Qclass, a.Name, a.Qtype, a.Qclass)
+	}
+	return nil
+}
+
+func randPerm(n int) []int { return rand.Perm(n) }
