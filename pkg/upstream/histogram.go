@@ -31,7 +31,6 @@ func (h *Histogram) Observe(d time.Duration) {
 	h.counts[i].Add(1)
 }
 
-
 // Quantile returns an estimate of quantile q (0..1); 0 with no samples.
 func (h *Histogram) Quantile(q float64) time.Duration {
 	var snap [histBuckets]uint64
