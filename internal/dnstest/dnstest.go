@@ -155,6 +155,13 @@ func Zone(ttl uint32) dns.HandlerFunc {
 		default:
 			m.Ns = []dns.RR{soa}
 		}
+		if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
+			size := dns.MinMsgSize
+			if o := r.IsEdns0(); o != nil {
+				size = int(o.UDPSize())
+			}
+			m.Truncate(size)
+		}
 		_ = w.WriteMsg(m)
 	}
 }
