@@ -1,0 +1,142 @@
+package intercept
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Defaults applied by New for zero Config fields.
+const (
+	DefaultInterface    = "nodelocaldns"
+	DefaultSyncInterval = 60 * time.Second
+)
+
+// Backend names, as reported in Status.Backend and accepted in
+// Config.Backend.
+const (
+	BackendAuto   = "auto"
+	BackendNFT    = "nft"
+	BackendLegacy = "legacy"
+)
+
+// Config says which addresses to intercept and what the agent may touch.
+//
+// Resolution order: zero fields take the defaults above; Backend "" or
+// "auto" detects the iptables backend from the rules already on the node;
+// a nil Logger means slog.Default(). Nothing is changed on the host unless
+// SetupInterface or SetupIptables is set.
+type Config struct {
+	// LocalIPs are the addresses pods send DNS to. IPv4 addresses get
+	// iptables rules and a /32 on the link; IPv6 ones ip6tables rules and
+	// a /128. IPv4-mapped IPv6 addresses are treated as IPv4.
+	LocalIPs []netip.Addr
+	// Interface is the name of the link holding LocalIPs
+	// (default "nodelocaldns").
+	Interface string
+	// SetupInterface creates and maintains the link.
+	SetupInterface bool
+	// SetupIptables creates and maintains the rules.
+	SetupIptables bool
+	// SyncInterval is how often everything is checked and repaired
+	// (default 60s). Removals of the link or an address are also repaired
+	// as soon as netlink reports them.
+	SyncInterval time.Duration
+	// AdminPort, when not 0, adds a raw OUTPUT NOTRACK pair (tcp, both
+	// directions) for this port on every local IP: set it when the admin
+	// endpoint is served on a local IP so kubelet's probes skip conntrack.
+	AdminPort uint16
+	// Backend forces the iptables backend: "nft" or "legacy". "" or "auto"
+	// detects it (see detectBackend).
+	Backend string
+	// Logger receives the package's logs; a component attribute is added.
+	Logger *slog.Logger
+}
+
+// normalized returns a copy of c with defaults applied and LocalIPs
+// unmapped and de-duplicated, or an error saying what is wrong.
+func (c Config) normalized() (Config, error) {
+	if c.Interface == "" {
+		c.Interface = DefaultInterface
+	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = DefaultSyncInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Backend == "" {
+		c.Backend = BackendAuto
+	}
+	var errs []error
+	if err := validIfName(c.Interface); err != nil {
+		errs = append(errs, err)
+	}
+	if c.SyncInterval < 0 {
+		errs = append(errs, fmt.Errorf("sync interval %v is negative", c.SyncInterval))
+	}
+	switch c.Backend {
+	case BackendAuto, BackendNFT, BackendLegacy:
+	default:
+		errs = append(errs, fmt.Errorf("iptables backend %q: want auto, nft or legacy", c.Backend))
+	}
+	if (c.SetupInterface || c.SetupIptables) && len(c.LocalIPs) == 0 {
+		errs = append(errs, errors.New("no local IPs to intercept"))
+	}
+	seen := make(map[netip.Addr]bool, len(c.LocalIPs))
+	ips := make([]netip.Addr, 0, len(c.LocalIPs))
+	for _, ip := range c.LocalIPs {
+		ip = ip.Unmap().WithZone("")
+		switch {
+		case !ip.IsValid():
+			errs = append(errs, errors.New("invalid local IP"))
+			continue
+		case ip.IsUnspecified(), ip.IsMulticast(), ip.IsLoopback():
+			errs = append(errs, fmt.Errorf("local IP %s: unspecified, multicast and loopback addresses cannot be intercepted", ip))
+			continue
+		case seen[ip]:
+			continue
+		}
+		seen[ip] = true
+		ips = append(ips, ip)
+	}
+	c.LocalIPs = ips
+	if len(errs) > 0 {
+		return c, fmt.Errorf("intercept config: %w", errors.Join(errs...))
+	}
+	return c, nil
+}
+
+// validIfName applies the kernel's rules for link names (dev_valid_name).
+func validIfName(name string) error {
+	if len(name) == 0 || len(name) > 15 || name == "." || name == ".." ||
+		strings.ContainsAny(name, "/: \t\n") {
+		return fmt.Errorf("interface name %q: want 1-15 characters, no '/', ':' or whitespace", name)
+	}
+	return nil
+}
+
+// Status is a snapshot of the interception state, for /stats and metrics.
+type Status struct {
+	// Link is the interface name; LinkType its kind as found on the host
+	// ("dummy", "bridge"), empty while the link is absent or not managed.
+	Link     string
+	LinkType string
+	// IPs are the local IPs being intercepted.
+	IPs []string
+	// Backend is the iptables backend in use ("nft", "legacy"), empty when
+	// rules are not managed.
+	Backend string
+	// RulesPresent of RulesWanted rules were in place after the last pass.
+	RulesPresent, RulesWanted int
+	// Repairs counts the things put back by reconcile passes (a link
+	// created, an address added, a link set up, a rule inserted, a
+	// duplicate removed) since New; LastRepair is when the last one was.
+	Repairs    uint64
+	LastRepair time.Time
+	// LastError is the error of the last pass, empty when it succeeded.
+	LastError string
+}

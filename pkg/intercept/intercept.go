@@ -1,0 +1,585 @@
+package intercept
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ruleOps is the part of iptables the package uses, for one address family
+// of one backend. *iptables.IPTables (github.com/coreos/go-iptables)
+// implements it; unit tests use a fake keyed by table/chain. List returns
+// iptables -S lines. Delete of a missing rule returns an error whose
+// IsNotExist method reports true.
+type ruleOps interface {
+	Exists(table, chain string, rulespec ...string) (bool, error)
+	Insert(table, chain string, pos int, rulespec ...string) error
+	Delete(table, chain string, rulespec ...string) error
+	List(table, chain string) ([]string, error)
+}
+
+// linkInfo describes an existing link.
+type linkInfo struct {
+	Kind  string // "dummy", "bridge", ...
+	Up    bool
+	Ports int // links enslaved to it (bridges)
+}
+
+// errKindNotSupported is returned (wrapped) by linkOps.Add when the kernel
+// has no driver for the link kind.
+var errKindNotSupported = errors.New("link kind not supported by this kernel")
+
+// linkOps is the part of netlink the package uses, by link name. Add and
+// AddAddr return an error matching fs.ErrExist when the link or address is
+// already there.
+type linkOps interface {
+	Get(name string) (info linkInfo, ok bool, err error)
+	Add(name, kind string) error
+	Del(name string) error
+	SetUp(name string) error
+	Addrs(name string) ([]netip.Addr, error)
+	AddAddr(name string, ip netip.Addr) error
+	DelAddr(name string, ip netip.Addr) error
+	// Watch reports, on the returned channel, that the link called name
+	// went away or down, or that one of ips was removed. Reports are
+	// coalesced. The channel is closed once done is closed, or earlier if
+	// the subscription fails (events may then have been lost).
+	Watch(done <-chan struct{}, name string, ips []netip.Addr) (<-chan struct{}, error)
+}
+
+// Link kinds this package creates.
+const (
+	kindDummy  = "dummy"
+	kindBridge = "bridge"
+)
+
+// Interceptor owns the link and the rules of one Config. Its methods are
+// safe for concurrent use; changes to the host are serialized.
+type Interceptor struct {
+	cfg    Config
+	log    *slog.Logger
+	links  linkOps // nil unless cfg.SetupInterface
+	rules4 ruleOps // nil unless cfg.SetupIptables and an IPv4 local IP
+	rules6 ruleOps // same for IPv6
+	wanted []rule
+	now    func() time.Time
+
+	mu      sync.Mutex // serializes changes to the host
+	linkOn  bool       // EnsureLink was called (and no Teardown since)
+	rulesOn bool       // EnsureRules was called (and no Teardown since)
+	kind    string     // kind to create; becomes kindBridge once dummy is refused
+
+	stMu sync.Mutex // guards st; never held while touching the host
+	st   Status
+}
+
+// newInterceptor assembles an Interceptor from a normalized Config and the
+// host interfaces (fakes in unit tests).
+func newInterceptor(cfg Config, log *slog.Logger, links linkOps, r4, r6 ruleOps, backend string) *Interceptor {
+	ic := &Interceptor{
+		cfg:    cfg,
+		log:    log,
+		links:  links,
+		rules4: r4,
+		rules6: r6,
+		now:    time.Now,
+		kind:   kindDummy,
+	}
+	if cfg.SetupIptables {
+		ic.wanted = renderRules(cfg.LocalIPs, cfg.AdminPort)
+	}
+	ic.st.Link = cfg.Interface
+	ic.st.Backend = backend
+	ic.st.RulesWanted = len(ic.wanted)
+	for _, ip := range cfg.LocalIPs {
+		ic.st.IPs = append(ic.st.IPs, ip.String())
+	}
+	return ic
+}
+
+// EnsureLink creates the link if it is missing (dummy, or an empty bridge
+// when the kernel has no dummy driver), adds every local IP missing from it
+// and brings it up. Addresses already on the link are never removed. It is
+// a no-op unless Config.SetupInterface is set; from then on Run keeps the
+// link in shape.
+func (ic *Interceptor) EnsureLink() error {
+	if !ic.cfg.SetupInterface {
+		return nil
+	}
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	ic.linkOn = true
+	fixed, err := ic.ensureLink()
+	if len(fixed) > 0 {
+		ic.log.Info("link ready", "link", ic.cfg.Interface, "changes", fixed)
+	}
+	ic.setError(err)
+	return err
+}
+
+// EnsureRules inserts every missing rule at the top of its chain and removes
+// extra copies, so each exists exactly once. Call it only once the listeners
+// are bound: from then on traffic to the local IPs reaches them untracked.
+// It is a no-op unless Config.SetupIptables is set; from then on Run keeps
+// the rules in place.
+func (ic *Interceptor) EnsureRules() error {
+	if !ic.cfg.SetupIptables {
+		return nil
+	}
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	ic.rulesOn = true
+	fixed, present, err := ic.ensureRules()
+	ic.setRules(present)
+	if len(fixed) > 0 {
+		ic.log.Info("rules ready", "backend", ic.Status().Backend, "changes", len(fixed), "rules", len(ic.wanted))
+	}
+	ic.setError(err)
+	return err
+}
+
+// Run keeps the link and the rules in place until ctx is done: a full pass
+// every SyncInterval, and one as soon as netlink reports the link or one of
+// its addresses removed. Only what EnsureLink and EnsureRules have been
+// called for is maintained, so Run never installs rules before the
+// listeners are bound. Every thing put back counts as a repair in Status.
+func (ic *Interceptor) Run(ctx context.Context) {
+	ticker := time.NewTicker(ic.cfg.SyncInterval)
+	defer ticker.Stop()
+
+	var (
+		events <-chan struct{}
+		stop   chan struct{}
+	)
+	subscribe := func() {
+		if ic.links == nil {
+			return
+		}
+		done := make(chan struct{})
+		ev, err := ic.links.Watch(done, ic.cfg.Interface, ic.cfg.LocalIPs)
+		if err != nil {
+			close(done)
+			ic.log.Warn("watching the link failed, relying on the periodic sync", "link", ic.cfg.Interface, "err", err)
+			return
+		}
+		events, stop = ev, done
+	}
+	unsubscribe := func() {
+		if stop == nil {
+			return
+		}
+		close(stop)
+		for range events { // drain until the watcher has stopped
+		}
+		events, stop = nil, nil
+	}
+	subscribe()
+	defer unsubscribe()
+
+	for {
+		reason := "sync"
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case _, ok := <-events:
+			reason = "netlink"
+			if !ok {
+				// The subscription broke and events may have been lost:
+				// check everything now, subscribe again at the next tick.
+				reason = "netlink watch ended"
+				unsubscribe()
+			}
+		}
+		ic.reconcile(reason)
+		if events == nil && reason == "sync" {
+			subscribe() // at most once per interval
+		}
+	}
+}
+
+// reconcile puts back whatever is missing and records the outcome.
+func (ic *Interceptor) reconcile(reason string) {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	var (
+		fixed []string
+		errs  []error
+	)
+	if ic.linkOn {
+		f, err := ic.ensureLink()
+		fixed = append(fixed, f...)
+		errs = append(errs, err)
+	}
+	if ic.rulesOn {
+		f, present, err := ic.ensureRules()
+		ic.setRules(present)
+		fixed = append(fixed, f...)
+		errs = append(errs, err)
+	}
+	err := errors.Join(errs...)
+	ic.setError(err)
+	if len(fixed) > 0 {
+		ic.stMu.Lock()
+		ic.st.Repairs += uint64(len(fixed))
+		ic.st.LastRepair = ic.now()
+		ic.stMu.Unlock()
+		ic.log.Warn("put back missing interception state", "reason", reason, "repairs", fixed)
+	}
+	if err != nil {
+		ic.log.Error("reconciling interception", "reason", reason, "err", err)
+	}
+}
+
+// Teardown removes every copy of the rules first (traffic then falls back
+// to the cluster DNS path), then the link. A link this package would not
+// have created (not a dummy, or a bridge with ports) is kept and only the
+// local IPs are removed from it. Run stops repairing once Teardown starts.
+func (ic *Interceptor) Teardown() error {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	ic.linkOn, ic.rulesOn = false, false
+	var errs []error
+	if ic.cfg.SetupIptables {
+		errs = append(errs, ic.removeRules())
+		ic.setRules(0)
+	}
+	if ic.cfg.SetupInterface && ic.links != nil {
+		errs = append(errs, removeLink(ic.links, ic.cfg.Interface, ic.cfg.LocalIPs, ic.log))
+		ic.stMu.Lock()
+		ic.st.LinkType = ""
+		ic.stMu.Unlock()
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		err = fmt.Errorf("tearing down interception: %w", err)
+	} else {
+		ic.log.Info("interception removed", "link", ic.cfg.Interface, "ips", ic.cfg.LocalIPs)
+	}
+	ic.setError(err)
+	return err
+}
+
+// RulesPresent reports whether every wanted rule was in place after the
+// last pass (EnsureRules or a reconcile), for /ready. It is true when rules
+// are not managed and false after Teardown. It does not run iptables.
+func (ic *Interceptor) RulesPresent() bool {
+	if !ic.cfg.SetupIptables {
+		return true
+	}
+	ic.stMu.Lock()
+	defer ic.stMu.Unlock()
+	return ic.st.RulesWanted > 0 && ic.st.RulesPresent == ic.st.RulesWanted
+}
+
+// Status returns a snapshot of the interception state.
+func (ic *Interceptor) Status() Status {
+	ic.stMu.Lock()
+	defer ic.stMu.Unlock()
+	st := ic.st
+	st.IPs = slices.Clone(ic.st.IPs)
+	return st
+}
+
+func (ic *Interceptor) setRules(present int) {
+	ic.stMu.Lock()
+	ic.st.RulesPresent = present
+	ic.stMu.Unlock()
+}
+
+func (ic *Interceptor) setError(err error) {
+	ic.stMu.Lock()
+	ic.st.LastError = ""
+	if err != nil {
+		ic.st.LastError = err.Error()
+	}
+	ic.stMu.Unlock()
+}
+
+// ensureLink converges the link and returns what it changed.
+func (ic *Interceptor) ensureLink() ([]string, error) {
+	name := ic.cfg.Interface
+	info, ok, err := ic.links.Get(name)
+	if err != nil {
+		return nil, fmt.Errorf("looking up link %q: %w", name, err)
+	}
+	var fixed []string
+	if !ok {
+		kind, created, err := ic.createLink(name)
+		if err != nil {
+			return nil, err
+		}
+		if created {
+			fixed = append(fixed, fmt.Sprintf("created %s link %s", kind, name))
+		}
+		if info, ok, err = ic.links.Get(name); err != nil || !ok {
+			return fixed, fmt.Errorf("looking up link %q after creating it: %w", name, errors.Join(err, fs.ErrNotExist))
+		}
+	}
+	ic.stMu.Lock()
+	ic.st.LinkType = info.Kind
+	ic.stMu.Unlock()
+
+	have, err := ic.links.Addrs(name)
+	if err != nil {
+		return fixed, fmt.Errorf("listing addresses of link %q: %w", name, err)
+	}
+	var errs []error
+	for _, ip := range ic.cfg.LocalIPs {
+		if slices.Contains(have, ip) {
+			continue
+		}
+		if err := ic.links.AddAddr(name, ip); err != nil && !errors.Is(err, fs.ErrExist) {
+			errs = append(errs, fmt.Errorf("adding %s to link %q: %w", hostPrefix(ip), name, err))
+			continue
+		}
+		fixed = append(fixed, fmt.Sprintf("added %s to %s", hostPrefix(ip), name))
+	}
+	if !info.Up {
+		if err := ic.links.SetUp(name); err != nil {
+			errs = append(errs, fmt.Errorf("setting link %q up: %w", name, err))
+		} else {
+			fixed = append(fixed, "set "+name+" up")
+		}
+	}
+	return fixed, errors.Join(errs...)
+}
+
+// createLink creates the link as a dummy, or as an empty bridge once the
+// kernel has refused a dummy (logged the first time only). created is false
+// when another process created the link first.
+func (ic *Interceptor) createLink(name string) (kind string, created bool, err error) {
+	if ic.kind == kindDummy {
+		err := ic.links.Add(name, kindDummy)
+		switch {
+		case err == nil:
+			return kindDummy, true, nil
+		case errors.Is(err, fs.ErrExist):
+			return kindDummy, false, nil
+		case !errors.Is(err, errKindNotSupported):
+			return "", false, fmt.Errorf("creating dummy link %q: %w", name, err)
+		}
+		ic.kind = kindBridge
+		ic.log.Warn("kernel has no dummy link driver; using an empty bridge to hold the local IPs", "link", name, "err", err)
+	}
+	err = ic.links.Add(name, ic.kind)
+	switch {
+	case err == nil:
+		return ic.kind, true, nil
+	case errors.Is(err, fs.ErrExist):
+		return ic.kind, false, nil
+	}
+	return "", false, fmt.Errorf("creating %s link %q: %w", ic.kind, name, err)
+}
+
+// removeLink deletes the link if it is of a kind this package creates (a
+// dummy, or a bridge without ports); otherwise it only removes ips from it.
+func removeLink(links linkOps, name string, ips []netip.Addr, log *slog.Logger) error {
+	info, ok, err := links.Get(name)
+	if err != nil {
+		return fmt.Errorf("looking up link %q: %w", name, err)
+	}
+	if !ok {
+		return nil
+	}
+	if info.Kind == kindDummy || (info.Kind == kindBridge && info.Ports == 0) {
+		if err := links.Del(name); err != nil {
+			return fmt.Errorf("deleting link %q: %w", name, err)
+		}
+		return nil
+	}
+	log.Warn("link is not one nodedns creates; removing only its local IPs", "link", name, "kind", info.Kind, "ports", info.Ports)
+	have, err := links.Addrs(name)
+	if err != nil {
+		return fmt.Errorf("listing addresses of link %q: %w", name, err)
+	}
+	var errs []error
+	for _, ip := range ips {
+		if !slices.Contains(have, ip) {
+			continue
+		}
+		if err := links.DelAddr(name, ip); err != nil {
+			errs = append(errs, fmt.Errorf("removing %s from link %q: %w", hostPrefix(ip), name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (ic *Interceptor) ops(v6 bool) ruleOps {
+	if v6 {
+		return ic.rules6
+	}
+	return ic.rules4
+}
+
+// ensureRules makes each wanted rule exist exactly once and returns what it
+// changed and how many wanted rules are in place.
+func (ic *Interceptor) ensureRules() (fixed []string, present int, err error) {
+	var errs []error
+	lists := make(map[string][]string) // family+table/chain -> iptables -S lines
+	for _, r := range ic.wanted {
+		ops := ic.ops(r.v6)
+		lkey := fmt.Sprint(r.v6, r.key())
+		lines, ok := lists[lkey]
+		if !ok {
+			lines, err = ops.List(r.table, r.chain)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("listing %s: %w", r.key(), err))
+				continue
+			}
+			lists[lkey] = lines
+		}
+		exists, err := ops.Exists(r.table, r.chain, r.spec...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("checking rule %s: %w", r, err))
+			continue
+		}
+		copies := countComment(lines, r.comment)
+		if !exists {
+			if err := ops.Insert(r.table, r.chain, 1, r.spec...); err != nil {
+				errs = append(errs, fmt.Errorf("inserting rule %s: %w", r, err))
+				continue
+			}
+			fixed = append(fixed, "inserted "+r.String())
+			copies++
+		}
+		if copies > 1 {
+			removed, err := dedupe(ops, r, copies)
+			for range removed {
+				fixed = append(fixed, "removed duplicate "+r.String())
+			}
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		present++
+	}
+	return fixed, present, errors.Join(errs...)
+}
+
+// dedupe reduces the copies of r (rules carrying its comment) to one.
+// Identical copies go through Delete(spec), which removes the first match
+// and leaves the last. A copy carrying our comment but a different spec (an
+// older rendering) survives that; then every copy is removed by its own
+// listed spec and r is inserted again.
+func dedupe(ops ruleOps, r rule, copies int) (removed int, err error) {
+	for range copies - 1 {
+		if err := ops.Delete(r.table, r.chain, r.spec...); err != nil {
+			if isNotExist(err) {
+				break
+			}
+			return removed, fmt.Errorf("removing duplicate of rule %s: %w", r, err)
+		}
+		removed++
+	}
+	lines, err := ops.List(r.table, r.chain)
+	if err != nil {
+		return removed, fmt.Errorf("listing %s: %w", r.key(), err)
+	}
+	exists, err := ops.Exists(r.table, r.chain, r.spec...)
+	if err != nil {
+		return removed, fmt.Errorf("checking rule %s: %w", r, err)
+	}
+	if exists && countComment(lines, r.comment) == 1 {
+		return removed, nil
+	}
+	for _, l := range lines {
+		if c, ok := lineComment(l); !ok || c != r.comment {
+			continue
+		}
+		words, err := splitRuleLine(l)
+		if err != nil || len(words) < 3 {
+			return removed, fmt.Errorf("parsing listed rule %q: %w", l, errors.Join(err, errors.New("too short")))
+		}
+		if err := ops.Delete(r.table, r.chain, words[2:]...); err != nil && !isNotExist(err) {
+			return removed, fmt.Errorf("removing stale copy %q: %w", l, err)
+		}
+		removed++
+	}
+	if err := ops.Insert(r.table, r.chain, 1, r.spec...); err != nil {
+		return removed, fmt.Errorf("inserting rule %s: %w", r, err)
+	}
+	return removed, nil
+}
+
+// removeRules deletes every copy of every wanted rule. Copies are found by
+// comment, so stale renderings go too. A few rounds cover rules another
+// agent inserts meanwhile.
+func (ic *Interceptor) removeRules() error {
+	comments := make(map[string]bool, len(ic.wanted))
+	chains := make(map[string]rule)
+	for _, r := range ic.wanted {
+		comments[fmt.Sprint(r.v6, r.key(), r.comment)] = true
+		chains[fmt.Sprint(r.v6, r.key())] = r
+	}
+	keys := make([]string, 0, len(chains))
+	for k := range chains {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var errs []error
+	for round := 0; ; round++ {
+		errs = errs[:0]
+		left := 0
+		for _, k := range keys {
+			r := chains[k]
+			ops := ic.ops(r.v6)
+			lines, err := ops.List(r.table, r.chain)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("listing %s: %w", r.key(), err))
+				continue
+			}
+			for _, l := range lines {
+				c, ok := lineComment(l)
+				if !ok || !comments[fmt.Sprint(r.v6, r.key(), c)] {
+					continue
+				}
+				left++
+				words, err := splitRuleLine(l)
+				if err != nil || len(words) < 3 {
+					errs = append(errs, fmt.Errorf("parsing listed rule %q: %w", l, errors.Join(err, errors.New("too short"))))
+					continue
+				}
+				if err := ops.Delete(r.table, r.chain, words[2:]...); err != nil && !isNotExist(err) {
+					errs = append(errs, fmt.Errorf("deleting rule %q from %s: %w", l, r.key(), err))
+				}
+			}
+		}
+		if left == 0 {
+			break
+		}
+		if round == 3 {
+			errs = append(errs, fmt.Errorf("%d rules still present after %d rounds of deletion", left, round+1))
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// isNotExist reports whether err says the rule was not there.
+func isNotExist(err error) bool {
+	var ne interface{ IsNotExist() bool }
+	return errors.As(err, &ne) && ne.IsNotExist()
+}
+
+// hostPrefix renders ip as a /32 or /128.
+func hostPrefix(ip netip.Addr) netip.Prefix {
+	return netip.PrefixFrom(ip, ip.BitLen())
+}
+
+// describeIPs joins ips for messages.
+func describeIPs(ips []netip.Addr) string {
+	s := make([]string, len(ips))
+	for i, ip := range ips {
+		s[i] = ip.String()
+	}
+	return strings.Join(s, ",")
+}
