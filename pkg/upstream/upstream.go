@@ -14,10 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -396,14 +394,4 @@ func (f *Forwarder) order(g *group) []*Server {
 		}
 	}
 	return out
-}
-
-// splitHostPort is net.SplitHostPort with the port parsed.
-func splitHostPort(s string) (string, int, error) {
-	h, p, err := net.SplitHostPort(s)
-	if err != nil {
-		return "", 0, err
-	}
-	n, err := strconv.Atoi(p)
-	return h, n, err
 }
