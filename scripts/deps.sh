@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests, benchmarks and integration suite
+# need, once: `apt-get update` runs only when something is missing.
+set -euo pipefail
+
+pkgs=(iptables etcd-server dnsutils dnsperf conntrack iproute2 procps unbound dnsmasq-base curl ca-certificates)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [ "$(id -u)" != 0 ]; then
+    echo "deps.sh: missing packages (${missing[*]}) and not root to install them" >&2
+    exit 1
+  fi
+  echo "deps.sh: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# unbound's package enables a system service; the tests and benchmarks start
+# their own instances on loopback and need nothing else on port 53.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet unbound 2>/dev/null; then
+  systemctl stop unbound || true
+fi

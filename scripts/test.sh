@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs every test of nodedns on a fresh Debian machine with Go, as root:
+# installs the Debian packages it needs, builds (and caches) kube-apiserver,
+# then runs go vet, staticcheck, the unit tests with -race and the
+# integration suite (real kube-apiserver + etcd on loopback, network
+# namespaces, iptables nft and legacy, real resolvers).
+#
+#   scripts/test.sh            everything
+#   scripts/test.sh unit       vet, staticcheck and unit tests only
+#   scripts/test.sh integration
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+what=${1:-all}
+export NODEDNS_CACHE=${NODEDNS_CACHE:-/var/cache/nodedns}
+export PATH="$(go env GOPATH)/bin:$PATH"
+STATICCHECK_VERSION=v0.8.2
+
+scripts/deps.sh
+
+if [[ $what == all || $what == unit ]]; then
+  echo "== go vet"
+  go vet ./...
+  go vet -tags integration ./integration/
+  echo "== staticcheck $STATICCHECK_VERSION"
+  if ! staticcheck -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
+    go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+  fi
+  staticcheck ./...
+  echo "== unit tests (-race)"
+  go test -race -count=1 ./...
+fi
+
+if [[ $what == all || $what == integration ]]; then
+  echo "== kube-apiserver (cached in $NODEDNS_CACHE)"
+  NODEDNS_KUBE_APISERVER=$(scripts/kube-apiserver.sh | tail -n 1)
+  export NODEDNS_KUBE_APISERVER
+  echo "== integration tests"
+  go test -tags integration -count=1 -timeout 40m -v ./integration/ 2>&1 | tee /tmp/nodedns-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go:[0-9]+' || true
+  # The pipe above hides go test's exit status; the log's last line has it.
+  tail -n 1 /tmp/nodedns-integration.log | grep -q '^ok' || { echo "integration tests failed (full log: /tmp/nodedns-integration.log)"; tail -n 60 /tmp/nodedns-integration.log; exit 1; }
+fi
