@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/admin"
 	"github.com/nodedns/nodedns/pkg/cache"
+	"github.com/nodedns/nodedns/pkg/intercept"
 	"github.com/nodedns/nodedns/pkg/ndots"
 	"github.com/nodedns/nodedns/pkg/server"
 	"github.com/nodedns/nodedns/pkg/upstream"
@@ -33,6 +34,8 @@ type agent struct {
 	cache    *cache.Cache
 	srv      *server.Server
 	admin    *admin.Server
+	ic       *intercept.Interceptor
+	icfg     intercept.Config
 	started  time.Time
 	draining atomic.Bool
 }
@@ -182,6 +185,12 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if icfg, ok := interceptConfig(cfg, log); ok {
+		a.icfg = icfg
+		if a.ic, err = intercept.New(icfg); err != nil {
+			return nil, err
+		}
+	}
 	return a, nil
 }
 
@@ -192,10 +201,24 @@ func (a *agent) run(ctx context.Context) error {
 	defer a.cache.Close()
 	a.startCluster(ctx)
 
+	// The link first (the addresses must exist to be bound), then the
+	// listeners, and only then the rules that send traffic to them.
+	if a.ic != nil {
+		if err := a.ic.EnsureLink(); err != nil {
+			return err
+		}
+	}
 	if err := a.srv.Listen(); err != nil {
 		return err
 	}
 	a.srv.Serve()
+	if a.ic != nil {
+		if err := a.ic.EnsureRules(); err != nil {
+			_ = a.srv.Shutdown(context.Background())
+			return err
+		}
+		go a.ic.Run(ctx)
+	}
 	a.log.Info("serving DNS", "listen", listenAddrs(a.cfg), "upstreams", len(a.fwd.Servers()), "version", version)
 
 	if a.cfg.Admin != "" {
@@ -245,6 +268,7 @@ func (a *agent) shutdown(lameduck bool) {
 	if a.admin != nil {
 		_ = a.admin.Shutdown(sctx)
 	}
+	a.teardownIntercept()
 	a.log.Info("stopped")
 }
 
@@ -254,7 +278,7 @@ func (a *agent) readyChecks() []admin.Check {
 			return errors.New("not bound")
 		}
 		return nil
-	}}}
+	}}, a.interceptReady()}
 }
 
 // wireCluster and startCluster connect the Kubernetes index when one is
@@ -263,10 +287,6 @@ func (a *agent) wireCluster(scfg *server.Config) error { return nil }
 func (a *agent) startCluster(ctx context.Context)      {}
 
 func stats(args []string, stdout, stderr io.Writer) error {
-	return errors.New("not implemented yet")
-}
-
-func cleanup(args []string, stderr io.Writer) error {
 	return errors.New("not implemented yet")
 }
 

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/nodedns/nodedns/pkg/admin"
+	"github.com/nodedns/nodedns/pkg/intercept"
+)
+
+// interceptConfig maps the serve configuration onto pkg/intercept's. ok is
+// false when interception is off (no --local-ip): then nothing on the host
+// is touched.
+func interceptConfig(cfg Config, log *slog.Logger) (intercept.Config, bool) {
+	if len(cfg.LocalIP) == 0 {
+		return intercept.Config{}, false
+	}
+	ic := intercept.Config{Interface: cfg.Interface, SetupInterface: cfg.SetupInterface, SetupIptables: cfg.SetupIptables,
+		SyncInterval: time.Duration(cfg.SyncInterval), Logger: log}
+	for _, s := range cfg.LocalIP {
+		ic.LocalIPs = append(ic.LocalIPs, netip.MustParseAddr(s))
+	}
+	// kubelet's probes reach an admin endpoint on a local IP: keep them out
+	// of conntrack too.
+	if ap, err := netip.ParseAddrPort(cfg.Admin); err == nil {
+		for _, ip := range ic.LocalIPs {
+			if ip == ap.Addr().Unmap() {
+				ic.AdminPort = ap.Port()
+			}
+		}
+	}
+	return ic, true
+}
+
+// interceptReady is the /ready condition for interception: the rules are in
+// place when this agent manages them.
+func (a *agent) interceptReady() admin.Check {
+	return admin.Check{Name: "interception", Fn: func() error {
+		if a.ic == nil || !a.cfg.SetupIptables || a.ic.RulesPresent() {
+			return nil
+		}
+		return fmt.Errorf("rules missing: %s", a.ic.Status().LastError)
+	}}
+}
+
+// teardownIntercept removes the link and rules on exit when --teardown is
+// set and intercept.ShouldTeardown agrees (no other agent serves the
+// addresses, e.g. the new pod of a rolling update).
+func (a *agent) teardownIntercept() {
+	if a.ic == nil {
+		return
+	}
+	if !a.cfg.Teardown {
+		a.log.Info("leaving interception in place (--teardown=false)")
+		return
+	}
+	ok, why := intercept.ShouldTeardown(a.icfg)
+	if !ok {
+		a.log.Info("leaving interception in place", "why", why)
+		return
+	}
+	a.log.Info("tearing down interception", "why", why)
+	if err := a.ic.Teardown(); err != nil {
+		a.log.Error("teardown failed", "err", err)
+	}
+}
+
+// cleanup is `nodedns cleanup`: remove every rule nodedns installs (all
+// copies, both iptables backends) and the link.
+func cleanup(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var ips List
+	fs.Var(&ips, "local-ip", "comma-separated local IPs (removed from the link if it is not one nodedns created)")
+	iface := fs.String("interface", "nodelocaldns", "link to remove")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg := intercept.Config{Interface: *iface, Logger: newLogger(*level, stderr)}
+	for _, s := range ips {
+		ip, err := netip.ParseAddr(s)
+		if err != nil {
+			return fmt.Errorf("--local-ip %q: want an IP address", s)
+		}
+		cfg.LocalIPs = append(cfg.LocalIPs, ip)
+	}
+	return intercept.Cleanup(cfg)
+}
