@@ -19,6 +19,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/admin"
 	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/intercept"
+	"github.com/nodedns/nodedns/pkg/k8s"
 	"github.com/nodedns/nodedns/pkg/ndots"
 	"github.com/nodedns/nodedns/pkg/server"
 	"github.com/nodedns/nodedns/pkg/upstream"
@@ -34,6 +35,7 @@ type agent struct {
 	cache    *cache.Cache
 	srv      *server.Server
 	admin    *admin.Server
+	ix       *k8s.Index
 	ic       *intercept.Interceptor
 	icfg     intercept.Config
 	started  time.Time
@@ -278,13 +280,8 @@ func (a *agent) readyChecks() []admin.Check {
 			return errors.New("not bound")
 		}
 		return nil
-	}}, a.interceptReady()}
+	}}, a.clusterReady(), a.interceptReady()}
 }
-
-// wireCluster and startCluster connect the Kubernetes index when one is
-// configured. They are no-ops until pkg/k8s is wired.
-func (a *agent) wireCluster(scfg *server.Config) error { return nil }
-func (a *agent) startCluster(ctx context.Context)      {}
 
 func stats(args []string, stdout, stderr io.Writer) error {
 	return errors.New("not implemented yet")

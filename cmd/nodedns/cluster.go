@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodedns/nodedns/pkg/admin"
+	"github.com/nodedns/nodedns/pkg/k8s"
+	"github.com/nodedns/nodedns/pkg/server"
+	"github.com/nodedns/nodedns/pkg/upstream"
+)
+
+// clusterIndex adapts *k8s.Index to server.Cluster: the result types have
+// the same fields, so the conversion is free.
+type clusterIndex struct{ *k8s.Index }
+
+func (c clusterIndex) Lookup(name string, qtype uint16) (server.ClusterResult, bool) {
+	r, ok := c.Index.Lookup(name, qtype)
+	return server.ClusterResult(r), ok
+}
+
+// wireCluster connects the Kubernetes index when a kubeconfig (or the
+// in-cluster config) is available; without one the agent is a plain caching
+// forwarder and says so.
+func (a *agent) wireCluster(scfg *server.Config) error {
+	rc, err := k8s.RESTConfig(a.cfg.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	if rc == nil {
+		a.log.Warn("no --kubeconfig and not running in a pod: cluster zone off, forwarding everything")
+		return nil
+	}
+	rc.UserAgent = "nodedns/" + version
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("creating Kubernetes client: %w", err)
+	}
+	a.ix, err = k8s.New(client, k8s.Config{Zone: a.cfg.ClusterDomain, TTL: uint32(time.Duration(a.cfg.ClusterTTL) / time.Second),
+		Pods: k8s.PodMode(a.cfg.Pods), NodeName: a.cfg.NodeName, Logger: a.log})
+	if err != nil {
+		return err
+	}
+	scfg.Cluster = clusterIndex{a.ix}
+	scfg.Search = searchDomains(a.cfg, a.ix.Zone())
+	if a.cfg.Autopath {
+		if a.cfg.NodeName == "" {
+			a.log.Warn("autopath needs --node-name (or $NODE_NAME) to know this node's pods: search-path walk off")
+		} else {
+			scfg.Pods = a.ix
+		}
+	}
+	if a.cfg.ClusterDNS != "" {
+		fwd, err := upstream.New(upstream.Config{Servers: []string{a.cfg.ClusterDNS}, Policy: upstream.Sequential, Logger: a.log})
+		if err != nil {
+			return fmt.Errorf("--cluster-dns: %w", err)
+		}
+		scfg.ClusterDNS = fwd
+	}
+	return nil
+}
+
+// startCluster runs the informers until ctx is done.
+func (a *agent) startCluster(ctx context.Context) {
+	if a.ix == nil {
+		return
+	}
+	go func() {
+		if err := a.ix.Run(ctx); err != nil && ctx.Err() == nil {
+			a.log.Error("cluster index stopped", "err", err)
+		}
+	}()
+}
+
+// clusterReady is the /ready condition for the cluster zone: synced once.
+// It stays true through a later API-server outage: the agent keeps
+// answering from the last known state, which is what pods need; turning
+// not-ready would only take a working DNS server out of rotation.
+func (a *agent) clusterReady() admin.Check {
+	return admin.Check{Name: "informers", Fn: func() error {
+		if a.ix == nil || a.ix.Synced() {
+			return nil
+		}
+		return fmt.Errorf("cluster index not synced yet")
+	}}
+}
