@@ -77,6 +77,11 @@ func newInterceptEnv(t *testing.T, backend string) *interceptEnv {
 		e.node.MustRun(t, ipt+backend, "-A", "INPUT", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT")
 	}
 
+	// A copy of one of our rules in the other backend, as a run before a
+	// backend switch would leave it: the agent must remove it.
+	e.node.MustRun(t, "iptables-"+otherBack[backend], "-t", "raw", "-A", "PREROUTING", "-p", "udp", "-d", localV4, "--dport", "53",
+		"-m", "comment", "--comment", "nodedns: skip conntrack for queries to "+localV4+" udp/53", "-j", "NOTRACK")
+
 	if err := e.node.Do(func() error {
 		var err error
 		if e.upstream, err = dnstest.Listen("127.0.0.1:0", dnstest.Zone(30)); err != nil {
@@ -362,7 +367,12 @@ func (e *interceptEnv) checkConntrack(t *testing.T) {
 func (e *interceptEnv) deleteFirstRule(t *testing.T) {
 	t.Helper()
 	ipt := "iptables-" + e.backend
-	lines := strings.Split(e.node.MustRun(t, ipt, "-t", "raw", "-S", "PREROUTING"), "\n")
+	var lines []string // without iptables-nft's "# Warning: ..." line
+	for _, l := range strings.Split(e.node.MustRun(t, ipt, "-t", "raw", "-S", "PREROUTING"), "\n") {
+		if strings.HasPrefix(l, "-") {
+			lines = append(lines, l)
+		}
+	}
 	if len(lines) < 2 || !strings.Contains(lines[1], "nodedns: ") {
 		t.Fatalf("rule 1 of raw PREROUTING is not ours: %q", lines)
 	}

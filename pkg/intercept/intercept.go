@@ -70,6 +70,11 @@ type Interceptor struct {
 	rules6 ruleOps // same for IPv6
 	wanted []rule
 	now    func() time.Time
+	// purgeOther removes rules carrying one of the given comments from the
+	// iptables backend not in use (both backends' hooks see every packet,
+	// so a copy left there by a run on the other backend still applies).
+	// nil when there is no other backend.
+	purgeOther func(comments map[string]bool) (removed int, err error)
 
 	mu      sync.Mutex // serializes changes to the host
 	linkOn  bool       // EnsureLink was called (and no Teardown since)
@@ -141,8 +146,29 @@ func (ic *Interceptor) EnsureRules() error {
 	if len(fixed) > 0 {
 		ic.log.Info("rules ready", "backend", ic.Status().Backend, "changes", len(fixed), "rules", len(ic.wanted))
 	}
+	err = errors.Join(err, ic.removeFromOtherBackend())
 	ic.setError(err)
 	return err
+}
+
+// removeFromOtherBackend removes copies of our rules from the backend not
+// in use, left there when the node (or our detection) changed backends.
+func (ic *Interceptor) removeFromOtherBackend() error {
+	if ic.purgeOther == nil {
+		return nil
+	}
+	comments := make(map[string]bool, len(ic.wanted))
+	for _, r := range ic.wanted {
+		comments[r.comment] = true
+	}
+	n, err := ic.purgeOther(comments)
+	if n > 0 {
+		ic.log.Info("removed copies of our rules from the other iptables backend", "rules", n)
+	}
+	if err != nil {
+		return fmt.Errorf("removing our rules from the other iptables backend: %w", err)
+	}
+	return nil
 }
 
 // Run keeps the link and the rules in place until ctx is done: a full pass
@@ -248,7 +274,7 @@ func (ic *Interceptor) Teardown() error {
 	ic.linkOn, ic.rulesOn = false, false
 	var errs []error
 	if ic.cfg.SetupIptables {
-		errs = append(errs, ic.removeRules())
+		errs = append(errs, ic.removeRules(), ic.removeFromOtherBackend())
 		ic.setRules(0)
 	}
 	if ic.cfg.SetupInterface && ic.links != nil {

@@ -411,6 +411,34 @@ func TestTeardownKeepsForeignLink(t *testing.T) {
 	}
 }
 
+func TestOtherBackendPurgedOnEnsureAndTeardown(t *testing.T) {
+	h := newHarness(t, allOn)
+	var calls []map[string]bool
+	h.ic.purgeOther = func(comments map[string]bool) (int, error) {
+		calls = append(calls, comments)
+		return 1, nil
+	}
+	if err := h.ic.EnsureRules(); err != nil {
+		t.Fatal(err)
+	}
+	h.ic.reconcile("test") // periodic passes leave the other backend alone
+	if err := h.ic.Teardown(); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 2 {
+		t.Fatalf("purgeOther called %d times, want 2 (EnsureRules, Teardown)", len(calls))
+	}
+	for _, r := range h.ic.wanted {
+		if !calls[0][r.comment] {
+			t.Errorf("comment %q not purged from the other backend", r.comment)
+		}
+	}
+	h.ic.purgeOther = func(map[string]bool) (int, error) { return 0, errors.New("xtables lock") }
+	if err := h.ic.EnsureRules(); err == nil || !strings.Contains(err.Error(), "other iptables backend") {
+		t.Errorf("EnsureRules = %v, want the purge error", err)
+	}
+}
+
 func TestCleanupHelpersFindEveryCopy(t *testing.T) {
 	// Cleanup reads iptables-save output: every rule with our prefix, any
 	// IP, any copy; nothing else.
@@ -421,7 +449,7 @@ func TestCleanupHelpersFindEveryCopy(t *testing.T) {
 	r := h.ic.wanted[0]
 	h.r4.seed(r.table, r.chain, r.spec...)
 	h.r4.seed("nat", "PREROUTING", "-j", "KUBE-SERVICES")
-	found := ourSavedRules(h.r4.save())
+	found := ourSavedRules(h.r4.save(), nil)
 	if len(found) != len(h.ic.wanted)+1 {
 		t.Fatalf("found %d rules, want %d", len(found), len(h.ic.wanted)+1)
 	}

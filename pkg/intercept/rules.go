@@ -202,12 +202,13 @@ func quoteSpec(spec []string) []string {
 // savedRule is one of our rules found in iptables-save output.
 type savedRule struct {
 	table, chain string
+	comment      string
 	spec         []string
 }
 
-// ourSavedRules returns every rule in iptables-save output whose comment
-// starts with commentPrefix, for Cleanup.
-func ourSavedRules(save []byte) []savedRule {
+// ourSavedRules returns the rules in iptables-save output whose comment
+// starts with commentPrefix and, if match is not nil, satisfies match.
+func ourSavedRules(save []byte, match func(comment string) bool) []savedRule {
 	var (
 		out   []savedRule
 		table string
@@ -219,14 +220,14 @@ func ourSavedRules(save []byte) []savedRule {
 			table = line[1:]
 		case strings.HasPrefix(line, "-A "):
 			c, ok := lineComment(line)
-			if !ok || !strings.HasPrefix(c, commentPrefix) || table == "" {
+			if !ok || !strings.HasPrefix(c, commentPrefix) || table == "" || (match != nil && !match(c)) {
 				continue
 			}
 			words, err := splitRuleLine(line)
 			if err != nil || len(words) < 3 {
 				continue
 			}
-			out = append(out, savedRule{table: table, chain: words[1], spec: words[2:]})
+			out = append(out, savedRule{table: table, chain: words[1], comment: c, spec: words[2:]})
 		}
 	}
 	return out

@@ -129,7 +129,7 @@ COMMIT
 -A INPUT -d 169.254.20.99/32 -p tcp -m tcp --dport 53 -m comment --comment "nodedns: accept untracked queries to 169.254.20.99 tcp/53" -j ACCEPT
 COMMIT
 `
-	got := ourSavedRules([]byte(save))
+	got := ourSavedRules([]byte(save), nil)
 	if len(got) != 2 {
 		t.Fatalf("found %d rules, want 2: %+v", len(got), got)
 	}
@@ -138,5 +138,9 @@ COMMIT
 	}
 	if got[1].table != "filter" || got[1].chain != "INPUT" || got[1].spec[1] != "169.254.20.99/32" {
 		t.Errorf("second = %+v", got[1])
+	}
+	only := ourSavedRules([]byte(save), func(c string) bool { return strings.Contains(c, "169.254.20.99") })
+	if len(only) != 1 || only[0].comment != "nodedns: accept untracked queries to 169.254.20.99 tcp/53" {
+		t.Errorf("matched = %+v", only)
 	}
 }

@@ -56,7 +56,29 @@ func New(cfg Config) (*Interceptor, error) {
 			}
 		}
 	}
-	return newInterceptor(cfg, log, links, r4, r6, backend), nil
+	ic := newInterceptor(cfg, log, links, r4, r6, backend)
+	if cfg.SetupIptables {
+		other := BackendLegacy
+		if backend == BackendLegacy {
+			other = BackendNFT
+		}
+		ic.purgeOther = func(comments map[string]bool) (int, error) {
+			var (
+				total int
+				errs  []error
+			)
+			for v6, used := range map[bool]bool{false: r4 != nil, true: r6 != nil} {
+				if !used {
+					continue
+				}
+				n, err := cleanupBackend(other, v6, func(c string) bool { return comments[c] })
+				total += n
+				errs = append(errs, err)
+			}
+			return total, errors.Join(errs...)
+		}
+	}
+	return ic, nil
 }
 
 // Cleanup removes everything nodedns may have left on the node, for
@@ -75,7 +97,7 @@ func Cleanup(cfg Config) error {
 	var errs []error
 	for _, backend := range []string{BackendNFT, BackendLegacy} {
 		for _, v6 := range []bool{false, true} {
-			n, err := cleanupBackend(backend, v6)
+			n, err := cleanupBackend(backend, v6, nil)
 			if n > 0 {
 				log.Info("removed nodedns rules", "backend", backend, "ipv6", v6, "rules", n)
 			}
@@ -89,10 +111,11 @@ func Cleanup(cfg Config) error {
 	return nil
 }
 
-// cleanupBackend removes our rules from one backend and family, found in
+// cleanupBackend removes our rules (those whose comment satisfies match,
+// or all of them when match is nil) from one backend and family, found in
 // its iptables-save output. A backend whose tools are not installed is
 // skipped.
-func cleanupBackend(backend string, v6 bool) (removed int, err error) {
+func cleanupBackend(backend string, v6 bool, match func(comment string) bool) (removed int, err error) {
 	save := backendBinary(backend, v6) + "-save"
 	if _, err := exec.LookPath(save); err != nil {
 		return 0, nil
@@ -103,7 +126,7 @@ func cleanupBackend(backend string, v6 bool) (removed int, err error) {
 		if err != nil {
 			return removed, err
 		}
-		found := ourSavedRules(out)
+		found := ourSavedRules(out, match)
 		if len(found) == 0 {
 			return removed, nil
 		}
