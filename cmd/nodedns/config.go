@@ -18,11 +18,12 @@ import (
 // file named with --config (keys are the flag names). Precedence: built-in
 // defaults, then the file, then flags given on the command line.
 type Config struct {
-	Listen   List     `json:"listen"`
-	Upstream List     `json:"upstream"`
-	Admin    string   `json:"admin"`
-	Policy   string   `json:"policy"`
-	Stubs    StubsMap `json:"stub-domains"`
+	Listen      List     `json:"listen"`
+	Upstream    List     `json:"upstream"`
+	Admin       string   `json:"admin"`
+	AdminSocket string   `json:"admin-socket"`
+	Policy      string   `json:"policy"`
+	Stubs       StubsMap `json:"stub-domains"`
 
 	CacheSize      int      `json:"cache-size"`
 	MinTTL         Duration `json:"min-ttl"`
@@ -96,6 +97,7 @@ func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
 	fs.Var(&c.Listen, "listen", "comma-separated ip:port to serve DNS on, UDP and TCP (default: port 53 of each --local-ip)")
 	fs.Var(&c.Upstream, "upstream", "comma-separated ip[:port] of upstream resolvers (default: nameservers in /etc/resolv.conf, minus our own addresses)")
 	fs.StringVar(&c.Admin, "admin", c.Admin, "ip:port of the HTTP admin endpoint (/health, /ready, /metrics, /stats); empty disables it")
+	fs.StringVar(&c.AdminSocket, "admin-socket", c.AdminSocket, "unix socket serving the admin endpoint too (the DaemonSet's probes use it)")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "upstream selection: random, round_robin or sequential")
 	fs.Var(&c.Stubs, "stub-domain", "zone=ip[:port][,ip...]; repeat for several zones (longest zone wins)")
 	fs.IntVar(&c.CacheSize, "cache-size", c.CacheSize, "maximum cached answers (external names)")

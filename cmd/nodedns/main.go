@@ -3,6 +3,7 @@
 //	nodedns serve [flags]     run the agent
 //	nodedns stats [flags]     print the local agent's figures
 //	nodedns cleanup [flags]   remove the link and rules (uninstall)
+//	nodedns probe health|ready  liveness/readiness check for kubelet
 //	nodedns version           print the version
 //
 // main only parses, wires and waits: every behaviour lives in pkg/.
@@ -40,6 +41,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = stats(args[1:], stdout, stderr)
 	case "cleanup":
 		err = cleanup(args[1:], stderr)
+	case "probe":
+		err = probe(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -65,6 +68,7 @@ commands:
   serve     run the node-local DNS agent
   stats     print the local agent's figures (reads its /stats)
   cleanup   remove the link and iptables rules the agent installs
+  probe     exit 0 when the agent is healthy/ready (probe health|ready)
   version   print the version
 
 Run 'nodedns <command> -h' for the command's flags.

@@ -223,9 +223,9 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	a.log.Info("serving DNS", "listen", listenAddrs(a.cfg), "upstreams", len(a.fwd.Servers()), "version", version)
 
-	if a.cfg.Admin != "" {
+	if a.cfg.Admin != "" || a.cfg.AdminSocket != "" {
 		var err error
-		a.admin, err = admin.New(admin.Config{Addr: a.cfg.Admin, Ready: a.readyChecks(), Logger: a.log}, a.draining.Load)
+		a.admin, err = admin.New(admin.Config{Addr: a.cfg.Admin, Socket: a.cfg.AdminSocket, Ready: a.readyChecks(), Logger: a.log}, a.draining.Load)
 		if err != nil {
 			_ = a.srv.Shutdown(context.Background())
 			return err

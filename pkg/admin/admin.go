@@ -12,7 +12,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Check is one readiness condition: nil when satisfied.
@@ -23,7 +27,14 @@ type Check struct {
 
 // Config configures the endpoint.
 type Config struct {
-	Addr    string
+	// Addr is the TCP address (ip:port); empty: none. It is bound with
+	// SO_REUSEPORT so that the old and the new agent of a rolling update
+	// can both hold it while they overlap.
+	Addr string
+	// Socket is a unix socket path served too; empty: none. Each agent pod
+	// has its own, so probes through it always reach their own agent even
+	// while two agents share the TCP port.
+	Socket  string
 	Ready   []Check
 	Stats   func() any   // the /stats document; nil: 404
 	Metrics http.Handler // /metrics; nil: 404
@@ -34,7 +45,7 @@ type Config struct {
 type Server struct {
 	cfg  Config
 	srv  *http.Server
-	ln   net.Listener
+	lns  []net.Listener
 	down func() bool
 }
 
@@ -44,11 +55,31 @@ func New(cfg Config, notReady func() bool) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("binding admin endpoint %s: %w", cfg.Addr, err)
+	s := &Server{cfg: cfg, down: notReady}
+	if cfg.Addr != "" {
+		lc := net.ListenConfig{Control: reusePort}
+		ln, err := lc.Listen(context.Background(), "tcp", cfg.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("binding admin endpoint %s: %w", cfg.Addr, err)
+		}
+		s.lns = append(s.lns, ln)
 	}
-	s := &Server{cfg: cfg, ln: ln, down: notReady}
+	if cfg.Socket != "" {
+		// A stale socket of a previous run of this pod is ours to replace.
+		if err := os.Remove(cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.closeAll()
+			return nil, fmt.Errorf("removing stale admin socket %s: %w", cfg.Socket, err)
+		}
+		ln, err := net.Listen("unix", cfg.Socket)
+		if err != nil {
+			s.closeAll()
+			return nil, fmt.Errorf("binding admin socket %s: %w", cfg.Socket, err)
+		}
+		s.lns = append(s.lns, ln)
+	}
+	if len(s.lns) == 0 {
+		return nil, errors.New("admin endpoint: neither an address nor a socket")
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = fmt.Fprintln(w, "ok")
@@ -71,15 +102,32 @@ func New(cfg Config, notReady func() bool) (*Server, error) {
 	return s, nil
 }
 
-// Addr is the bound address.
-func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+// Addr is the first bound address.
+func (s *Server) Addr() net.Addr { return s.lns[0].Addr() }
 
-// Serve serves until Shutdown.
-func (s *Server) Serve() error {
-	if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("admin endpoint: %w", err)
+func (s *Server) closeAll() {
+	for _, ln := range s.lns {
+		_ = ln.Close()
 	}
-	return nil
+}
+
+// Serve serves every listener until Shutdown.
+func (s *Server) Serve() error {
+	errs := make(chan error, len(s.lns))
+	for _, ln := range s.lns {
+		go func(ln net.Listener) {
+			if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs <- fmt.Errorf("admin endpoint %s: %w", ln.Addr(), err)
+				return
+			}
+			errs <- nil
+		}(ln)
+	}
+	var all []error
+	for range s.lns {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
 }
 
 // Shutdown stops the server.
@@ -105,4 +153,17 @@ func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	_, _ = fmt.Fprintln(w, "ready")
+}
+
+func reusePort(network, address string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+	}); err != nil {
+		return fmt.Errorf("controlling admin socket %s: %w", address, err)
+	}
+	if serr != nil {
+		return fmt.Errorf("setting SO_REUSEPORT on admin socket %s: %w", address, serr)
+	}
+	return nil
 }
