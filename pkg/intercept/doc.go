@@ -25,7 +25,10 @@
 // once: every pass checks for it first and removes copies left by a crashed
 // or overlapping agent. iptables runs through whichever backend (nft or
 // legacy) the node's kube-proxy uses, detected the way
-// kubernetes-sigs/iptables-wrappers does it.
+// kubernetes-sigs/iptables-wrappers does it (Status().Backend says which);
+// copies of our rules in the other backend, left from before a switch, are
+// removed by EnsureRules and Teardown, since both backends see every
+// packet.
 //
 // Limits: the package manages only the rules of its own Config; rules of
 // other local IPs carrying a nodedns comment are left alone (another agent

@@ -15,9 +15,11 @@ import (
 )
 
 // ShouldTeardown is the one place that decides whether an exiting agent
-// removes the interception (Teardown) or leaves it in place. cmd/nodedns
-// calls it on exit, after --teardown=true, and tears down only when it
-// returns true; why is a sentence for the log.
+// removes the interception (Teardown) or leaves it in place. With
+// --teardown (the default), cmd/nodedns calls it on exit, after its own
+// listeners are closed, and tears down only when it returns true; why is a
+// sentence for the log. Call it on a thread in the agent's network
+// namespace (any thread, in an agent that never switches namespaces).
 //
 // The answer is no when nothing was set up (SetupInterface and
 // SetupIptables both false) or when another process still serves one of
