@@ -141,7 +141,7 @@ func (ic *Interceptor) EnsureRules() error {
 	ic.mu.Lock()
 	defer ic.mu.Unlock()
 	ic.rulesOn = true
-	fixed, present, err := ic.ensureRules()
+	fixed, present, err := ic.ensureRules(true)
 	ic.setRules(present)
 	if len(fixed) > 0 {
 		ic.log.Info("rules ready", "backend", ic.Status().Backend, "changes", len(fixed), "rules", len(ic.wanted))
@@ -245,7 +245,7 @@ func (ic *Interceptor) reconcile(reason string) {
 		errs = append(errs, err)
 	}
 	if ic.rulesOn {
-		f, present, err := ic.ensureRules()
+		f, present, err := ic.ensureRules(false)
 		ic.setRules(present)
 		fixed = append(fixed, f...)
 		errs = append(errs, err)
@@ -447,7 +447,13 @@ func (ic *Interceptor) ops(v6 bool) ruleOps {
 
 // ensureRules makes each wanted rule exist exactly once and returns what it
 // changed and how many wanted rules are in place.
-func (ic *Interceptor) ensureRules() (fixed []string, present int, err error) {
+//
+// A rule is found by its comment in one listing per chain. With verify
+// (EnsureRules, at start) every rule is also checked with iptables -C, which
+// catches a copy with our comment but another spec; periodic passes trust a
+// single listed copy and run iptables -C only for rules the listing lacks,
+// so a pass costs one iptables run per chain, not one per rule.
+func (ic *Interceptor) ensureRules(verify bool) (fixed []string, present int, err error) {
 	var errs []error
 	lists := make(map[string][]string) // family+table/chain -> iptables -S lines
 	for _, r := range ic.wanted {
@@ -462,12 +468,14 @@ func (ic *Interceptor) ensureRules() (fixed []string, present int, err error) {
 			}
 			lists[lkey] = lines
 		}
-		exists, err := ops.Exists(r.table, r.chain, r.spec...)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("checking rule %s: %w", r, err))
-			continue
-		}
 		copies := countComment(lines, r.comment)
+		exists := copies > 0
+		if verify || !exists {
+			if exists, err = ops.Exists(r.table, r.chain, r.spec...); err != nil {
+				errs = append(errs, fmt.Errorf("checking rule %s: %w", r, err))
+				continue
+			}
+		}
 		if !exists {
 			if err := ops.Insert(r.table, r.chain, 1, r.spec...); err != nil {
 				errs = append(errs, fmt.Errorf("inserting rule %s: %w", r, err))

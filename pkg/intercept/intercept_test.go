@@ -82,6 +82,32 @@ func TestEnsureRulesOnceAtTop(t *testing.T) {
 	}
 }
 
+func TestPeriodicPassListsEachChainOnce(t *testing.T) {
+	h := newHarness(t, allOn)
+	if err := h.ic.EnsureRules(); err != nil {
+		t.Fatal(err)
+	}
+	h.r4.calls, h.r6.calls = map[string]int{}, map[string]int{}
+	h.ic.reconcile("test")
+	// raw PREROUTING, raw OUTPUT, filter INPUT, filter OUTPUT per family.
+	for fam, f := range map[string]*fakeRules{"v4": h.r4, "v6": h.r6} {
+		if f.calls["List"] != 4 || f.calls["Exists"] != 0 || f.calls["Insert"] != 0 || f.calls["Delete"] != 0 {
+			t.Errorf("%s: a pass with nothing missing ran %v", fam, f.calls)
+		}
+	}
+	// A missing rule is confirmed with Exists before it is inserted.
+	r := h.ic.wanted[2]
+	if err := h.ops(r.v6).Delete(r.table, r.chain, r.spec...); err != nil {
+		t.Fatal(err)
+	}
+	h.r4.calls = map[string]int{}
+	h.ic.reconcile("test")
+	if h.r4.calls["Exists"] != 1 || h.r4.calls["Insert"] != 1 {
+		t.Errorf("repairing one rule ran %v", h.r4.calls)
+	}
+	h.assertRulesOnce(t)
+}
+
 func TestEnsureRulesRemovesDuplicates(t *testing.T) {
 	h := newHarness(t, Config{LocalIPs: []netip.Addr{ip4}, SetupIptables: true})
 	a, b := h.ic.wanted[0], h.ic.wanted[6]
