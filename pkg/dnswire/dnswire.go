@@ -300,7 +300,8 @@ func TTLOffsets(m []byte) ([]uint16, error) {
 		if err != nil {
 			return nil, err
 		}
-		if nameEnd+10 > len(m) || nameEnd > 0xFFFF {
+		if nameEnd+10 > len(m) || nameEnd+4 > 0xFFFF {
+			// The TTL field must be addressable by a uint16 offset.
 			return nil, ErrRR
 		}
 		if binary.BigEndian.Uint16(m[nameEnd:]) != dns.TypeOPT {
@@ -321,7 +322,8 @@ func PutTTLs(m []byte, offs []uint16, ttl uint32) {
 }
 
 // AppendOPT appends an OPT record advertising udpSize with the DO bit and
-// extended rcode bits given, and increments ARCOUNT.
+// extended rcode bits given, and increments ARCOUNT. m must be the message
+// alone (its header at m[0]), not a buffer holding something before it.
 func AppendOPT(m []byte, udpSize uint16, do bool, extRcode uint8) []byte {
 	var flags uint32 = uint32(extRcode) << 24
 	if do {
