@@ -176,41 +176,75 @@ func udpSizeOf(m *dns.Msg) uint16 {
 
 // tcp sends m over a pooled connection (or a new one) and reads its reply. A
 // connection that errs or returns a mismatched reply is closed, not pooled.
+// A pooled connection may have been closed by the server while it sat idle
+// (servers time idle clients out, often sooner than we do): when one fails
+// before answering, the query is sent once more on a fresh connection
+// instead of counting as a failure of the server.
 func (s *Server) tcp(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
-	co, err := s.getTCP(ctx)
+	co, reused, err := s.getTCP(ctx, true)
 	if err != nil {
 		return nil, err
 	}
+	r, err := s.tcpOnce(ctx, co, m)
+	if err == nil || !reused || ctx.Err() != nil || errors.Is(err, errMismatch) || isTimeout(err) {
+		return r, err
+	}
+	if co, _, err = s.getTCP(ctx, false); err != nil {
+		return nil, err
+	}
+	return s.tcpOnce(ctx, co, m)
+}
+
+var errMismatch = errors.New("reply does not match the query")
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// tcpOnce exchanges m on co; co is pooled again after a good reply and
+// closed otherwise.
+func (s *Server) tcpOnce(ctx context.Context, co *dns.Conn, m *dns.Msg) (*dns.Msg, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = co.SetDeadline(dl)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = co.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
 	if err := co.WriteMsg(m); err != nil {
+		stop()
 		co.Close()
 		return nil, fmt.Errorf("writing to %s over TCP: %w", s.Addr, err)
 	}
 	r, err := co.ReadMsg()
 	if err != nil {
+		stop()
 		co.Close()
 		return nil, fmt.Errorf("reading from %s over TCP: %w", s.Addr, err)
 	}
 	if err := Validate(m, r); err != nil {
+		stop()
 		co.Close()
-		return nil, fmt.Errorf("reply from %s over TCP: %w", s.Addr, err)
+		return nil, fmt.Errorf("reply from %s over TCP: %w: %w", s.Addr, errMismatch, err)
 	}
-	s.putTCP(co)
+	// Pool the connection only once the deadline callback can no longer
+	// run: it would otherwise fire on the next user's exchange.
+	if stop() {
+		s.putTCP(co)
+	} else {
+		co.Close()
+	}
 	return r, nil
 }
 
-func (s *Server) getTCP(ctx context.Context) (*dns.Conn, error) {
+// getTCP returns an idle pooled connection (reused true) when pooled is
+// set and one is left, else a new one.
+func (s *Server) getTCP(ctx context.Context, pooled bool) (co *dns.Conn, reused bool, err error) {
 	s.mu.Lock()
-	for len(s.idle) > 0 {
+	for pooled && len(s.idle) > 0 {
 		ic := s.idle[len(s.idle)-1]
 		s.idle = s.idle[:len(s.idle)-1]
 		if time.Since(ic.since) < idleTCP {
 			s.mu.Unlock()
-			return ic.c, nil
+			return ic.c, true, nil
 		}
 		ic.c.Close()
 	}
@@ -218,9 +252,9 @@ func (s *Server) getTCP(ctx context.Context) (*dns.Conn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", s.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("dialing %s over TCP: %w", s.Addr, err)
+		return nil, false, fmt.Errorf("dialing %s over TCP: %w", s.Addr, err)
 	}
-	return &dns.Conn{Conn: nc}, nil
+	return &dns.Conn{Conn: nc}, false, nil
 }
 
 func (s *Server) putTCP(co *dns.Conn) {

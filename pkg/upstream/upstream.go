@@ -107,7 +107,11 @@ func NormalizeAddr(s string) (string, error) {
 		}
 		return ap.String(), nil
 	}
-	if a, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil {
+	h := s
+	if len(h) > 2 && h[0] == '[' && h[len(h)-1] == ']' {
+		h = h[1 : len(h)-1]
+	}
+	if a, err := netip.ParseAddr(h); err == nil {
 		return netip.AddrPortFrom(a, 53).String(), nil
 	}
 	return "", fmt.Errorf("upstream %q: want an IP address with an optional :port", s)
@@ -148,6 +152,7 @@ func New(cfg Config) (*Forwarder, error) {
 		inflight: make(map[flightKey]*flight),
 	}
 	byAddr := map[string]*Server{}
+	zones := map[string]string{}
 	mk := func(zone string, addrs []string) (*group, error) {
 		g := &group{zone: zone}
 		for _, a := range addrs {
@@ -172,6 +177,12 @@ func New(cfg Config) (*Forwarder, error) {
 		if len(addrs) == 0 {
 			return nil, fmt.Errorf("stub domain %q: no servers", zone)
 		}
+		if prev, ok := zones[z]; ok {
+			// Two spellings of one zone: which one won would depend on
+			// map order.
+			return nil, fmt.Errorf("stub domain %q: same zone as %q", zone, prev)
+		}
+		zones[z] = zone
 		g, err := mk(z, addrs)
 		if err != nil {
 			return nil, fmt.Errorf("stub domain %q: %w", zone, err)
@@ -246,6 +257,11 @@ func (f *Forwarder) groupFor(name string) *group {
 // Exchange answers q (exactly one question) from upstream. The reply's ID is
 // q's. Identical concurrent queries share one exchange. A reply with any
 // rcode is returned as a reply; an error means no usable reply arrived.
+//
+// The exchange itself runs on its own goroutine (at most MaxInflight of
+// them) under the Budget alone, so that it survives the caller that started
+// it; every caller, that one included, stops waiting when its own ctx is
+// done.
 func (f *Forwarder) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
 	if len(q.Question) != 1 {
 		return nil, fmt.Errorf("upstream: query has %d questions, want 1", len(q.Question))
@@ -274,15 +290,24 @@ func (f *Forwarder) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) 
 	f.mu.Unlock()
 
 	// The exchange is shared, so it must not die with the first caller's
-	// context: it runs under the budget alone.
+	// context: it runs under the budget alone, on a copy of the query (the
+	// caller may be gone, and its message reused, before it ends).
+	shared := q.Copy()
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.Budget)
-	fl.reply, fl.err = f.exchange(bctx, q)
-	cancel()
-	<-f.sem
-	f.mu.Lock()
-	delete(f.inflight, key)
-	f.mu.Unlock()
-	close(fl.done)
+	go func() {
+		defer cancel()
+		fl.reply, fl.err = f.exchange(bctx, shared)
+		<-f.sem
+		f.mu.Lock()
+		delete(f.inflight, key)
+		f.mu.Unlock()
+		close(fl.done)
+	}()
+	select {
+	case <-fl.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("upstream: waiting for exchange: %w", ctx.Err())
+	}
 	return withID(fl.reply, q.Id), fl.err
 }
 
