@@ -19,6 +19,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -182,6 +183,10 @@ type Cache struct {
 	// bg is the context background refreshes run under; Close cancels it.
 	bg     context.Context
 	cancel context.CancelFunc
+	// mu guards closed; wg counts background goroutines (Close waits).
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
 
 	hits, misses, evictions, stale, prefetches atomic.Uint64
 }
@@ -212,8 +217,30 @@ func New(cfg Config, up Exchanger) (*Cache, error) {
 	return c, nil
 }
 
-// Close stops background refreshes.
-func (c *Cache) Close() { c.cancel() }
+// Close stops background refreshes and waits for them to return. The
+// cache still answers afterwards, without refreshing in the background.
+func (c *Cache) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+}
+
+// background runs f on a goroutine Close waits for; false once closed.
+func (c *Cache) background(f func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+	return true
+}
 
 func (c *Cache) shard(k *Key) *lru.Cache[Key, *entry] {
 	if len(c.shards) == 1 {
@@ -296,26 +323,43 @@ func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCa
 		} else if e.staleUntil.Load() > now {
 			// The upstream failed moments ago: answer stale at once and
 			// let one background refresh find out whether it is back.
-			c.refreshAsync(k, q, e)
+			c.refreshAsync(k, e)
 			return c.serveStale(e, q.Id)
 		}
 	}
 	c.misses.Add(1)
 	if !found {
-		r, err := c.fetch(ctx, k, q)
+		r, _, err := c.fetch(ctx, k, q.Id)
 		return r, false, false, err
 	}
 	// An expired entry that may stand in: give the upstream
-	// StaleAnswerAfter, then answer stale while the fetch goes on.
+	// StaleAnswerAfter, then answer stale while the fetch goes on in the
+	// background (it outlives this query, not the cache).
 	type result struct {
 		r   *dns.Msg
 		err error
 	}
 	ch := make(chan result, 1)
-	go func() {
-		r, err := c.fetch(context.WithoutCancel(ctx), k, q)
+	id := q.Id // q is the caller's: not to be touched once Resolve returns
+	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(c.bg, cancel)
+	if !c.background(func() {
+		defer cancel()
+		defer stop()
+		r, _, err := c.fetch(fctx, k, id)
+		if err != nil || failed(r) {
+			c.staleFor(e)
+		}
 		ch <- result{r, err}
-	}()
+	}) {
+		// Closed: no background work any more; ask in the foreground.
+		cancel()
+		stop()
+		if r, _, err := c.fetch(ctx, k, id); err == nil && !failed(r) {
+			return r, false, false, nil
+		}
+		return c.serveStale(e, q.Id)
+	}
 	timer := time.NewTimer(c.cfg.StaleAnswerAfter)
 	defer timer.Stop()
 	select {
@@ -323,13 +367,21 @@ func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCa
 		if res.err == nil && !failed(res.r) {
 			return res.r, false, false, nil
 		}
-		e.staleUntil.Store(c.cfg.Now().Add(c.cfg.StaleRetry).UnixNano())
 		return c.serveStale(e, q.Id)
 	case <-timer.C:
+		// The upstream is slow: the queries that follow get the stale
+		// answer at once instead of each waiting out the timer (and each
+		// leaving a fetch behind) until the fetch under way has landed.
+		c.staleFor(e)
 		return c.serveStale(e, q.Id)
 	case <-ctx.Done():
 		return nil, false, false, fmt.Errorf("cache: waiting for upstream: %w", ctx.Err())
 	}
+}
+
+// staleFor makes e answer stale at once for StaleRetry.
+func (c *Cache) staleFor(e *entry) {
+	e.staleUntil.Store(c.cfg.Now().Add(c.cfg.StaleRetry).UnixNano())
 }
 
 func (c *Cache) usableStale(e *entry, now int64) bool {
@@ -347,19 +399,36 @@ func failed(r *dns.Msg) bool {
 	return r.Rcode == dns.RcodeServerFailure || r.Rcode == dns.RcodeRefused
 }
 
-// fetch asks the upstream and stores what may be stored.
-func (c *Cache) fetch(ctx context.Context, k Key, q *dns.Msg) (*dns.Msg, error) {
-	out := upstreamQuery(k, q.Id)
-	r, err := c.up.Exchange(ctx, out)
+// fetch asks the upstream and stores what may be stored. A reply that was
+// stored gets every TTL set to the entry's lifetime, so that the answer to
+// the miss and the hits after it agree (clamps included). stored reports
+// whether the reply replaced the entry for k. The reply's ID is id.
+func (c *Cache) fetch(ctx context.Context, k Key, id uint16) (r *dns.Msg, stored bool, err error) {
+	out := upstreamQuery(k, id)
+	r, err = c.up.Exchange(ctx, out)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	r.Id = q.Id
+	r.Id = id
 	if len(r.Question) == 0 {
 		r.Question = out.Question
 	}
-	c.store(k, r)
-	return r, nil
+	if life, ok := c.store(k, r); ok {
+		setTTLs(r, ttlSeconds(int64(life)))
+		return r, true, nil
+	}
+	return r, false, nil
+}
+
+// setTTLs sets the TTL of every record of r but the OPT.
+func setTTLs(r *dns.Msg, ttl uint32) {
+	for _, sec := range [][]dns.RR{r.Answer, r.Ns, r.Extra} {
+		for _, rr := range sec {
+			if rr.Header().Rrtype != dns.TypeOPT {
+				rr.Header().Ttl = ttl
+			}
+		}
+	}
 }
 
 // upstreamQuery is the query the cache sends for k: lower-case name, RD,
@@ -383,6 +452,12 @@ func KeyOf(q *dns.Msg) Key {
 // Put stores r as the answer for k if the caching rules allow it.
 func (c *Cache) Put(k Key, r *dns.Msg) { c.store(k, r) }
 
+// keeps reports whether old must survive a SERVFAIL: it is still fresh, or
+// could still be served stale (either is worth more than the failure).
+func (c *Cache) keeps(old *entry, now int64) bool {
+	return old.kind != kindServfail && (old.expires() > now || c.usableStale(old, now))
+}
+
 // store applies the caching rules (written next to the code that enforces
 // them, as the RFCs they come from):
 //   - truncated replies are never stored: the TCP retry has the real answer;
@@ -392,15 +467,18 @@ func (c *Cache) Put(k Key, r *dns.Msg) { c.store(k, r) }
 //   - NXDOMAIN, or NOERROR without answers (NODATA): only with an SOA in the
 //     authority section; lifetime min(SOA TTL, SOA MINIMUM) (RFC 2308 §5),
 //     at most MaxNegativeTTL; SOA-less denials are not stored;
-//   - SERVFAIL: ServfailTTL, and never over an entry that could still be
-//     served stale (that entry is worth more than the failure);
+//   - SERVFAIL: ServfailTTL, and never over an entry that is still fresh
+//     (a failed prefetch) or could still be served stale: that entry is
+//     worth more than the failure;
 //   - everything else (REFUSED, FORMERR, NOTIMP, ...) is not stored.
-func (c *Cache) store(k Key, r *dns.Msg) {
+//
+// It returns the entry's lifetime and whether r was stored.
+func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 	if r.Truncated || len(r.Question) != 1 {
-		return
+		return 0, false
 	}
 	if q := r.Question[0]; q.Qtype != k.Type || q.Qclass != k.Class || !strings.EqualFold(q.Name, k.Name) {
-		return
+		return 0, false
 	}
 	now := c.cfg.Now()
 	var life time.Duration
@@ -412,7 +490,7 @@ func (c *Cache) store(k Key, r *dns.Msg) {
 	case r.Rcode == dns.RcodeNameError || r.Rcode == dns.RcodeSuccess:
 		soa := findSOA(r)
 		if soa == nil {
-			return
+			return 0, false
 		}
 		kd = kindNegative
 		ttl := min(soa.Hdr.Ttl, soa.Minttl)
@@ -420,22 +498,23 @@ func (c *Cache) store(k Key, r *dns.Msg) {
 	case r.Rcode == dns.RcodeServerFailure:
 		kd = kindServfail
 		life = c.cfg.ServfailTTL
-		if old, ok := c.shard(&k).Peek(k); ok && c.usableStale(old, now.UnixNano()) {
-			return
+		if old, ok := c.shard(&k).Peek(k); ok && c.keeps(old, now.UnixNano()) {
+			return 0, false
 		}
 	default:
-		return
+		return 0, false
 	}
 	if life <= 0 {
-		return
+		return 0, false
 	}
 	wire, offs, err := pack(k, r)
 	if err != nil {
 		c.log.Debug("not caching unpackable reply", "name", k.Name, "type", k.Type, "err", err)
-		return
+		return 0, false
 	}
 	e := &entry{wire: wire, ttlOffs: offs, kind: kd, rcode: r.Rcode, stored: now.UnixNano(), lifetime: int64(life)}
 	c.shard(&k).Add(k, e)
+	return life, true
 }
 
 func clamp(d, lo, hi time.Duration) time.Duration { return max(lo, min(d, hi)) }
@@ -516,14 +595,15 @@ func (c *Cache) maybePrefetch(k Key, e *entry, remain int64) {
 	if remain*100 > e.lifetime*int64(c.cfg.PrefetchPercent) {
 		return
 	}
-	if c.refreshAsync(k, nil, e) {
+	if c.refreshAsync(k, e) {
 		c.prefetches.Add(1)
 	}
 }
 
 // refreshAsync starts one background fetch for k unless one is running for
-// e or the refresh bound is reached. It reports whether it started one.
-func (c *Cache) refreshAsync(k Key, q *dns.Msg, e *entry) bool {
+// e, the refresh bound is reached or the cache is closed. It reports
+// whether it started one.
+func (c *Cache) refreshAsync(k Key, e *entry) bool {
 	if !e.refreshing.CompareAndSwap(false, true) {
 		return false
 	}
@@ -533,21 +613,30 @@ func (c *Cache) refreshAsync(k Key, q *dns.Msg, e *entry) bool {
 		e.refreshing.Store(false)
 		return false
 	}
-	if q == nil {
-		q = upstreamQuery(k, 0)
-	}
-	go func() {
+	started := c.background(func() {
 		defer func() { <-c.refreshSem }()
-		r, err := c.fetch(c.bg, k, q)
-		if err != nil || failed(r) {
-			// Keep answering stale without waiting, and let a later query
-			// try again once StaleRetry has passed.
-			e.staleUntil.Store(c.cfg.Now().Add(c.cfg.StaleRetry).UnixNano())
+		r, stored, err := c.fetch(c.bg, k, 0)
+		switch {
+		case err != nil || failed(r):
+			// Stale answers (once e expires) go out at once for
+			// StaleRetry; the next query that finds e starts another
+			// refresh, one at a time.
+			c.staleFor(e)
 			e.refreshing.Store(false)
 			if err != nil && !errors.Is(err, context.Canceled) {
 				c.log.Debug("background refresh failed", "name", k.Name, "type", k.Type, "err", err)
 			}
+		case !stored:
+			// An answer that may not be cached (no SOA, truncated, ...):
+			// e stays, and may be refreshed again.
+			e.refreshing.Store(false)
 		}
-	}()
-	return true
+		// Stored: e has been replaced, and its flag stays set so that a
+		// query still holding e does not refresh it a second time.
+	})
+	if !started {
+		<-c.refreshSem
+		e.refreshing.Store(false)
+	}
+	return started
 }
