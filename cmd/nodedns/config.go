@@ -139,10 +139,11 @@ func loadConfig(args []string, stderr io.Writer) (Config, error) {
 	tmp := defaultConfig()
 	tmp.bind(probe, &path)
 	if err := probe.Parse(args); err != nil {
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-		fs.SetOutput(stderr)
-		tmp.bind(fs, &path)
-		return Config{}, fs.Parse(args) // prints the message and usage
+		if errors.Is(err, flag.ErrHelp) {
+			probe.SetOutput(stderr)
+			probe.PrintDefaults()
+		}
+		return Config{}, err // one line: the flag package names the bad value
 	}
 	if probe.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q", probe.Arg(0))
@@ -154,7 +155,7 @@ func loadConfig(args []string, stderr io.Writer) (Config, error) {
 		}
 	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	cfg.bind(fs, &path)
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -179,6 +180,14 @@ func (c *Config) readFile(path string) error {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	if err := yaml.UnmarshalStrict(b, c); err != nil {
+		// Name the key: the decoder's own message often does not.
+		for k, v := range raw {
+			one, _ := json.Marshal(map[string]json.RawMessage{k: v})
+			var probe Config
+			if kerr := yaml.UnmarshalStrict(one, &probe); kerr != nil {
+				return fmt.Errorf("config %s: key %q: %w", path, k, kerr)
+			}
+		}
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	if _, ok := raw["search"]; ok {

@@ -95,7 +95,7 @@ func (s *Server) finish(dst []byte, start int, r *request, rcode int) []byte {
 		copy(m[dnswire.HeaderLen:], r.q.RawName)
 	}
 	if r.q.EDNS {
-		dst = dnswire.AppendOPT(dst, ourUDPSize, r.q.DO, uint8(rcode>>4))
+		dst = appendOPT(dst, start, r, rcode)
 	}
 	if len(dst)-start <= r.maxSize {
 		return dst
@@ -110,9 +110,15 @@ func (s *Server) finish(dst []byte, start int, r *request, rcode int) []byte {
 	binary.BigEndian.PutUint16(m[8:], 0)
 	binary.BigEndian.PutUint16(m[10:], 0)
 	if r.q.EDNS {
-		dst = dnswire.AppendOPT(dst, ourUDPSize, r.q.DO, uint8(rcode>>4))
+		dst = appendOPT(dst, start, r, rcode)
 	}
 	return dst
+}
+
+// appendOPT appends our OPT to the message at dst[start:].
+func appendOPT(dst []byte, start int, r *request, rcode int) []byte {
+	m := dnswire.AppendOPT(dst[start:], ourUDPSize, r.q.DO, uint8(rcode>>4))
+	return append(dst[:start], m...)
 }
 
 // errorReply appends a reply with no records and the given rcode: the
@@ -129,7 +135,7 @@ func (s *Server) errorReply(dst []byte, r *request, rcode int) []byte {
 		dst = append(dst, r.raw[dnswire.HeaderLen:r.q.QEnd]...)
 	}
 	if r.q.EDNS {
-		dst = dnswire.AppendOPT(dst, ourUDPSize, r.q.DO, uint8(rcode>>4))
+		dst = appendOPT(dst, start, r, rcode)
 	}
 	return dst
 }
