@@ -262,6 +262,8 @@ func (a *agent) shutdown(lameduck bool) {
 		a.log.Info("lameduck: not ready, still answering", "for", a.cfg.Lameduck.String())
 		time.Sleep(time.Duration(a.cfg.Lameduck))
 	}
+	// Let the sockets' queues empty before they close (see Server.Drain).
+	a.srv.Drain(200 * time.Millisecond)
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := a.srv.Shutdown(sctx); err != nil {

@@ -280,3 +280,38 @@ type Stats struct {
 func (s *Server) Stats() Stats {
 	return Stats{Overloaded: s.overloads.Load(), Panics: s.panics.Load(), InFlight: len(s.sem), TCPConns: len(s.conns)}
 }
+
+// Drain stops new UDP traffic from reaching this server's sockets while
+// keeping them open for wait, so that queries already queued on them are
+// still read and answered; call Shutdown afterwards.
+//
+// Closing a socket drops whatever sits in its receive queue. During a
+// rolling update the new agent already shares the addresses through
+// SO_REUSEPORT, so the old one first connect()s each UDP socket to its own
+// address: a connected socket only matches datagrams from that peer, which
+// never sends, so the kernel steers every new query to the other sockets of
+// the group (the new agent's). Without another agent, queries get an ICMP
+// port unreachable, and clients fail over at once instead of timing out.
+func (s *Server) Drain(wait time.Duration) {
+	s.closing.Store(true)
+	for _, uc := range s.udp {
+		la := uc.LocalAddr().(*net.UDPAddr).AddrPort()
+		rc, err := uc.SyscallConn()
+		if err != nil {
+			s.log.Warn("drain: socket access", "addr", la, "err", err)
+			continue
+		}
+		var cerr error
+		if err := rc.Control(func(fd uintptr) { cerr = unix.Connect(int(fd), sockaddr(la)) }); err != nil || cerr != nil {
+			s.log.Warn("drain: connecting socket to itself", "addr", la, "err", errors.Join(err, cerr))
+		}
+	}
+	time.Sleep(wait)
+}
+
+func sockaddr(ap netip.AddrPort) unix.Sockaddr {
+	if ap.Addr().Is4() || ap.Addr().Is4In6() {
+		return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().Unmap().As4()}
+	}
+	return &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+}
