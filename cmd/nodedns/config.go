@@ -57,6 +57,8 @@ type Config struct {
 	LogLevel   string  `json:"log-level"`
 	LogQueries float64 `json:"log-queries"`
 
+	// path is the --config file, watched for live reload.
+	path string
 	// searchSet records whether --search was given, since an empty list
 	// ("no extra domains") differs from "take them from resolv.conf".
 	searchSet bool
@@ -160,6 +162,7 @@ func loadConfig(args []string, stderr io.Writer) (Config, error) {
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
+	cfg.path = path
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "search" {
 			cfg.searchSet = true

@@ -81,7 +81,8 @@ func cleanup(args []string, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg := intercept.Config{Interface: *iface, Logger: newLogger(*level, stderr)}
+	log, _ := newLogger(*level, stderr)
+	cfg := intercept.Config{Interface: *iface, Logger: log}
 	for _, s := range ips {
 		ip, err := netip.ParseAddr(s)
 		if err != nil {

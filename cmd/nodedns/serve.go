@@ -30,8 +30,10 @@ const resolvConf = "/etc/resolv.conf"
 // agent holds the wired parts of a running agent.
 type agent struct {
 	cfg      Config
+	args     []string // the command line, re-applied over the file on reload
 	log      *slog.Logger
-	fwd      *upstream.Forwarder
+	level    *slog.LevelVar
+	fwd      atomic.Pointer[upstream.Forwarder]
 	cache    *cache.Cache
 	srv      *server.Server
 	admin    *admin.Server
@@ -40,12 +42,18 @@ type agent struct {
 	icfg     intercept.Config
 	started  time.Time
 	draining atomic.Bool
+	// runCtx is run's context; stopFwd stops the current forwarder's
+	// probes (both used by the reload goroutine only, after run set them).
+	runCtx  context.Context
+	stopFwd context.CancelFunc
 }
 
-func newLogger(level string, w io.Writer) *slog.Logger {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+// newLogger returns a text logger at level (validated by the config);
+// the LevelVar lets a reload change it.
+func newLogger(level string, w io.Writer) (*slog.Logger, *slog.LevelVar) {
+	lv := new(slog.LevelVar)
+	_ = lv.UnmarshalText([]byte(level))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lv})), lv
 }
 
 func serve(args []string, stderr io.Writer) error {
@@ -53,7 +61,7 @@ func serve(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg.LogLevel, stderr)
+	log, level := newLogger(cfg.LogLevel, stderr)
 	slog.SetDefault(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -61,6 +69,7 @@ func serve(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	a.args, a.level = args, level
 	return a.run(ctx)
 }
 
@@ -154,17 +163,18 @@ func searchDomains(cfg Config, zone string) []string {
 	return ndots.Search(rc.Search, zone)
 }
 
-func build(cfg Config, log *slog.Logger) (*agent, error) {
-	a := &agent{cfg: cfg, log: log, started: time.Now()}
-	listen := listenAddrs(cfg)
-	ups, err := upstreams(cfg, listen, log)
+// newForwarder builds the upstream forwarder of cfg.
+func newForwarder(cfg Config, log *slog.Logger) (*upstream.Forwarder, error) {
+	ups, err := upstreams(cfg, listenAddrs(cfg), log)
 	if err != nil {
 		return nil, err
 	}
-	a.fwd, err = upstream.New(upstream.Config{Servers: ups, Stubs: cfg.Stubs, Policy: upstream.Policy(cfg.Policy), Logger: log})
-	if err != nil {
-		return nil, err
-	}
+	return upstream.New(upstream.Config{Servers: ups, Stubs: cfg.Stubs, Policy: upstream.Policy(cfg.Policy), Logger: log})
+}
+
+// cacheConfig maps cfg onto the cache's settings (0 disables prefetch and
+// serve-stale on the command line; the cache spells that -1).
+func cacheConfig(cfg Config, log *slog.Logger) cache.Config {
 	prefetch := cfg.Prefetch
 	if prefetch == 0 {
 		prefetch = -1
@@ -173,11 +183,22 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 	if stale == 0 {
 		stale = -1
 	}
-	a.cache, err = cache.New(cache.Config{Size: cfg.CacheSize, MinTTL: time.Duration(cfg.MinTTL), MaxTTL: time.Duration(cfg.MaxTTL),
-		MaxNegativeTTL: time.Duration(cfg.MaxNegativeTTL), StaleFor: stale, PrefetchHits: prefetch, Logger: log}, a.fwd)
+	return cache.Config{Size: cfg.CacheSize, MinTTL: time.Duration(cfg.MinTTL), MaxTTL: time.Duration(cfg.MaxTTL),
+		MaxNegativeTTL: time.Duration(cfg.MaxNegativeTTL), StaleFor: stale, PrefetchHits: prefetch, Logger: log}
+}
+
+func build(cfg Config, log *slog.Logger) (*agent, error) {
+	a := &agent{cfg: cfg, log: log, started: time.Now()}
+	fwd, err := newForwarder(cfg, log)
 	if err != nil {
 		return nil, err
 	}
+	a.fwd.Store(fwd)
+	a.cache, err = cache.New(cacheConfig(cfg, log), fwd)
+	if err != nil {
+		return nil, err
+	}
+	listen := listenAddrs(cfg)
 	scfg := server.Config{Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
 		MaxInflight: cfg.MaxInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, Logger: log}
 	if err := a.wireCluster(&scfg); err != nil {
@@ -199,8 +220,12 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 func (a *agent) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	go a.fwd.Run(ctx)
+	a.runCtx = ctx
+	fctx, fcancel := context.WithCancel(ctx)
+	a.stopFwd = fcancel
+	go a.fwd.Load().Run(fctx)
 	defer a.cache.Close()
+	go a.watchConfig(ctx)
 	a.startCluster(ctx)
 
 	// The link first (the addresses must exist to be bound), then the
@@ -221,7 +246,7 @@ func (a *agent) run(ctx context.Context) error {
 		}
 		go a.ic.Run(ctx)
 	}
-	a.log.Info("serving DNS", "listen", listenAddrs(a.cfg), "upstreams", len(a.fwd.Servers()), "version", version)
+	a.log.Info("serving DNS", "listen", listenAddrs(a.cfg), "upstreams", len(a.fwd.Load().Servers()), "version", version)
 
 	if a.cfg.Admin != "" || a.cfg.AdminSocket != "" {
 		var err error

@@ -173,9 +173,11 @@ type Stats struct {
 
 // Cache is safe for concurrent use.
 type Cache struct {
-	cfg    Config
+	// cfg and up change only through Reconfigure and SetExchanger; readers
+	// load them once per operation.
+	cfg    atomic.Pointer[Config]
 	log    *slog.Logger
-	up     Exchanger
+	up     atomic.Pointer[exchangerBox]
 	seed   maphash.Seed
 	shards []*lru.Cache[Key, *entry]
 	// refreshSem bounds background refreshes (prefetch and stale refresh).
@@ -200,8 +202,10 @@ func New(cfg Config, up Exchanger) (*Cache, error) {
 	for n < 16 && cfg.Size/(n*2) >= 256 {
 		n *= 2
 	}
-	c := &Cache{cfg: cfg, log: cfg.Logger.With("component", "cache"), up: up, seed: maphash.MakeSeed(),
+	c := &Cache{log: cfg.Logger.With("component", "cache"), seed: maphash.MakeSeed(),
 		refreshSem: make(chan struct{}, cfg.MaxRefresh)}
+	c.cfg.Store(&cfg)
+	c.up.Store(&exchangerBox{up})
 	c.bg, c.cancel = context.WithCancel(context.Background())
 	for i := 0; i < n; i++ {
 		size := cfg.Size / n
@@ -215,6 +219,38 @@ func New(cfg Config, up Exchanger) (*Cache, error) {
 		c.shards = append(c.shards, l)
 	}
 	return c, nil
+}
+
+type exchangerBox struct{ Exchanger }
+
+func (c *Cache) conf() *Config { return c.cfg.Load() }
+
+// SetExchanger replaces the upstream (live reload). Exchanges already
+// under way finish with the old one.
+func (c *Cache) SetExchanger(up Exchanger) { c.up.Store(&exchangerBox{up}) }
+
+// Reconfigure applies new limits (live reload): size, TTL clamps,
+// negative and SERVFAIL lifetimes, serve-stale and prefetch settings. The
+// clock, logger and MaxRefresh stay as they were. Entries already stored
+// keep their lifetimes; a smaller size evicts the least recently used.
+func (c *Cache) Reconfigure(cfg Config) error {
+	old := c.conf()
+	cfg.Now, cfg.Logger, cfg.MaxRefresh = old.Now, old.Logger, old.MaxRefresh
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	if cfg.Size != old.Size {
+		n := len(c.shards)
+		for i, sh := range c.shards {
+			size := cfg.Size / n
+			if i < cfg.Size%n {
+				size++
+			}
+			sh.Resize(max(size, 1))
+		}
+	}
+	c.cfg.Store(&cfg)
+	return nil
 }
 
 // Close stops background refreshes and waits for them to return. The
@@ -251,7 +287,7 @@ func (c *Cache) shard(k *Key) *lru.Cache[Key, *entry] {
 
 // Stats returns the cache's counters.
 func (c *Cache) Stats() Stats {
-	s := Stats{Capacity: c.cfg.Size, Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load(),
+	s := Stats{Capacity: c.conf().Size, Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load(),
 		StaleServed: c.stale.Load(), Prefetches: c.prefetches.Load()}
 	for _, sh := range c.shards {
 		s.Entries += sh.Len()
@@ -279,7 +315,7 @@ func (c *Cache) AppendHit(dst []byte, name string, qtype, qclass uint16, do, cd 
 	if !found {
 		return dst, 0, false
 	}
-	now := c.cfg.Now().UnixNano()
+	now := c.conf().Now().UnixNano()
 	remain := e.expires() - now
 	if remain <= 0 {
 		return dst, 0, false
@@ -310,7 +346,7 @@ func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCa
 	k := KeyOf(q)
 	sh := c.shard(&k)
 	e, found := sh.Get(k)
-	now := c.cfg.Now().UnixNano()
+	now := c.conf().Now().UnixNano()
 	if found {
 		if remain := e.expires() - now; remain > 0 {
 			c.hits.Add(1)
@@ -360,7 +396,7 @@ func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCa
 		}
 		return c.serveStale(e, q.Id)
 	}
-	timer := time.NewTimer(c.cfg.StaleAnswerAfter)
+	timer := time.NewTimer(c.conf().StaleAnswerAfter)
 	defer timer.Stop()
 	select {
 	case res := <-ch:
@@ -381,16 +417,16 @@ func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCa
 
 // staleFor makes e answer stale at once for StaleRetry.
 func (c *Cache) staleFor(e *entry) {
-	e.staleUntil.Store(c.cfg.Now().Add(c.cfg.StaleRetry).UnixNano())
+	e.staleUntil.Store(c.conf().Now().Add(c.conf().StaleRetry).UnixNano())
 }
 
 func (c *Cache) usableStale(e *entry, now int64) bool {
-	return c.cfg.StaleFor > 0 && e.kind != kindServfail && now-e.expires() < int64(c.cfg.StaleFor)
+	return c.conf().StaleFor > 0 && e.kind != kindServfail && now-e.expires() < int64(c.conf().StaleFor)
 }
 
 func (c *Cache) serveStale(e *entry, id uint16) (*dns.Msg, bool, bool, error) {
 	c.stale.Add(1)
-	r, err := e.msg(id, ttlSeconds(int64(c.cfg.StaleTTL)))
+	r, err := e.msg(id, ttlSeconds(int64(c.conf().StaleTTL)))
 	return r, true, true, err
 }
 
@@ -405,7 +441,7 @@ func failed(r *dns.Msg) bool {
 // whether the reply replaced the entry for k. The reply's ID is id.
 func (c *Cache) fetch(ctx context.Context, k Key, id uint16) (r *dns.Msg, stored bool, err error) {
 	out := upstreamQuery(k, id)
-	r, err = c.up.Exchange(ctx, out)
+	r, err = c.up.Load().Exchange(ctx, out)
 	if err != nil {
 		return nil, false, err
 	}
@@ -480,13 +516,13 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 	if q := r.Question[0]; q.Qtype != k.Type || q.Qclass != k.Class || !strings.EqualFold(q.Name, k.Name) {
 		return 0, false
 	}
-	now := c.cfg.Now()
+	now := c.conf().Now()
 	var life time.Duration
 	var kd kind
 	switch {
 	case r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0:
 		kd = kindPositive
-		life = clamp(minTTL(r), c.cfg.MinTTL, c.cfg.MaxTTL)
+		life = clamp(minTTL(r), c.conf().MinTTL, c.conf().MaxTTL)
 	case r.Rcode == dns.RcodeNameError || r.Rcode == dns.RcodeSuccess:
 		soa := findSOA(r)
 		if soa == nil {
@@ -494,10 +530,10 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 		}
 		kd = kindNegative
 		ttl := min(soa.Hdr.Ttl, soa.Minttl)
-		life = clamp(time.Duration(ttl)*time.Second, 0, c.cfg.MaxNegativeTTL)
+		life = clamp(time.Duration(ttl)*time.Second, 0, c.conf().MaxNegativeTTL)
 	case r.Rcode == dns.RcodeServerFailure:
 		kd = kindServfail
-		life = c.cfg.ServfailTTL
+		life = c.conf().ServfailTTL
 		if old, ok := c.shard(&k).Peek(k); ok && c.keeps(old, now.UnixNano()) {
 			return 0, false
 		}
@@ -589,10 +625,10 @@ func (e *entry) msg(id uint16, ttl uint32) (*dns.Msg, error) {
 // fallen to PrefetchPercent of its original, once at a time per entry.
 func (c *Cache) maybePrefetch(k Key, e *entry, remain int64) {
 	hits := e.hits.Add(1)
-	if c.cfg.PrefetchHits < 0 || int(hits) < c.cfg.PrefetchHits || e.kind == kindServfail {
+	if c.conf().PrefetchHits < 0 || int(hits) < c.conf().PrefetchHits || e.kind == kindServfail {
 		return
 	}
-	if remain*100 > e.lifetime*int64(c.cfg.PrefetchPercent) {
+	if remain*100 > e.lifetime*int64(c.conf().PrefetchPercent) {
 		return
 	}
 	if c.refreshAsync(k, e) {

@@ -226,7 +226,7 @@ func (s *Server) observe(r *request, src Source, rcode, steps, saved int) {
 // namespaceOf returns the namespace of the pod that sent r, when autopath
 // applies to it.
 func (s *Server) namespaceOf(client netip.Addr) (string, bool) {
-	if !s.cfg.Autopath || s.cfg.Pods == nil || s.cfg.Cluster == nil {
+	if !s.walkConf().autopath || s.cfg.Pods == nil || s.cfg.Cluster == nil {
 		return "", false
 	}
 	return s.cfg.Pods.PodNamespace(client.Unmap())
@@ -235,7 +235,7 @@ func (s *Server) namespaceOf(client netip.Addr) (string, bool) {
 // walkCandidate reports whether r is a search-path expansion the server
 // should walk itself.
 func (s *Server) walkCandidate(r *request) bool {
-	if !s.cfg.Autopath || s.cfg.Pods == nil || s.cfg.Cluster == nil {
+	if !s.walkConf().autopath || s.cfg.Pods == nil || s.cfg.Cluster == nil {
 		return false
 	}
 	zone := s.cfg.Cluster.Zone()

@@ -117,13 +117,14 @@ func (c *Config) defaults() error {
 
 // Server serves DNS on its listen addresses.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	udp   []*net.UDPConn
-	tcp   []*net.TCPListener
-	sem   chan struct{} // slow-path queries in flight
-	conns chan struct{} // open TCP connections
-	memo  *walkMemo
+	cfg     Config
+	log     *slog.Logger
+	udp     []*net.UDPConn
+	tcp     []*net.TCPListener
+	sem     chan struct{} // slow-path queries in flight
+	conns   chan struct{} // open TCP connections
+	memo    *walkMemo
+	walkSet atomic.Pointer[walkSettings]
 
 	wg       sync.WaitGroup // readers, acceptors, connections, slow-path queries
 	ctx      context.Context
@@ -154,6 +155,7 @@ func New(cfg Config) (*Server, error) {
 		memo: newWalkMemo(10000, cfg.AutopathMemo), tcpConns: map[net.Conn]struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.loopName.Store("")
+	s.walkSet.Store(&walkSettings{autopath: cfg.Autopath, search: cfg.Search})
 	return s, nil
 }
 

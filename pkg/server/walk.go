@@ -23,7 +23,7 @@ func (s *Server) walk(ctx context.Context, r *request) (m *dns.Msg, steps, saved
 	ns, _ := s.namespaceOf(r.client)
 	zone := s.cfg.Cluster.Zone()
 	base, _ := ndots.Split(r.q.Name, ns, zone)
-	names := ndots.Walk(base, ns, zone, s.cfg.Search)
+	names := ndots.Walk(base, ns, zone, s.walkConf().search)
 	// The winner is remembered per (namespace, base), whatever the type, so
 	// that A and AAAA for one name from one pod always take the same path
 	// even if some upstream answers the two types inconsistently. The key
@@ -123,4 +123,21 @@ func (w *walkMemo) get(key string) (int, bool) {
 
 func (w *walkMemo) put(key string, idx int) {
 	w.c.Add(key, memoEntry{idx: idx, expires: time.Now().Add(w.ttl)})
+}
+
+// walkSettings are the search-path settings that can change while the
+// server runs (live reload).
+type walkSettings struct {
+	autopath bool
+	search   []string
+}
+
+func (s *Server) walkConf() *walkSettings { return s.walkSet.Load() }
+
+// SetSearchPath turns the search-path walk on or off and replaces the extra
+// search domains (lower-case FQDNs). Queries under way finish with the old
+// settings. Remembered winners are forgotten: the list they indexed changed.
+func (s *Server) SetSearchPath(autopath bool, search []string) {
+	s.walkSet.Store(&walkSettings{autopath: autopath, search: append([]string(nil), search...)})
+	s.memo.c.Purge()
 }

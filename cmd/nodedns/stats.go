@@ -1,0 +1,491 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/nodedns/nodedns/pkg/metrics"
+)
+
+// maxStatsBody bounds what `nodedns stats` reads from /stats.
+const maxStatsBody = 8 << 20
+
+type statsOptions struct {
+	admin, socket string
+	json, watch   bool
+	interval      time.Duration
+	timeout       time.Duration
+	count         int
+}
+
+// statsCmd is `nodedns stats`: read the agent's /stats and print a report
+// (or the raw document with --json); --watch refreshes until interrupted.
+// It needs nothing but this binary, so it works through `kubectl exec` in
+// the agent's pod.
+func statsCmd(args []string, stdout, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runStats(ctx, args, stdout, stderr)
+}
+
+func parseStatsFlags(args []string, stderr io.Writer) (statsOptions, error) {
+	var o statsOptions
+	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.admin, "admin", "127.0.0.1:9253", "the agent's admin address (ip:port)")
+	fs.StringVar(&o.socket, "socket", "", "the agent's admin unix socket instead of --admin (inside the pod it reaches this pod's agent even while two agents share the port during a rollout)")
+	fs.BoolVar(&o.json, "json", false, "print the raw /stats document")
+	fs.BoolVar(&o.watch, "watch", false, "refresh every --interval until interrupted")
+	fs.DurationVar(&o.interval, "interval", 2*time.Second, "refresh interval with --watch")
+	fs.IntVar(&o.count, "count", 0, "with --watch, stop after this many reports (0: until interrupted)")
+	fs.DurationVar(&o.timeout, "timeout", 3*time.Second, "how long to wait for the agent's answer")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case o.timeout <= 0:
+		return o, fmt.Errorf("--timeout %s: want a positive duration", o.timeout)
+	case o.watch && o.interval <= 0:
+		return o, fmt.Errorf("--interval %s: want a positive duration", o.interval)
+	case o.count < 0:
+		return o, fmt.Errorf("--count %d: want 0 or more", o.count)
+	case o.socket == "" && o.admin == "":
+		return o, errors.New("--admin is empty and no --socket")
+	}
+	return o, nil
+}
+
+func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseStatsFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	client, base := adminClient(o.socket, o.admin, o.timeout)
+	where := o.admin
+	if o.socket != "" {
+		where = o.socket
+	}
+	fetch := func() ([]byte, error) { return fetchStats(ctx, client, base+"/stats", where, o.timeout) }
+	show := func(w io.Writer, body []byte) error {
+		if o.json {
+			_, err := w.Write(body)
+			return err
+		}
+		var d metrics.Document
+		if err := json.Unmarshal(body, &d); err != nil {
+			return fmt.Errorf("decoding /stats from %s: %w", where, err)
+		}
+		renderStats(w, &d)
+		return nil
+	}
+	if !o.watch {
+		body, err := fetch()
+		if err != nil {
+			return err
+		}
+		return show(stdout, body)
+	}
+
+	// --watch: an agent that stops answering (a restart during a rollout)
+	// is reported and retried, not fatal; an interrupt ends it cleanly.
+	clear := isTerminal(stdout)
+	for n := 1; ; n++ {
+		var buf bytes.Buffer
+		if clear {
+			buf.WriteString("\x1b[H\x1b[2J")
+		} else if n > 1 {
+			buf.WriteString("\n")
+		}
+		if !o.json {
+			fmt.Fprintf(&buf, "%s  every %s, Ctrl-C to stop\n\n", time.Now().Format(time.TimeOnly), o.interval)
+		}
+		body, err := fetch()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = show(&buf, body)
+		}
+		if err != nil {
+			fmt.Fprintf(&buf, "nodedns stats: %v\n", err)
+		}
+		if _, werr := stdout.Write(buf.Bytes()); werr != nil {
+			return fmt.Errorf("writing report: %w", werr)
+		}
+		if o.count > 0 && n >= o.count {
+			return err
+		}
+		t := time.NewTimer(o.interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// fetchStats GETs url and returns the body of a 200 answer.
+func fetchStats(ctx context.Context, c *http.Client, url, where string, timeout time.Duration) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("building request for %s: %w", url, err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, unreachable(where, timeout, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxStatsBody))
+	if err != nil {
+		return nil, fmt.Errorf("reading /stats from %s: %w", where, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		msg := strings.TrimSpace(string(body))
+		if i := strings.IndexByte(msg, '\n'); i >= 0 {
+			msg = msg[:i]
+		}
+		return nil, fmt.Errorf("agent at %s answered /stats with %s: %s", where, resp.Status, printable(msg))
+	}
+	return body, nil
+}
+
+// agentError is "no agent answering": one short line for the operator,
+// the full error underneath for errors.Is.
+type agentError struct {
+	where, reason string
+	err           error
+}
+
+func (e *agentError) Error() string {
+	return "no agent answering at " + e.where + ": " + e.reason
+}
+func (e *agentError) Unwrap() error { return e.err }
+
+// unreachable names why the agent did not answer by the innermost cause
+// ("connection refused", "no such file or directory"), not by the
+// request's full chain of wrappers.
+func unreachable(where string, timeout time.Duration, err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return &agentError{where: where, reason: "no answer within " + timeout.String(), err: err}
+	}
+	inner := err
+	for {
+		u := errors.Unwrap(inner)
+		if u == nil {
+			break
+		}
+		inner = u
+	}
+	return &agentError{where: where, reason: inner.Error(), err: err}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// sourceOrder is how answer sources are listed: cluster first, then the
+// external path from cheapest to dearest, then the agent's own.
+var sourceOrder = []string{"cluster", "autopath", "cache", "stale", "upstream", "local"}
+
+// labelWidth is the width of the section labels on the left of the report.
+const labelWidth = 14
+
+// report writes the sections of the stats report: a label column of fixed
+// width, free text, and tables aligned by a tabwriter of their own.
+type report struct{ w io.Writer }
+
+func (r report) line(label, format string, a ...any) {
+	l := fmt.Sprintf("%-*s%s", labelWidth, label, fmt.Sprintf(format, a...))
+	fmt.Fprintln(r.w, strings.TrimRight(l, " "))
+}
+
+func (r report) blank() { fmt.Fprintln(r.w) }
+
+// table writes rows aligned; the first cell of each row is the label
+// column.
+func (r report) table(rows [][]string) {
+	tw := tabwriter.NewWriter(r.w, 0, 0, 2, ' ', 0)
+	for _, row := range rows {
+		fmt.Fprintf(tw, "%-*s", labelWidth-2, row[0])
+		for _, c := range row[1:] {
+			fmt.Fprintf(tw, "\t%s", c)
+		}
+		fmt.Fprint(tw, "\n")
+	}
+	_ = tw.Flush()
+}
+
+// renderStats writes the readable report of d.
+func renderStats(w io.Writer, d *metrics.Document) {
+	r := report{w}
+	fmt.Fprintf(w, "nodedns %s, up %s (since %s)\n\n", printable(d.Version), fmtSeconds(d.UptimeSeconds),
+		d.Started.UTC().Format("2006-01-02 15:04:05 UTC"))
+
+	r.line("Queries", "%s/s last 10s, %s/s last 1m, %d answered since start", fmtRate(d.QPS.Last10s), fmtRate(d.QPS.Last1m), d.Total)
+	r.blank()
+	renderAnswers(r, d.Answers)
+	r.blank()
+
+	if c := d.Cache; c != nil {
+		r.line("Cache", "%d of %d entries, hit ratio %.1f%% (%d hits, %d misses)", c.Entries, c.Capacity, 100*c.HitRatio, c.Hits, c.Misses)
+		r.line("", "%d evictions, %d stale answers served, %d prefetches", c.Evictions, c.StaleServed, c.Prefetches)
+	} else {
+		r.line("Cache", "not reported")
+	}
+	r.line("Autopath", "%d shortcuts, %d upstream round trips saved (%d search-path steps walked by the agent)",
+		d.Autopath.Shortcuts, d.Autopath.Saved, d.Autopath.Steps)
+	if s := d.Server; s != nil {
+		r.line("Server", "%d in flight, %d TCP connections, %d overloaded, %d panics", s.InFlight, s.TCPConns, s.Overloaded, s.Panics)
+	}
+	r.blank()
+
+	if len(d.Upstreams) == 0 {
+		r.line("Upstreams", "none reported")
+	} else {
+		rows := [][]string{{"Upstreams", "ADDRESS", "STATE", "P50", "P99", "REQUESTS", "FAILURES", "LAST ERROR"}}
+		for _, u := range d.Upstreams {
+			state := "up"
+			if !u.Up {
+				state = "DOWN"
+			}
+			lastErr := printable(u.LastError)
+			if lastErr == "" {
+				lastErr = "-"
+			}
+			rows = append(rows, []string{"", printable(u.Addr), state, fmtMs(u.P50ms), fmtMs(u.P99ms),
+				fmt.Sprint(u.Requests), fmt.Sprint(u.Failures), lastErr})
+		}
+		r.table(rows)
+	}
+	r.blank()
+
+	renderIntercept(r, d)
+	renderInformers(r, d.Informers)
+	r.blank()
+
+	sample := ""
+	if d.TopSample > 1 {
+		sample = fmt.Sprintf(", sampled 1 in %d", d.TopSample)
+	}
+	r.line("Top names", "recent, estimated%s", sample)
+	topList(r, d.TopNames)
+	r.line("Top clients", "")
+	topList(r, d.TopClients)
+}
+
+// renderAnswers writes the table of answers by source and rcode, the usual
+// rcodes first, only those seen.
+func renderAnswers(r report, answers map[string]map[string]uint64) {
+	if len(answers) == 0 {
+		r.line("Answers", "none yet")
+		return
+	}
+	rcodes := map[string]bool{}
+	sources := make([]string, 0, len(answers))
+	for s, m := range answers {
+		sources = append(sources, s)
+		for rc := range m {
+			rcodes[rc] = true
+		}
+	}
+	rank := func(s string) int {
+		if i := slices.Index(sourceOrder, s); i >= 0 {
+			return i
+		}
+		return len(sourceOrder)
+	}
+	sort.Slice(sources, func(i, j int) bool {
+		if ri, rj := rank(sources[i]), rank(sources[j]); ri != rj {
+			return ri < rj
+		}
+		return sources[i] < sources[j]
+	})
+	var cols []string
+	for _, rc := range []string{"NOERROR", "NXDOMAIN", "SERVFAIL"} {
+		if rcodes[rc] {
+			cols = append(cols, rc)
+			delete(rcodes, rc)
+		}
+	}
+	rest := make([]string, 0, len(rcodes))
+	for rc := range rcodes {
+		rest = append(rest, rc)
+	}
+	sort.Strings(rest)
+	cols = append(cols, rest...)
+
+	header := []string{"Answers"}
+	for _, rc := range cols {
+		header = append(header, printable(rc))
+	}
+	rows := [][]string{append(header, "total")}
+	for _, s := range sources {
+		row := []string{"  " + printable(s)}
+		var total uint64
+		for _, rc := range cols {
+			v := answers[s][rc]
+			total += v
+			row = append(row, fmt.Sprint(v))
+		}
+		rows = append(rows, append(row, fmt.Sprint(total)))
+	}
+	r.table(rows)
+}
+
+func renderIntercept(r report, d *metrics.Document) {
+	ic := d.Intercept
+	switch {
+	case ic == nil:
+		r.line("Interception", "not reported")
+		return
+	case !ic.Enabled:
+		r.line("Interception", "off (the agent manages no link and no rules)")
+		return
+	}
+	link := printable(ic.Link)
+	if link == "" {
+		link = "none"
+	}
+	if ic.LinkType != "" {
+		link += " (" + printable(ic.LinkType) + ")"
+	}
+	ips := make([]string, len(ic.IPs))
+	for i, ip := range ic.IPs {
+		ips[i] = printable(ip)
+	}
+	r.line("Interception", "link %s, IPs %s", link, orNone(strings.Join(ips, ", ")))
+	backend := printable(ic.Backend)
+	if backend == "" {
+		backend = "rules not managed"
+	}
+	r.line("", "rules %d of %d present (%s)", ic.RulesPresent, ic.RulesWanted, backend)
+	last := "never"
+	if !ic.LastRepair.IsZero() {
+		last = fmtSeconds(d.Now.Sub(ic.LastRepair).Seconds()) + " ago"
+	}
+	r.line("", "%d repairs, last %s", ic.Repairs, last)
+	if ic.LastError != "" {
+		r.line("", "last error: %s", printable(ic.LastError))
+	}
+}
+
+func renderInformers(r report, inf *metrics.InformerFigures) {
+	switch {
+	case inf == nil:
+		r.line("Informers", "not reported")
+		return
+	case !inf.Enabled:
+		r.line("Informers", "off (no Kubernetes configured)")
+		return
+	}
+	state := "synced"
+	if !inf.Synced {
+		state = "NOT SYNCED (cluster names are not answered from the index yet)"
+	}
+	kinds := make([]string, 0, len(inf.Objects))
+	for k := range inf.Objects {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	objs := make([]string, len(kinds))
+	for i, k := range kinds {
+		objs[i] = fmt.Sprintf("%s %d", printable(k), inf.Objects[k])
+	}
+	r.line("Informers", "%s; %s", state, orNone(strings.Join(objs, ", ")))
+}
+
+func topList(r report, l []metrics.TopEntry) {
+	if len(l) == 0 {
+		r.line("", "none yet")
+		return
+	}
+	rows := make([][]string, len(l))
+	for i, e := range l {
+		rows[i] = []string{"", fmt.Sprint(e.Count), printable(e.Key)}
+	}
+	r.table(rows)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func fmtSeconds(s float64) string {
+	return (time.Duration(s * float64(time.Second))).Round(time.Second).String()
+}
+
+func fmtRate(r float64) string {
+	if r >= 100 {
+		return fmt.Sprintf("%.0f", r)
+	}
+	return fmt.Sprintf("%.1f", r)
+}
+
+func fmtMs(ms float64) string {
+	switch {
+	case ms <= 0:
+		return "-"
+	case ms < 1:
+		return fmt.Sprintf("%.2fms", ms)
+	case ms < 10:
+		return fmt.Sprintf("%.1fms", ms)
+	}
+	return fmt.Sprintf("%.0fms", ms)
+}
+
+// printable escapes what a terminal would act on: query names and errors
+// come from the network and may hold control bytes.
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			for _, c := range []byte(s[i : i+n]) {
+				fmt.Fprintf(&b, `\x%02x`, c)
+			}
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}

@@ -1,0 +1,336 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodedns/nodedns/pkg/admin"
+	"github.com/nodedns/nodedns/pkg/metrics"
+	"github.com/nodedns/nodedns/pkg/server"
+)
+
+func sampleDocument() metrics.Document {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	return metrics.Document{
+		Version:       "v1.2.3",
+		Started:       now.Add(-(90*time.Minute + 5*time.Second)),
+		Now:           now,
+		UptimeSeconds: (90*time.Minute + 5*time.Second).Seconds(),
+		QPS:           metrics.QPS{Last10s: 812.4, Last1m: 790.06},
+		Total:         1234,
+		Answers: map[string]map[string]uint64{
+			"cache":    {"NOERROR": 1000, "NXDOMAIN": 12},
+			"cluster":  {"NOERROR": 200, "NXDOMAIN": 7},
+			"upstream": {"SERVFAIL": 3, "REFUSED": 2},
+			"autopath": {"NOERROR": 10},
+		},
+		Cache: &metrics.CacheStats{CacheFigures: metrics.CacheFigures{Entries: 120, Capacity: 10000, Hits: 900, Misses: 100,
+			Evictions: 7, StaleServed: 3, Prefetches: 11}, HitRatio: 0.9},
+		Autopath: metrics.AutopathStats{Shortcuts: 10, Steps: 31, Saved: 25},
+		Upstreams: []metrics.UpstreamFigures{
+			{Addr: "169.254.0.53:53", Up: true, Requests: 100, Failures: 2, P50ms: 1.41, P99ms: 22.6},
+			{Addr: "[fd00::53]:53", Up: false, Requests: 9, Failures: 9, LastError: "reading from [fd00::53]:53: i/o timeout"},
+		},
+		Intercept: &metrics.InterceptFigures{Enabled: true, Link: "nodelocaldns", LinkType: "dummy",
+			IPs: []string{"169.254.20.10", "169.254.20.11"}, Backend: "nft", RulesPresent: 5, RulesWanted: 6,
+			Repairs: 2, LastRepair: now.Add(-time.Hour), LastError: "inserting rule: exit status 4"},
+		Informers: &metrics.InformerFigures{Enabled: true, Synced: true,
+			Objects: map[string]int{"services": 40, "endpointslices": 45, "namespaces": 6, "pods": 12}},
+		Server:     &server.Stats{Overloaded: 4, Panics: 1, InFlight: 2, TCPConns: 3},
+		TopNames:   []metrics.TopEntry{{Key: "api.example.com.", Count: 4800}, {Key: "evil\x1b[2J.example.", Count: 16}},
+		TopClients: []metrics.TopEntry{{Key: "169.254.7.7", Count: 5000}},
+		TopSample:  16,
+	}
+}
+
+// statsServer serves doc as /stats.
+func statsServer(t *testing.T, doc any) (*httptest.Server, string) {
+	t.Helper()
+	body, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv, strings.TrimPrefix(srv.URL, "http://")
+}
+
+func runStatsArgs(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := runStats(ctx, args, &stdout, &stderr)
+	return stdout.String(), stderr.String(), err
+}
+
+func TestStatsReport(t *testing.T) {
+	_, addr := statsServer(t, sampleDocument())
+	out, _, err := runStatsArgs(t, "--admin", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("report:\n%s", out)
+	for _, want := range []string{
+		"nodedns v1.2.3, up 1h30m5s (since 2025-03-01 10:29:55 UTC)",
+		"812/s last 10s, 790/s last 1m, 1234 answered since start",
+		"NOERROR", "NXDOMAIN", "SERVFAIL", "REFUSED",
+		"120 of 10000 entries, hit ratio 90.0% (900 hits, 100 misses)",
+		"7 evictions, 3 stale answers served, 11 prefetches",
+		"10 shortcuts, 25 upstream round trips saved",
+		"169.254.0.53:53", "1.4ms", "23ms",
+		"[fd00::53]:53", "DOWN", "i/o timeout",
+		"link nodelocaldns (dummy), IPs 169.254.20.10, 169.254.20.11",
+		"rules 5 of 6 present (nft)",
+		"2 repairs, last 1h0m0s ago",
+		"last error: inserting rule: exit status 4",
+		"synced; endpointslices 45, namespaces 6, pods 12, services 40",
+		"4 overloaded, 1 panics",
+		"sampled 1 in 16",
+		"api.example.com.", "169.254.7.7",
+		`evil\x1b[2J.example.`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "\x1b") {
+		t.Error("a control byte from a query name reached the terminal")
+	}
+	// Sources in a fixed order: cluster before cache before upstream.
+	ci, ca, up := strings.Index(out, "  cluster"), strings.Index(out, "  cache"), strings.Index(out, "  upstream")
+	if ci < 0 || !(ci < ca && ca < up) {
+		t.Errorf("sources out of order: cluster %d cache %d upstream %d", ci, ca, up)
+	}
+	for i, l := range strings.Split(out, "\n") {
+		if strings.TrimRight(l, " ") != l {
+			t.Errorf("line %d has trailing spaces: %q", i+1, l)
+		}
+	}
+}
+
+func TestStatsReportSparse(t *testing.T) {
+	// A document with nothing wired (and fields a newer agent might add).
+	_, addr := statsServer(t, map[string]any{"version": "dev", "uptime_seconds": 3, "answers": map[string]any{},
+		"intercept": map[string]any{"enabled": false}, "a_future_field": 1})
+	out, _, err := runStatsArgs(t, "--admin", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"nodedns dev, up 3s", "Answers       none yet", "Cache         not reported",
+		"Upstreams     none reported", "Interception  off", "Informers     not reported", "none yet"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestStatsJSON(t *testing.T) {
+	doc := sampleDocument()
+	_, addr := statsServer(t, doc)
+	out, _, err := runStatsArgs(t, "--admin", addr, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back metrics.Document
+	if err := json.Unmarshal([]byte(out), &back); err != nil {
+		t.Fatalf("--json printed no document: %v\n%s", err, out)
+	}
+	if back.Version != doc.Version || back.Cache.HitRatio != 0.9 || len(back.Upstreams) != 2 {
+		t.Errorf("--json document = %+v", back)
+	}
+}
+
+func TestStatsNoAgent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	_, _, err = runStatsArgs(t, "--admin", addr)
+	if err == nil {
+		t.Fatal("no error without an agent")
+	}
+	if want := "no agent answering at " + addr + ": connection refused"; err.Error() != want {
+		t.Errorf("error = %q, want %q", err, want)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("error %v does not wrap ECONNREFUSED", err)
+	}
+	// The command as main runs it: one line on stderr, exit status 1.
+	var stdout, stderr bytes.Buffer
+	if code := runStatsMain([]string{"--admin", addr}, &stdout, &stderr); code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	if got, want := stderr.String(), "nodedns stats: no agent answering at "+addr+": connection refused\n"; got != want {
+		t.Errorf("stderr = %q, want %q", got, want)
+	}
+
+	sock := filepath.Join(t.TempDir(), "admin.sock")
+	_, _, err = runStatsArgs(t, "--socket", sock)
+	if want := "no agent answering at " + sock + ": no such file or directory"; err == nil || err.Error() != want {
+		t.Errorf("error = %v, want %q", err, want)
+	}
+}
+
+// runStatsMain is what main does with the command's error.
+func runStatsMain(args []string, stdout, stderr *bytes.Buffer) int {
+	if err := statsCmd(args, stdout, stderr); err != nil {
+		stderr.WriteString("nodedns stats: " + err.Error() + "\n")
+		return 1
+	}
+	return 0
+}
+
+func TestStatsTimeoutAndHTTPError(t *testing.T) {
+	hang := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	defer slow.Close()
+	defer close(hang)
+	_, _, err := runStatsArgs(t, "--admin", strings.TrimPrefix(slow.URL, "http://"), "--timeout", "100ms")
+	if err == nil || !strings.HasSuffix(err.Error(), ": no answer within 100ms") {
+		t.Errorf("slow agent: error = %v", err)
+	}
+
+	missing := httptest.NewServer(http.NotFoundHandler())
+	defer missing.Close()
+	_, _, err = runStatsArgs(t, "--admin", strings.TrimPrefix(missing.URL, "http://"))
+	if err == nil || !strings.Contains(err.Error(), "answered /stats with 404 Not Found") {
+		t.Errorf("no /stats: error = %v", err)
+	}
+
+	garbage := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("<html>")) }))
+	defer garbage.Close()
+	_, _, err = runStatsArgs(t, "--admin", strings.TrimPrefix(garbage.URL, "http://"))
+	if err == nil || !strings.Contains(err.Error(), "decoding /stats from") {
+		t.Errorf("not JSON: error = %v", err)
+	}
+
+	if _, _, err := runStatsArgs(t, "--timeout", "0s"); err == nil {
+		t.Error("--timeout 0s accepted")
+	}
+	if _, _, err := runStatsArgs(t, "extra"); err == nil {
+		t.Error("a stray argument accepted")
+	}
+}
+
+func TestStatsSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(sampleDocument())
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/stats" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(body)
+	}))
+	srv.Listener = ln
+	srv.Start()
+	defer srv.Close()
+	out, _, err := runStatsArgs(t, "--socket", sock, "--admin", "127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "nodedns v1.2.3") {
+		t.Errorf("report through the socket:\n%s", out)
+	}
+}
+
+func TestStatsWatch(t *testing.T) {
+	srv, addr := statsServer(t, sampleDocument())
+	out, _, err := runStatsArgs(t, "--admin", addr, "--watch", "--interval", "10ms", "--count", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out, "nodedns v1.2.3"); n != 3 {
+		t.Errorf("%d reports, want 3", n)
+	}
+	if n := strings.Count(out, "Ctrl-C to stop"); n != 3 {
+		t.Errorf("%d watch headers, want 3", n)
+	}
+
+	// The agent going away is reported and the watch goes on; the last
+	// report's error is the result.
+	srv.Close()
+	out, _, err = runStatsArgs(t, "--admin", addr, "--watch", "--interval", "10ms", "--count", "2")
+	if n := strings.Count(out, "nodedns stats: no agent answering at "+addr); n != 2 || err == nil {
+		t.Errorf("agent gone: %d error lines, err %v:\n%s", n, err, out)
+	}
+
+	// An interrupt ends the watch cleanly.
+	_, addr = statsServer(t, sampleDocument())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var stdout bytes.Buffer
+	go func() {
+		done <- runStats(ctx, []string{"--admin", addr, "--watch", "--interval", "1h"}, &stdout, &bytes.Buffer{})
+	}()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("interrupted watch: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("watch did not stop on interrupt")
+	}
+}
+
+// TestStatsFromAgentEndpoint reads a real Recorder through the admin
+// endpoint, wired the way serve wires them.
+func TestStatsFromAgentEndpoint(t *testing.T) {
+	rec, err := metrics.New(metrics.Config{Version: "v9", TopSample: 1, Sources: metrics.Sources{
+		Cache: func() metrics.CacheFigures {
+			return metrics.CacheFigures{Entries: 1, Capacity: 100, Hits: 3, Misses: 1}
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		rec.Observe(server.Event{Source: server.SourceCache, Name: "a.example.", Client: netip.MustParseAddr("169.254.1.2")})
+	}
+	rec.Observe(server.Event{Source: server.SourceUpstream, Rcode: 3, Name: "b.example."})
+	adm, err := admin.New(admin.Config{Addr: "127.0.0.1:0", Stats: func() any { return rec.Stats() }, Metrics: rec.Handler()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = adm.Serve() }()
+	defer adm.Shutdown(context.Background())
+	out, _, err := runStatsArgs(t, "--admin", adm.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"nodedns v9, up 0s", "4 answered since start", "hit ratio 75.0%", "3  a.example.", "169.254.1.2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
