@@ -1,0 +1,219 @@
+package metrics
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime"
+	"sort"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// collector turns the Recorder's counters and the Sources into Prometheus
+// metrics at scrape time: each source func is called once per scrape.
+type collector struct {
+	r *Recorder
+
+	buildInfo *prometheus.Desc
+
+	requests, duration *prometheus.Desc
+
+	cacheEntries, cacheCapacity, cacheHits, cacheMisses *prometheus.Desc
+	cacheEvictions, cacheStale, cachePrefetches         *prometheus.Desc
+
+	upRequests, upFailures, upUp, upP50, upP99 *prometheus.Desc
+
+	apShortcuts, apSteps, apSaved *prometheus.Desc
+
+	icEnabled, icRepairs, icPresent, icWanted *prometheus.Desc
+
+	infEnabled, infSynced, infObjects *prometheus.Desc
+
+	srvOverloaded, srvPanics, srvInflight, srvTCP *prometheus.Desc
+}
+
+func newCollector(r *Recorder) *collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("nodedns_"+name, help, labels, nil)
+	}
+	return &collector{
+		r:         r,
+		buildInfo: d("build_info", "Always 1; labelled with the agent's version and Go version.", "version", "goversion"),
+
+		requests: d("requests_total", "Answered DNS requests by the stage that answered (source) and response code.", "source", "rcode"),
+		duration: d("request_duration_seconds", "Time from reading a request to answering it, by source.", "source"),
+
+		cacheEntries:    d("cache_entries", "Entries in the cache."),
+		cacheCapacity:   d("cache_capacity", "Maximum entries in the cache."),
+		cacheHits:       d("cache_hits_total", "Cache lookups answered from the cache."),
+		cacheMisses:     d("cache_misses_total", "Cache lookups that went upstream."),
+		cacheEvictions:  d("cache_evictions_total", "Entries evicted from the full cache."),
+		cacheStale:      d("cache_stale_served_total", "Expired answers served because the upstream failed."),
+		cachePrefetches: d("cache_prefetches_total", "Entries refreshed before they expired."),
+
+		upRequests: d("upstream_requests_total", "Exchanges sent to an upstream server.", "upstream"),
+		upFailures: d("upstream_failures_total", "Exchanges with an upstream server that failed.", "upstream"),
+		upUp:       d("upstream_up", "1 when the upstream server is considered healthy, 0 when marked down.", "upstream"),
+		// pkg/upstream keeps log2 buckets for its own p50/p99, not
+		// Prometheus buckets: exported as the estimates they are (gauges,
+		// since a quantile label belongs to summaries only).
+		upP50: d("upstream_exchange_duration_p50_seconds", "Estimated median duration of successful exchanges with an upstream server (within a factor of two).", "upstream"),
+		upP99: d("upstream_exchange_duration_p99_seconds", "Estimated 99th percentile duration of successful exchanges with an upstream server (within a factor of two).", "upstream"),
+
+		apShortcuts: d("autopath_shortcuts_total", "Search-path walks done by the agent that saved the client at least one query."),
+		apSteps:     d("autopath_steps_total", "Search-path expansions the agent resolved on behalf of clients."),
+		apSaved:     d("autopath_queries_saved_total", "Client queries (round trips) saved by search-path walks."),
+
+		icEnabled: d("intercept_enabled", "1 when the agent manages the interception link and rules."),
+		icRepairs: d("intercept_repairs_total", "Things put back by interception reconcile passes (link, address, rule)."),
+		icPresent: d("intercept_rules_present", "Interception rules found in place after the last reconcile pass."),
+		icWanted:  d("intercept_rules_wanted", "Interception rules the agent wants in place."),
+
+		infEnabled: d("informer_enabled", "1 when the cluster zone is served from Kubernetes informers."),
+		infSynced:  d("informer_synced", "1 once the informers have synced and cluster answers are authoritative."),
+		infObjects: d("informer_objects", "Objects held by the cluster index, by kind.", "kind"),
+
+		srvOverloaded: d("server_overloaded_total", "Requests answered SERVFAIL at once because too many were in flight."),
+		srvPanics:     d("server_panics_total", "Panics recovered while answering a request."),
+		srvInflight:   d("server_inflight_requests", "Requests being resolved off the socket readers."),
+		srvTCP:        d("server_tcp_connections", "Open client TCP connections."),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.buildInfo, c.requests, c.duration,
+		c.cacheEntries, c.cacheCapacity, c.cacheHits, c.cacheMisses, c.cacheEvictions, c.cacheStale, c.cachePrefetches,
+		c.upRequests, c.upFailures, c.upUp, c.upP50, c.upP99, c.apShortcuts, c.apSteps, c.apSaved,
+		c.icEnabled, c.icRepairs, c.icPresent, c.icWanted, c.infEnabled, c.infSynced, c.infObjects,
+		c.srvOverloaded, c.srvPanics, c.srvInflight, c.srvTCP} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	r := c.r
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge(c.buildInfo, 1, r.cfg.Version, runtime.Version())
+
+	// Only the (source, rcode) pairs seen are exported: series appear on
+	// their first answer, as a labelled counter's would.
+	for s := range numSources {
+		for rc := range numRcodes {
+			if v := r.answers[s][rc].Load(); v > 0 {
+				counter(c.requests, v, sourceNames[s], rcodeNames[rc])
+			}
+		}
+		if n, sum, b := r.durations[s].snapshot(); n > 0 {
+			ch <- prometheus.MustNewConstHistogram(c.duration, n, sum, b, sourceNames[s])
+		}
+	}
+	counter(c.apShortcuts, r.apShortcuts.Load())
+	counter(c.apSteps, r.apSteps.Load())
+	counter(c.apSaved, r.apSaved.Load())
+
+	src := r.cfg.Sources
+	if src.Cache != nil {
+		cf := src.Cache()
+		gauge(c.cacheEntries, float64(cf.Entries))
+		gauge(c.cacheCapacity, float64(cf.Capacity))
+		counter(c.cacheHits, cf.Hits)
+		counter(c.cacheMisses, cf.Misses)
+		counter(c.cacheEvictions, cf.Evictions)
+		counter(c.cacheStale, cf.StaleServed)
+		counter(c.cachePrefetches, cf.Prefetches)
+	}
+	if src.Upstreams != nil {
+		seen := map[string]bool{}
+		for _, u := range src.Upstreams() {
+			// One series per address: the same server may sit in
+			// several groups (default and stub domains).
+			if seen[u.Addr] {
+				continue
+			}
+			seen[u.Addr] = true
+			counter(c.upRequests, u.Requests, u.Addr)
+			counter(c.upFailures, u.Failures, u.Addr)
+			gauge(c.upUp, b2f(u.Up), u.Addr)
+			gauge(c.upP50, u.P50ms/1000, u.Addr)
+			gauge(c.upP99, u.P99ms/1000, u.Addr)
+		}
+	}
+	if src.Intercept != nil {
+		ic := src.Intercept()
+		gauge(c.icEnabled, b2f(ic.Enabled))
+		counter(c.icRepairs, ic.Repairs)
+		gauge(c.icPresent, float64(ic.RulesPresent))
+		gauge(c.icWanted, float64(ic.RulesWanted))
+	}
+	if src.Informers != nil {
+		inf := src.Informers()
+		gauge(c.infEnabled, b2f(inf.Enabled))
+		gauge(c.infSynced, b2f(inf.Synced))
+		kinds := make([]string, 0, len(inf.Objects))
+		for k := range inf.Objects {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		for _, k := range kinds {
+			gauge(c.infObjects, float64(inf.Objects[k]), k)
+		}
+	}
+	if src.Server != nil {
+		st := src.Server()
+		counter(c.srvOverloaded, st.Overloaded)
+		counter(c.srvPanics, st.Panics)
+		gauge(c.srvInflight, float64(st.InFlight))
+		gauge(c.srvTCP, float64(st.TCPConns))
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (r *Recorder) registerCollectors() error {
+	for _, c := range []prometheus.Collector{
+		newCollector(r),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := r.reg.Register(c); err != nil {
+			return fmt.Errorf("metrics: registering collector: %w", err)
+		}
+	}
+	return nil
+}
+
+// Register adds a collector to the Recorder's registry (for figures
+// owned elsewhere, e.g. config reloads).
+func (r *Recorder) Register(c prometheus.Collector) error {
+	if err := r.reg.Register(c); err != nil {
+		return fmt.Errorf("metrics: registering collector: %w", err)
+	}
+	return nil
+}
+
+// Handler serves /metrics from the Recorder's own registry.
+func (r *Recorder) Handler() http.Handler {
+	return promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{
+		ErrorLog:      promLogger{r.cfg.Logger.With("component", "metrics")},
+		ErrorHandling: promhttp.ContinueOnError,
+		Registry:      r.reg,
+	})
+}
+
+// promLogger adapts slog to promhttp's error log.
+type promLogger struct{ l *slog.Logger }
+
+func (p promLogger) Println(v ...any) { p.l.Warn("serving /metrics", "err", fmt.Sprint(v...)) }

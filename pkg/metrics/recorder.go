@@ -1,0 +1,321 @@
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodedns/nodedns/pkg/server"
+)
+
+// Config configures a Recorder. Zero values take the defaults named.
+type Config struct {
+	// Version is reported in /stats and nodedns_build_info.
+	Version string
+	// Sources are read at scrape time and for /stats; nil funcs leave
+	// their figures out.
+	Sources Sources
+	// LogQueries is the fraction (0 to 1) of answered queries logged at
+	// Info with component=query; 0 logs none. The sample is one in
+	// round(1/LogQueries) answers of each source and rcode, so rare
+	// rcodes are logged too.
+	LogQueries float64
+	// Logger receives the query log; default slog.Default().
+	Logger *slog.Logger
+	// TopK is how many entries the top name and client lists report;
+	// default 10.
+	TopK int
+	// TopSample: one answer in TopSample (rounded up to a power of two) is
+	// counted into the top lists; default 16.
+	TopSample int
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Sources are the figures other packages own, read when /metrics is
+// scraped or /stats is served (never on the query path). Each must be
+// safe for concurrent use; a nil func leaves its figures out.
+type Sources struct {
+	Cache     func() CacheFigures
+	Upstreams func() []UpstreamFigures
+	Server    func() server.Stats
+	Intercept func() InterceptFigures
+	Informers func() InformerFigures
+}
+
+// CacheFigures are the cache's counters. The fields match cache.Stats, so
+// that a conversion metrics.CacheFigures(c.Stats()) compiles while they do.
+type CacheFigures struct {
+	Entries     int    `json:"entries"`
+	Capacity    int    `json:"capacity"`
+	Hits        uint64 `json:"hits"`
+	Misses      uint64 `json:"misses"`
+	Evictions   uint64 `json:"evictions"`
+	StaleServed uint64 `json:"stale_served"`
+	Prefetches  uint64 `json:"prefetches"`
+}
+
+// UpstreamFigures are one upstream server's figures. The fields match
+// upstream.ServerStats (convertible the same way).
+type UpstreamFigures struct {
+	Addr      string  `json:"addr"`
+	Up        bool    `json:"up"`
+	Requests  uint64  `json:"requests"`
+	Failures  uint64  `json:"failures"`
+	LastError string  `json:"last_error,omitempty"`
+	P50ms     float64 `json:"p50_ms"`
+	P99ms     float64 `json:"p99_ms"`
+}
+
+// InterceptFigures are the interception state. Enabled is false when the
+// agent manages neither link nor rules (the other fields are then empty).
+type InterceptFigures struct {
+	Enabled      bool      `json:"enabled"`
+	Link         string    `json:"link,omitempty"`
+	LinkType     string    `json:"link_type,omitempty"`
+	IPs          []string  `json:"ips,omitempty"`
+	Backend      string    `json:"backend,omitempty"`
+	RulesPresent int       `json:"rules_present"`
+	RulesWanted  int       `json:"rules_wanted"`
+	Repairs      uint64    `json:"repairs"`
+	LastRepair   time.Time `json:"last_repair,omitzero"`
+	LastError    string    `json:"last_error,omitempty"`
+}
+
+// InformerFigures are the state of the Kubernetes informers. Objects counts
+// what the index holds by kind ("services", "endpointslices", ...).
+type InformerFigures struct {
+	Enabled bool           `json:"enabled"`
+	Synced  bool           `json:"synced"`
+	Objects map[string]int `json:"objects,omitempty"`
+}
+
+// Answer sources, as indexes into the counter arrays. srcOther catches a
+// Source this package does not know (a newer server).
+const (
+	srcCluster = iota
+	srcCache
+	srcStale
+	srcUpstream
+	srcAutopath
+	srcLocal
+	srcOther
+	numSources
+)
+
+var sourceNames = [numSources]string{"cluster", "cache", "stale", "upstream", "autopath", "local", "other"}
+
+func sourceIndex(s server.Source) int {
+	switch s {
+	case server.SourceCluster:
+		return srcCluster
+	case server.SourceCache:
+		return srcCache
+	case server.SourceStale:
+		return srcStale
+	case server.SourceUpstream:
+		return srcUpstream
+	case server.SourceAutopath:
+		return srcAutopath
+	case server.SourceLocal:
+		return srcLocal
+	}
+	return srcOther
+}
+
+// rcodeNames labels rcodes 0 to 23 (RFC 6895's registry; 16 is BADVERS
+// in a reply without TSIG, which is all this agent sends); anything else
+// is counted as OTHER.
+var rcodeNames = [...]string{
+	"NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED",
+	"YXDOMAIN", "YXRRSET", "NXRRSET", "NOTAUTH", "NOTZONE", "DSOTYPENI",
+	"RCODE12", "RCODE13", "RCODE14", "RCODE15",
+	"BADVERS", "BADKEY", "BADTIME", "BADMODE", "BADNAME", "BADALG", "BADTRUNC", "BADCOOKIE",
+	"OTHER",
+}
+
+const numRcodes = len(rcodeNames)
+
+func rcodeIndex(rc int) int {
+	if rc < 0 || rc >= numRcodes-1 {
+		return numRcodes - 1
+	}
+	return rc
+}
+
+// Recorder records answered queries and serves the agent's figures. It is
+// safe for concurrent use; Observe is meant for the serving path.
+type Recorder struct {
+	cfg      Config
+	clock    func() time.Time // Config.Now; nil: the monotonic clock
+	coarse   atomic.Int64     // the current second while Run runs; 0: read the clock
+	started  time.Time
+	startSec int64
+	qlog     *slog.Logger
+	reg      *prometheus.Registry
+
+	// answers counts by source and rcode; its per-cell value also drives
+	// the samples (top-k and query log) without another shared counter.
+	answers   [numSources][numRcodes]atomic.Uint64
+	durations [numSources]durationHistogram
+	qps       secondRing
+
+	apShortcuts, apSteps, apSaved atomic.Uint64
+
+	topMask  uint64 // sample when count&topMask == 0
+	logEvery uint64 // log when count%logEvery == 0; 0: never
+	names    *topK[string]
+	clients  *topK[netip.Addr]
+}
+
+// New returns a Recorder with its own Prometheus registry (the Go and
+// process collectors included).
+func New(cfg Config) (*Recorder, error) {
+	if cfg.LogQueries < 0 || cfg.LogQueries > 1 || math.IsNaN(cfg.LogQueries) {
+		return nil, fmt.Errorf("metrics: query log fraction %g: want 0 to 1", cfg.LogQueries)
+	}
+	if cfg.TopK <= 0 {
+		cfg.TopK = 10
+	}
+	if cfg.TopSample <= 0 {
+		cfg.TopSample = 16
+	}
+	sample := 1
+	for sample < cfg.TopSample && sample < 1<<20 {
+		sample <<= 1
+	}
+	cfg.TopSample = sample
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Recorder{cfg: cfg, clock: cfg.Now, started: time.Now(), qlog: cfg.Logger.With("component", "query"),
+		topMask: uint64(sample - 1)}
+	if r.clock != nil {
+		r.started = r.clock()
+	}
+	r.startSec = r.started.Unix()
+	if cfg.LogQueries > 0 {
+		r.logEvery = uint64(math.Max(1, math.Round(1/cfg.LogQueries)))
+	}
+	// The tables track more entries than they report: Space-Saving's
+	// estimates for the leaders sharpen as the table grows.
+	tracked := min(max(64, 8*cfg.TopK), 4096)
+	r.names = newTopK(tracked, strings.Clone)
+	r.clients = newTopK(tracked, func(a netip.Addr) netip.Addr { return a })
+	r.reg = prometheus.NewRegistry()
+	if err := r.registerCollectors(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Observe records one answered query. It takes no lock and allocates
+// nothing, except for the sampled events (one in TopSample per source and
+// rcode takes a short mutex for the top lists; one in 1/LogQueries is
+// logged).
+func (r *Recorder) Observe(ev server.Event) {
+	sec := r.coarse.Load()
+	if sec == 0 {
+		sec = r.second()
+	}
+	si := sourceIndex(ev.Source)
+	n := r.answers[si][rcodeIndex(ev.Rcode)].Add(1)
+	r.durations[si].observe(ev.Duration)
+	r.qps.add(sec)
+	if ev.AutopathSteps > 0 || ev.AutopathSaved > 0 {
+		r.apSteps.Add(uint64(max(ev.AutopathSteps, 0)))
+		r.apSaved.Add(uint64(max(ev.AutopathSaved, 0)))
+		if ev.AutopathSaved > 0 {
+			r.apShortcuts.Add(1)
+		}
+	}
+	if n&r.topMask == 0 {
+		r.names.add(ev.Name, sec)
+		if ev.Client.IsValid() {
+			r.clients.add(ev.Client.Unmap(), sec)
+		}
+	}
+	if r.logEvery != 0 && n%r.logEvery == 0 {
+		r.logQuery(&ev)
+	}
+}
+
+// coarseTick is how often Run refreshes the coarse clock: an answer may be
+// counted in the second before its own for that long after the turn.
+const coarseTick = 50 * time.Millisecond
+
+// Run keeps a coarse clock for Observe until ctx is done, so that the
+// serving path loads an atomic instead of reading the system clock (on
+// some virtual machines the dearest part of Observe). It is optional:
+// without it, or once it returns, Observe reads the clock itself. Call it
+// once, in its own goroutine.
+func (r *Recorder) Run(ctx context.Context) {
+	t := time.NewTicker(coarseTick)
+	defer t.Stop()
+	defer r.coarse.Store(0)
+	for {
+		r.coarse.Store(r.second())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// second is the current Unix second. Without an injected clock it is
+// counted on the monotonic clock from start: reading only that costs about
+// half of time.Now, and a wall-clock step cannot scramble the buckets.
+func (r *Recorder) second() int64 {
+	if r.clock != nil {
+		return r.clock().Unix()
+	}
+	return r.startSec + int64(time.Since(r.started)/time.Second)
+}
+
+// wallNow is the time the document reports.
+func (r *Recorder) wallNow() time.Time {
+	if r.clock != nil {
+		return r.clock()
+	}
+	return time.Now()
+}
+
+func (r *Recorder) logQuery(ev *server.Event) {
+	if !r.qlog.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
+	r.qlog.LogAttrs(context.Background(), slog.LevelInfo, "query",
+		slog.String("client", ev.Client.Unmap().String()),
+		slog.String("name", ev.Name),
+		slog.String("type", typeName(ev.Qtype)),
+		slog.String("rcode", rcodeName(ev.Rcode)),
+		slog.String("source", string(ev.Source)),
+		slog.String("proto", ev.Proto),
+		slog.Duration("duration", ev.Duration))
+}
+
+func typeName(t uint16) string {
+	if s, ok := dns.TypeToString[t]; ok {
+		return s
+	}
+	return "TYPE" + strconv.Itoa(int(t))
+}
+
+// rcodeName is the text of rc as the query log prints it (numbers past the
+// labelled range keep their value there, unlike the OTHER metric label).
+func rcodeName(rc int) string {
+	if i := rcodeIndex(rc); i != numRcodes-1 {
+		return rcodeNames[i]
+	}
+	return "RCODE" + strconv.Itoa(rc)
+}
