@@ -643,6 +643,9 @@ func (c *Cache) refreshAsync(k Key, e *entry) bool {
 	if !e.refreshing.CompareAndSwap(false, true) {
 		return false
 	}
+	// The hit path may hand in a name that lives in the caller's reusable
+	// buffer; the refresh outlives it.
+	k.Name = strings.Clone(k.Name)
 	select {
 	case c.refreshSem <- struct{}{}:
 	default:

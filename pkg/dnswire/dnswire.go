@@ -11,6 +11,8 @@ package dnswire
 import (
 	"encoding/binary"
 	"errors"
+	"strings"
+	"unsafe"
 
 	"github.com/miekg/dns"
 )
@@ -39,7 +41,11 @@ const (
 )
 
 // Query is a parsed request: header fields, the single question and the
-// EDNS0 parameters. Name and RawName point into the packet that was parsed.
+// EDNS0 parameters. RawName points into the packet that was parsed; Name
+// points into the Query itself (so parsing allocates nothing): both are
+// valid only while the packet and the Query are. Copying a Query copies
+// the bytes but not the pointers: call Detach on a copy that must outlive
+// its original.
 type Query struct {
 	ID      uint16
 	Flags   uint16
@@ -62,7 +68,14 @@ type Query struct {
 	UDPSize     uint16
 	DO          bool
 	EDNSVersion uint8
+
+	// nameBuf holds Name's bytes for plain names.
+	nameBuf [256]byte
 }
+
+// Detach makes Name independent of the Query it was parsed into (a heap
+// copy), for a Query copied to outlive the original.
+func (q *Query) Detach() { q.Name = strings.Clone(q.Name) }
 
 // Opcode returns the header's opcode.
 func (q *Query) Opcode() int { return int(q.Flags>>11) & 0xF }
@@ -110,7 +123,7 @@ func ParseQuery(b []byte, q *Query) error {
 	q.Class = binary.BigEndian.Uint16(b[end+2:])
 	q.QEnd = end + 4
 	if simple {
-		q.Name = lowerText(q.RawName)
+		q.Name = lowerText(&q.nameBuf, q.RawName)
 	} else {
 		name, _, err := dns.UnpackDomainName(b, HeaderLen)
 		if err != nil {
@@ -205,24 +218,27 @@ func plain(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '*'
 }
 
-// lowerText converts a plain wire name to lower-case presentation form.
-func lowerText(raw []byte) string {
+// lowerText converts a plain wire name to lower-case presentation form in
+// buf and returns it as a string sharing buf's memory.
+func lowerText(buf *[256]byte, raw []byte) string {
 	if len(raw) == 1 {
 		return "."
 	}
-	buf := make([]byte, 0, len(raw))
+	n := 0
 	for off := 0; raw[off] != 0; {
 		l := int(raw[off])
 		for _, c := range raw[off+1 : off+1+l] {
 			if c >= 'A' && c <= 'Z' {
 				c += 'a' - 'A'
 			}
-			buf = append(buf, c)
+			buf[n] = c
+			n++
 		}
-		buf = append(buf, '.')
+		buf[n] = '.'
+		n++
 		off += 1 + l
 	}
-	return string(buf)
+	return unsafe.String(&buf[0], n)
 }
 
 func lowerASCII(s string) string {

@@ -42,6 +42,18 @@ func (r *request) setMaxSize(maxUDP int) {
 // encode packs m (a stage's answer, read-only) as the reply to r and
 // appends it to dst.
 func (s *Server) encode(dst []byte, r *request, m *dns.Msg) []byte {
+	start := len(dst)
+	dst, err := s.pack(dst, r, m)
+	if err != nil {
+		s.log.Warn("packing reply failed", "name", r.q.Name, "type", r.q.Type, "err", err)
+		return s.errorReply(dst[:start], r, dns.RcodeServerFailure)
+	}
+	return s.finish(dst, start, r, m.Rcode)
+}
+
+// pack appends m packed with the lower-case question of r: no OPT, header
+// flags as m has them. finish makes it the reply to a particular request.
+func (s *Server) pack(dst []byte, r *request, m *dns.Msg) ([]byte, error) {
 	out := dns.Msg{MsgHdr: m.MsgHdr, Compress: true, Answer: m.Answer, Ns: m.Ns, Extra: m.Extra}
 	out.Question = []dns.Question{{Name: r.q.Name, Qtype: r.q.Type, Qclass: r.q.Class}}
 	if hasOPT(m.Extra) {
@@ -52,17 +64,14 @@ func (s *Server) encode(dst []byte, r *request, m *dns.Msg) []byte {
 			}
 		}
 	}
-	rcode := m.Rcode
-	out.Rcode = rcode & 0xF
+	out.Rcode = m.Rcode & 0xF
 	start := len(dst)
 	b, err := out.PackBuffer(dst[start:cap(dst)])
 	if err != nil {
-		s.log.Warn("packing reply failed", "name", r.q.Name, "type", r.q.Type, "err", err)
-		return s.errorReply(dst, r, dns.RcodeServerFailure)
+		return dst, err
 	}
 	// PackBuffer used dst's spare capacity when it fitted, else allocated.
-	dst = append(dst[:start], b...)
-	return s.finish(dst, start, r, rcode)
+	return append(dst[:start], b...), nil
 }
 
 func hasOPT(rrs []dns.RR) bool {

@@ -80,7 +80,7 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 			if res.NotSynced || res.ExternalTarget != "" {
 				return dst, verdictSlow
 			}
-			return s.send(dst, r, res.Msg, SourceCluster, 0, 0), verdictReply
+			return s.sendCluster(dst, r, res.Msg), verdictReply
 		}
 	}
 	if s.cfg.HitCache != nil {

@@ -117,13 +117,15 @@ func (c *Config) defaults() error {
 
 // Server serves DNS on its listen addresses.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	udp     []*net.UDPConn
-	tcp     []*net.TCPListener
-	sem     chan struct{} // slow-path queries in flight
-	conns   chan struct{} // open TCP connections
-	memo    *walkMemo
+	cfg   Config
+	log   *slog.Logger
+	udp   []*net.UDPConn
+	tcp   []*net.TCPListener
+	sem   chan struct{} // slow-path queries in flight
+	conns chan struct{} // open TCP connections
+	memo  *walkMemo
+	// packed holds cluster replies in wire form (see sendCluster).
+	packed  *packedCache
 	walkSet atomic.Pointer[walkSettings]
 
 	wg       sync.WaitGroup // readers, acceptors, connections, slow-path queries
@@ -152,7 +154,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "server"),
 		sem: make(chan struct{}, cfg.MaxInflight), conns: make(chan struct{}, cfg.MaxTCPConns),
-		memo: newWalkMemo(10000, cfg.AutopathMemo), tcpConns: map[net.Conn]struct{}{}}
+		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384), tcpConns: map[net.Conn]struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.loopName.Store("")
 	s.walkSet.Store(&walkSettings{autopath: cfg.Autopath, search: cfg.Search})
@@ -294,8 +296,13 @@ func (s *Server) Stats() Stats {
 // never sends, so the kernel steers every new query to the other sockets of
 // the group (the new agent's). Without another agent, queries get an ICMP
 // port unreachable, and clients fail over at once instead of timing out.
+//
+// TCP listeners close at once (new connections then go to the other
+// agent's listeners); open connections answer what their clients have
+// sent and close when idle.
 func (s *Server) Drain(wait time.Duration) {
 	s.closing.Store(true)
+	s.stopAccepting()
 	for _, uc := range s.udp {
 		la := uc.LocalAddr().(*net.UDPAddr).AddrPort()
 		rc, err := uc.SyscallConn()

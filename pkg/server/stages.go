@@ -90,11 +90,14 @@ type Observer interface {
 
 // Event describes one answered request.
 type Event struct {
-	Source   Source
-	Rcode    int
-	Proto    string // "udp" or "tcp"
-	Client   netip.Addr
-	Name     string // lower-case question name
+	Source Source
+	Rcode  int
+	Proto  string // "udp" or "tcp"
+	Client netip.Addr
+	// Name is the lower-case question name. It may share memory with a
+	// buffer the server reuses for the next query: copy it
+	// (strings.Clone) to keep it beyond the call.
+	Name     string
 	Qtype    uint16
 	Duration time.Duration
 	// AutopathSteps is, for a shortcut taken, how many search-path steps the

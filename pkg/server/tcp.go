@@ -18,6 +18,28 @@ import (
 // that client only).
 const perConnInflight = 16
 
+// tcpDrainIdle is how long a TCP connection may sit idle once the server
+// drains: ample for a query sent right after the handshake to arrive, and
+// short enough that idle connections close cleanly during Drain's wait.
+const tcpDrainIdle = 100 * time.Millisecond
+
+// stopAccepting closes the TCP listeners and shortens the idle deadline of
+// open connections (see Drain). With SO_REUSEPORT the kernel hands new
+// connections to the group's other listeners (the new agent's) from then
+// on; a connection still waiting in a closed listener's accept queue is
+// reset, unless net.ipv4.tcp_migrate_req moves it to another listener.
+func (s *Server) stopAccepting() {
+	for _, l := range s.tcp {
+		_ = l.Close()
+	}
+	deadline := time.Now().Add(tcpDrainIdle)
+	s.tcpMu.Lock()
+	for c := range s.tcpConns {
+		_ = c.SetReadDeadline(deadline)
+	}
+	s.tcpMu.Unlock()
+}
+
 func (s *Server) acceptTCP(l *net.TCPListener) {
 	defer s.wg.Done()
 	for {
@@ -87,8 +109,16 @@ func (s *Server) serveTCP(c *net.TCPConn) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	var lenBuf [2]byte
-	for !s.closing.Load() {
-		_ = c.SetReadDeadline(time.Now().Add(s.cfg.TCPIdleTimeout))
+	for {
+		// Draining, a connection still gets the queries its client has
+		// already sent (one accepted just before Drain closed the
+		// listener has its first query on the way), then closes once
+		// idle instead of at Shutdown.
+		idle := s.cfg.TCPIdleTimeout
+		if s.closing.Load() {
+			idle = tcpDrainIdle
+		}
+		_ = c.SetReadDeadline(time.Now().Add(idle))
 		if _, err := io.ReadFull(c, lenBuf[:]); err != nil {
 			return
 		}

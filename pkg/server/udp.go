@@ -18,6 +18,9 @@ func (s *Server) readUDP(uc *net.UDPConn) {
 	defer s.wg.Done()
 	buf := make([]byte, dns.MaxMsgSize)
 	out := make([]byte, 0, 4096)
+	// One request per reader, reused: its parsed name lives inside it, so
+	// a query allocates nothing on this path.
+	r := new(request)
 	for {
 		n, addr, err := uc.ReadFromUDPAddrPort(buf)
 		if err != nil {
@@ -27,13 +30,13 @@ func (s *Server) readUDP(uc *net.UDPConn) {
 			s.log.Debug("UDP read failed", "err", err)
 			continue
 		}
-		r := request{proto: "udp", client: addr.Addr().Unmap(), start: time.Now(), raw: buf[:n]}
-		resp, v := s.fast(out[:0], &r)
+		*r = request{proto: "udp", client: addr.Addr().Unmap(), start: time.Now(), raw: buf[:n]}
+		resp, v := s.fast(out[:0], r)
 		switch v {
 		case verdictReply:
 			s.writeUDP(uc, resp, addr)
 		case verdictSlow:
-			s.goSlowUDP(uc, &r, addr, out[:0])
+			s.goSlowUDP(uc, r, addr, out[:0])
 		}
 	}
 }
@@ -59,6 +62,7 @@ func (s *Server) goSlowUDP(uc *net.UDPConn, r *request, addr netip.AddrPort, scr
 	req := *r
 	req.raw = append([]byte(nil), r.raw...)
 	req.q.RawName = req.raw[dnswire.HeaderLen : dnswire.HeaderLen+len(r.q.RawName)]
+	req.q.Detach()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

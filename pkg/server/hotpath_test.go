@@ -1,0 +1,141 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/cache"
+)
+
+// noUpstream fails every exchange; the hit-path tests never reach it.
+type noUpstream struct{}
+
+func (noUpstream) Exchange(context.Context, *dns.Msg) (*dns.Msg, error) {
+	return nil, context.DeadlineExceeded
+}
+
+// hotServer returns a server (no sockets) whose cache holds
+// www.example.test A and whose cluster knows web.team-a.
+func hotServer(tb testing.TB) *Server {
+	tb.Helper()
+	c, err := cache.New(cache.Config{Size: 1000}, noUpstream{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	r := new(dns.Msg)
+	r.SetQuestion("www.example.test.", dns.TypeA)
+	r.Response = true
+	r.Answer = []dns.RR{mustRR("www.example.test. 300 IN A 192.0.2.1")}
+	c.Put(cache.KeyOf(r), r)
+	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, Resolver: c, HitCache: c, Cluster: &stableCluster{inner: testCluster()}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+func packet(tb testing.TB, name string, qtype uint16, edns bool) []byte {
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	if edns {
+		m.SetEdns0(1232, false)
+	}
+	b, err := m.Pack()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+var client = netip.MustParseAddr("127.0.0.1")
+
+// reqs is reused like a socket reader reuses its request.
+var reqs = new(request)
+
+func serveOnce(s *Server, pkt, out []byte) ([]byte, verdict) {
+	*reqs = request{proto: "udp", client: client, start: time.Now(), raw: pkt}
+	return s.fast(out[:0], reqs)
+}
+
+// TestHotPathAllocs pins the allocation count of a cache hit and of a
+// cluster answer on the reader: the per-query cost a node pays thousands of
+// times a second.
+func TestHotPathAllocs(t *testing.T) {
+	s := hotServer(t)
+	out := make([]byte, 0, 4096)
+	cases := []struct {
+		name string
+		pkt  []byte
+		max  float64
+	}{
+		{"cache hit", packet(t, "Www.Example.Test.", dns.TypeA, true), 0},
+		{"cluster answer", packet(t, "web.team-a.svc.cluster.local.", dns.TypeA, true), 0},
+	}
+	for _, c := range cases {
+		if _, v := serveOnce(s, c.pkt, out); v != verdictReply {
+			t.Fatalf("%s: verdict %d, want a reply on the reader", c.name, v)
+		}
+		n := testing.AllocsPerRun(200, func() { serveOnce(s, c.pkt, out) })
+		if n > c.max {
+			t.Errorf("%s: %.1f allocations per query, want at most %.0f", c.name, n, c.max)
+		}
+	}
+}
+
+func BenchmarkFastCacheHit(b *testing.B) {
+	s := hotServer(b)
+	pkt := packet(b, "Www.Example.Test.", dns.TypeA, true)
+	out := make([]byte, 0, 4096)
+	b.ReportAllocs()
+	for b.Loop() {
+		serveOnce(s, pkt, out)
+	}
+}
+
+func BenchmarkFastClusterAnswer(b *testing.B) {
+	s := hotServer(b)
+	pkt := packet(b, "web.team-a.svc.cluster.local.", dns.TypeA, true)
+	out := make([]byte, 0, 4096)
+	b.ReportAllocs()
+	for b.Loop() {
+		serveOnce(s, pkt, out)
+	}
+}
+
+// stableCluster returns the same message for the same question, as the
+// real index does (it builds messages when objects change, not per query).
+type stableCluster struct {
+	inner *fakeCluster
+	mu    sync.Mutex
+	memo  map[stableKey]ClusterResult
+}
+
+type stableKey struct {
+	name  string
+	qtype uint16
+}
+
+func (c *stableCluster) Zone() string { return c.inner.Zone() }
+
+func (c *stableCluster) Lookup(name string, qtype uint16) (ClusterResult, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.memo[stableKey{name, qtype}]; ok {
+		return r, true
+	}
+	r, ok := c.inner.Lookup(name, qtype)
+	if ok {
+		if c.memo == nil {
+			c.memo = map[stableKey]ClusterResult{}
+		}
+		c.memo[stableKey{strings.Clone(name), qtype}] = r
+	}
+	return r, ok
+}
