@@ -1,0 +1,31 @@
+// Package k8s is the agent's authority for the cluster zone: it answers
+// names under the cluster domain (Services, their endpoints and ports, pods,
+// the apex) and PTR queries for the ClusterIPs and endpoint addresses it
+// knows, from informer caches of the API server, so cluster names never
+// leave the node.
+//
+// It owns the Service, EndpointSlice (discovery.k8s.io/v1), Namespace and,
+// when a mode needs them, Pod informers. Each object is stripped by an
+// informer transform to what DNS needs before it is stored, and an event
+// rebuilds the records of the one Service it touches. A query is a few map
+// lookups: the answers of bare service names and the zone's negative
+// answers are prebuilt, shared messages; endpoint, port, SRV-of-headless,
+// pod and PTR answers are assembled from prebuilt per-service data in time
+// proportional to the answer.
+//
+// The semantics are those of CoreDNS's kubernetes plugin, which implements
+// the Kubernetes DNS specification v1.1.0; comments mark each deliberate
+// difference.
+//
+// Limits:
+//   - One zone. Multicluster (ServiceImport), zonal names, wildcards
+//     (removed from CoreDNS in 1.9), `endpoint_pod_names` and namespace
+//     filters are not implemented.
+//   - In verified pod mode every pod of the cluster is watched, as in
+//     CoreDNS: about 100 bytes per pod, and an API watch that grows with
+//     the cluster. The default, insecure, watches only this node's pods.
+//   - Until the informers have synced, in-zone names return NotSynced
+//     (never NXDOMAIN) and reverse names are left to the upstream.
+//   - After the API server goes away, the last known state is served while
+//     client-go relists; there is no staleness limit.
+package k8s

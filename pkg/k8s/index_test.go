@@ -1,0 +1,250 @@
+package k8s
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+var bg = context.Background()
+
+// TestUpdates drives every kind of object through create, update and
+// delete with the fake clientset and checks the answers follow.
+func TestUpdates(t *testing.T) {
+	ix, c := startIndex(t, Config{TTL: 5}, ns("ns1"))
+	tcp := corev1.ProtocolTCP
+	name := "api.ns1.svc.cluster.local."
+
+	waitAnswer(t, ix, name, dns.TypeA, nxdomain)
+	s := clusterIPSvc("ns1", "api", []string{"10.96.1.1"}, svcPort("http", tcp, 80))
+	if _, err := c.CoreV1().Services("ns1").Create(bg, s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, name, dns.TypeA, "NOERROR aa\nan "+name+" 5 A 10.96.1.1")
+	waitAnswer(t, ix, name, dns.TypeAAAA, nodata)
+	waitAnswer(t, ix, "1.1.96.10.in-addr.arpa.", dns.TypePTR, "NOERROR aa\nan 1.1.96.10.in-addr.arpa. 5 PTR "+name)
+
+	// Dual-stack now, port renamed.
+	s.Spec.ClusterIPs = []string{"10.96.1.2", "fd00:10:96::1:2"}
+	s.Spec.ClusterIP = "10.96.1.2"
+	s.Spec.Ports[0].Name = "web"
+	if _, err := c.CoreV1().Services("ns1").Update(bg, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, name, dns.TypeA, "NOERROR aa\nan "+name+" 5 A 10.96.1.2")
+	waitAnswer(t, ix, name, dns.TypeAAAA, "NOERROR aa\nan "+name+" 5 AAAA fd00:10:96::1:2")
+	waitAnswer(t, ix, "1.1.96.10.in-addr.arpa.", dns.TypePTR, "forward")
+	waitAnswer(t, ix, "_http._tcp."+name, dns.TypeSRV, nxdomain)
+	waitAnswer(t, ix, "_web._tcp."+name, dns.TypeSRV, "NOERROR aa\nan _web._tcp."+name+" 5 SRV 0 50 80 "+name+
+		"\nex "+name+" 5 A 10.96.1.2\nex "+name+" 5 AAAA fd00:10:96::1:2")
+
+	// Endpoints come and go; readiness flips.
+	http := []discoveryv1.EndpointPort{slicePort("http", tcp, 8080)}
+	sl := slice("ns1", "api-1", "api", discoveryv1.AddressTypeIPv4, http, ep{ips: []string{"10.244.0.7"}, ready: yes})
+	if _, err := c.DiscoveryV1().EndpointSlices("ns1").Create(bg, sl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, "10-244-0-7."+name, dns.TypeA, "NOERROR aa\nan 10-244-0-7."+name+" 5 A 10.244.0.7")
+	waitAnswer(t, ix, "7.0.244.10.in-addr.arpa.", dns.TypePTR, "NOERROR aa\nan 7.0.244.10.in-addr.arpa. 5 PTR 10-244-0-7."+name)
+	sl.Endpoints[0].Conditions.Ready = no
+	if _, err := c.DiscoveryV1().EndpointSlices("ns1").Update(bg, sl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, "10-244-0-7."+name, dns.TypeA, nxdomain)
+	waitAnswer(t, ix, "7.0.244.10.in-addr.arpa.", dns.TypePTR, "forward")
+
+	// The service becomes headless: the not-ready endpoint does not count.
+	if err := c.CoreV1().Services("ns1").Delete(bg, "api", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, name, dns.TypeA, nxdomain)
+	if _, err := c.CoreV1().Services("ns1").Create(bg, headlessSvc("ns1", "api"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, name, dns.TypeA, nxdomain)
+	sl.Endpoints[0].Conditions.Ready = nil
+	sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.244.0.8"}, Hostname: ptr("api-1")})
+	if _, err := c.DiscoveryV1().EndpointSlices("ns1").Update(bg, sl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, name, dns.TypeA, "NOERROR aa\nan "+name+" 5 A 10.244.0.7\nan "+name+" 5 A 10.244.0.8")
+	waitAnswer(t, ix, "api-1."+name, dns.TypeA, "NOERROR aa\nan api-1."+name+" 5 A 10.244.0.8")
+
+	// A second slice, then the first one goes.
+	sl2 := slice("ns1", "api-2", "api", discoveryv1.AddressTypeIPv6, http, ep{ips: []string{"fd00::9"}})
+	if _, err := c.DiscoveryV1().EndpointSlices("ns1").Create(bg, sl2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, name, dns.TypeAAAA, "NOERROR aa\nan "+name+" 5 AAAA fd00::9")
+	if err := c.DiscoveryV1().EndpointSlices("ns1").Delete(bg, "api-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, name, dns.TypeA, nodata)
+	waitAnswer(t, ix, "api-1."+name, dns.TypeA, nxdomain)
+
+	// A slice moving to another service (label change).
+	sl2.Labels[discoveryv1.LabelServiceName] = "other"
+	if _, err := c.DiscoveryV1().EndpointSlices("ns1").Update(bg, sl2, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, name, dns.TypeAAAA, nxdomain)
+	waitAnswer(t, ix, reverse6("fd00::9"), dns.TypePTR, "NOERROR aa\nan "+reverse6("fd00::9")+" 5 PTR fd00--9.other.ns1.svc.cluster.local.")
+
+	// ExternalName retargeted.
+	if _, err := c.CoreV1().Services("ns1").Create(bg, externalSvc("ns1", "db", "db.example.com"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	db := "db.ns1.svc.cluster.local."
+	waitAnswer(t, ix, db, dns.TypeA, "NOERROR aa ext=db.example.com.\nan "+db+" 5 CNAME db.example.com.")
+	e := externalSvc("ns1", "db", "db2.example.com")
+	if _, err := c.CoreV1().Services("ns1").Update(bg, e, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, db, dns.TypeA, "NOERROR aa ext=db2.example.com.\nan "+db+" 5 CNAME db2.example.com.")
+
+	// A namespace going away hides its names at once.
+	if err := c.CoreV1().Namespaces().Delete(bg, "ns1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, db, dns.TypeA, nxdomain)
+	waitAnswer(t, ix, "ns1.svc.cluster.local.", dns.TypeA, nxdomain)
+
+	st := ix.Stats()
+	if !st.Synced || st.Services != 2 || st.EndpointSlices != 1 || st.Namespaces != 0 || st.Endpoints != 1 {
+		t.Errorf("stats: %+v", st)
+	}
+}
+
+// TestDNSServiceNS checks the apex NS follows the DNS Service, and falls
+// back to ns.dns.<zone> with the configured addresses.
+func TestDNSServiceNS(t *testing.T) {
+	ix, c := startIndex(t, Config{TTL: 5, NSAddrs: []netip.Addr{mustAddr("169.254.20.10")}}, ns("kube-system"))
+	waitAnswer(t, ix, "cluster.local.", dns.TypeNS,
+		"NOERROR aa\nan cluster.local. 5 NS ns.dns.cluster.local.\nex ns.dns.cluster.local. 5 A 169.254.20.10")
+	waitAnswer(t, ix, "ns.dns.cluster.local.", dns.TypeA, "NOERROR aa\nan ns.dns.cluster.local. 5 A 169.254.20.10")
+	s := clusterIPSvc("kube-system", "kube-dns", []string{"10.96.0.10", "fd00:10:96::a"}, svcPort("dns", corev1.ProtocolUDP, 53))
+	if _, err := c.CoreV1().Services("kube-system").Create(bg, s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kd := "kube-dns.kube-system.svc.cluster.local."
+	waitAnswer(t, ix, "cluster.local.", dns.TypeNS,
+		"NOERROR aa\nan cluster.local. 5 NS "+kd+"\nex "+kd+" 5 A 10.96.0.10\nex "+kd+" 5 AAAA fd00:10:96::a")
+	waitAnswer(t, ix, "ns.dns.cluster.local.", dns.TypeAAAA, "NOERROR aa\nan ns.dns.cluster.local. 5 AAAA fd00:10:96::a")
+}
+
+// TestSerialMoves checks negative answers carry the serial of the last
+// change.
+func TestSerialMoves(t *testing.T) {
+	ix, c := startIndex(t, Config{TTL: 30}, ns("ns1"))
+	var now atomic.Int64
+	now.Store(testNow.Unix())
+	ix.wmu.Lock()
+	ix.now = func() time.Time { return time.Unix(now.Load(), 0) }
+	ix.wmu.Unlock()
+	now.Store(testNow.Unix() + 100)
+	if _, err := c.CoreV1().Namespaces().Create(bg, ns("ns2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// SOA TTL is min(ttl, 300); MINIMUM is the ttl.
+	waitAnswer(t, ix, "x.ns2.svc.cluster.local.", dns.TypeA,
+		"NXDOMAIN aa\nns cluster.local. 30 SOA ns.dns.cluster.local. hostmaster.cluster.local. 1700000100 7200 1800 86400 30")
+}
+
+// TestPodNamespace covers the node-local pod map: host-network and
+// finished pods are ignored, a reused IP goes to the newest pod, and
+// deleting the old pod keeps the new mapping.
+func TestPodNamespace(t *testing.T) {
+	old := testPod("ns-old", "job", "node-1", testNow.Add(-time.Hour), "10.244.0.5")
+	hostNet := testPod("ns-host", "agent", "node-1", testNow, "192.0.2.1")
+	hostNet.Spec.HostNetwork = true
+	other := testPod("ns-other", "x", "node-2", testNow, "10.244.9.1")
+	ix, c := startIndex(t, Config{TTL: 5, Pods: PodsInsecure, NodeName: "node-1"}, old, hostNet, other)
+
+	check := func(ip, want string) {
+		t.Helper()
+		waitFor(t, ip+" -> "+want, func() bool {
+			got, ok := ix.PodNamespace(mustAddr(ip))
+			if !ok {
+				got = ""
+			}
+			return got == want
+		})
+	}
+	check("10.244.0.5", "ns-old")
+	check("192.0.2.1", "")
+	check("10.244.9.1", "") // another node's pod
+	if _, ok := ix.PodNamespace(netip.MustParseAddr("::ffff:10.244.0.5")); !ok {
+		t.Errorf("v4-mapped client address not found")
+	}
+
+	// The address is reused by a newer pod before the old one is gone.
+	young := testPod("ns-new", "web", "node-1", testNow, "10.244.0.5")
+	if _, err := c.CoreV1().Pods("ns-new").Create(bg, young, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	check("10.244.0.5", "ns-new")
+	if err := c.CoreV1().Pods("ns-old").Delete(bg, "job", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	check("10.244.0.5", "ns-new")
+
+	// A pod that finished releases its address.
+	young.Status.Phase = corev1.PodSucceeded
+	if _, err := c.CoreV1().Pods("ns-new").UpdateStatus(bg, young, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	check("10.244.0.5", "")
+	if st := ix.Stats(); st.Pods != 2 {
+		t.Errorf("stats: %+v", st)
+	}
+}
+
+// TestConcurrentLookups runs lookups against a stream of updates; with
+// -race it checks the locking.
+func TestConcurrentLookups(t *testing.T) {
+	ix, c := startIndex(t, Config{TTL: 5}, fixture()...)
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			names := []string{web, hl, "web-0." + hl, "_http._tcp." + hl, "ext-in.ns1.svc.cluster.local.", "missing.ns1.svc.cluster.local."}
+			for i := 0; ctx.Err() == nil; i++ {
+				for _, q := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeSRV} {
+					r, ok := ix.Lookup(names[i%len(names)], q)
+					if !ok || r.Msg == nil {
+						t.Errorf("lookup %s failed", names[i%len(names)])
+						return
+					}
+				}
+				ix.Lookup("5.1.244.10.in-addr.arpa.", dns.TypePTR)
+			}
+		}()
+	}
+	tcp := corev1.ProtocolTCP
+	for i := range 50 {
+		sl := slice("ns1", "hl-a", "hl", discoveryv1.AddressTypeIPv4, []discoveryv1.EndpointPort{slicePort("http", tcp, 80)},
+			ep{ips: []string{"10.244.1.5"}, hostname: "web-0"}, ep{ips: []string{netip.AddrFrom4([4]byte{10, 244, 1, byte(10 + i)}).String()}})
+		if _, err := c.DiscoveryV1().EndpointSlices("ns1").Update(bg, sl, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		s := clusterIPSvc("ns1", "web", []string{netip.AddrFrom4([4]byte{10, 96, 5, byte(i)}).String()}, svcPort("http", tcp, 80))
+		if _, err := c.CoreV1().Services("ns1").Update(bg, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAnswer(t, ix, web, dns.TypeA, "NOERROR aa\nan "+web+" 5 A 10.96.5.49")
+	cancel()
+	wg.Wait()
+}

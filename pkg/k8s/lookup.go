@@ -1,0 +1,542 @@
+package k8s
+
+import (
+	"net/netip"
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// Result is the local answer for a cluster name. It has the same fields, in
+// the same order, as server.ClusterResult, so the caller converts it with a
+// plain conversion.
+type Result struct {
+	// Msg carries Rcode, Authoritative and the Answer, Ns and Extra
+	// sections; its Question is not set. It may be shared between
+	// requests: never modify it.
+	Msg *dns.Msg
+	// ExternalTarget, when set, is the out-of-zone name (lower-case FQDN)
+	// that Msg's answer ends in a CNAME to; the caller resolves it and
+	// appends that answer.
+	ExternalTarget string
+	// NotSynced: the name is in the zone but the informers have not synced.
+	// Msg is then a SERVFAIL for callers without a fallback.
+	NotSynced bool
+}
+
+var (
+	// REFUSED, like CoreDNS: zone transfers are not served. CoreDNS sets
+	// no AA bit on it, neither do we.
+	refusedMsg  = &dns.Msg{MsgHdr: dns.MsgHdr{Rcode: dns.RcodeRefused}}
+	servfailMsg = &dns.Msg{MsgHdr: dns.MsgHdr{Rcode: dns.RcodeServerFailure}}
+)
+
+// maxChain bounds ExternalName CNAME chains inside the zone. CoreDNS stops
+// adding CNAMEs once more than 10 precede, and then answers NODATA.
+const maxChain = 10
+
+// Lookup answers (name, qtype). name must be a lower-case FQDN. ok is false
+// when the name is not the index's to answer: outside the zone and not the
+// reverse name of an IP it knows, or a non-PTR query for a reverse name.
+//
+// Semantics follow CoreDNS's kubernetes plugin (with `fallthrough
+// in-addr.arpa ip6.arpa`), which implements the Kubernetes DNS
+// specification v1.1.0; the comments below mark where we deliberately
+// differ.
+func (ix *Index) Lookup(name string, qtype uint16) (Result, bool) {
+	if !ix.inZone(name) {
+		return ix.lookupReverse(name, qtype)
+	}
+	if qtype == dns.TypeAXFR || qtype == dns.TypeIXFR {
+		return Result{Msg: refusedMsg}, true
+	}
+	if !ix.synced.Load() {
+		// Never a false NXDOMAIN before the informers have synced.
+		return Result{Msg: servfailMsg, NotSynced: true}, true
+	}
+	zm := ix.zoneMsg.Load()
+	ix.mu.RLock()
+	m, ext := ix.resolve(zm, name, qtype, 0)
+	ix.mu.RUnlock()
+	return Result{Msg: m, ExternalTarget: ext}, true
+}
+
+func (ix *Index) inZone(name string) bool {
+	z := ix.zone
+	if len(name) == len(z) {
+		return name == z
+	}
+	return len(name) > len(z) && name[len(name)-len(z)-1] == '.' && strings.HasSuffix(name, z)
+}
+
+// maxLabels is the longest name below the zone with a meaning:
+// _port._proto.svc.ns.svc.
+const maxLabels = 5
+
+// resolve answers an in-zone name. depth counts the CNAMEs already in an
+// ExternalName chain. Called with mu read-locked.
+func (ix *Index) resolve(zm *zoneMsgs, name string, qtype uint16, depth int) (*dns.Msg, string) {
+	if name == ix.zone {
+		switch qtype {
+		case dns.TypeSOA:
+			return zm.soa, ""
+		case dns.TypeNS:
+			return zm.ns, ""
+		}
+		// Apex A/AAAA/TXT/...: NODATA. (CoreDNS answers TXT at the apex
+		// with NXDOMAIN, contradicting its own SOA; we keep NODATA.)
+		return zm.nodata, ""
+	}
+	if qtype == dns.TypeSOA {
+		// CoreDNS answers SOA only at the apex and NODATA for every
+		// other name of the zone, existing or not.
+		return zm.nodata, ""
+	}
+	rel := name[:len(name)-len(ix.zone)-1]
+
+	// Labels right to left, without allocating: lab[0] is "svc"/"pod".
+	var lab [maxLabels]string
+	n := 0
+	for rest := rel; ; {
+		if n == maxLabels {
+			return zm.nxdomain, "" // too long to mean anything
+		}
+		i := strings.LastIndexByte(rest, '.')
+		lab[n] = rest[i+1:]
+		n++
+		if i < 0 {
+			break
+		}
+		rest = rest[:i]
+	}
+
+	if n == 1 {
+		switch lab[0] {
+		case "dns-version":
+			if qtype == dns.TypeTXT {
+				return zm.txt, ""
+			}
+			// CoreDNS answers other types here with NXDOMAIN, which
+			// would deny the TXT to caches (RFC 8020); NODATA instead.
+			return zm.nodata, ""
+		case "svc", "pod":
+			return zm.nodata, ""
+		}
+		return zm.nxdomain, ""
+	}
+	if n == 2 && lab[0] == "dns" && lab[1] == "ns" {
+		// ns.dns.<zone>, the NS target when the DNS Service is absent.
+		switch qtype {
+		case dns.TypeA:
+			return orNodata(zm.nsA, zm), ""
+		case dns.TypeAAAA:
+			return orNodata(zm.nsAAAA, zm), ""
+		}
+		return zm.nodata, ""
+	}
+	switch lab[0] {
+	case "svc":
+		return ix.resolveSvc(zm, name, rel, &lab, n, qtype, depth)
+	case "pod":
+		return ix.resolvePod(zm, name, &lab, n, qtype)
+	}
+	return zm.nxdomain, ""
+}
+
+func orNodata(m *dns.Msg, zm *zoneMsgs) *dns.Msg {
+	if m == nil {
+		return zm.nodata
+	}
+	return m
+}
+
+// resolveSvc answers <ns>.svc, <svc>.<ns>.svc, <endpoint>.<svc>.<ns>.svc
+// and _<port>._<proto>.<svc>.<ns>.svc.
+func (ix *Index) resolveSvc(zm *zoneMsgs, name, rel string, lab *[maxLabels]string, n int, qtype uint16, depth int) (*dns.Msg, string) {
+	if _, ok := ix.nss[lab[1]]; !ok {
+		return zm.nxdomain, "" // a missing namespace hides everything under it
+	}
+	if n == 2 {
+		return zm.nodata, "" // <ns>.svc exists
+	}
+	// "<svc>.<ns>" is a contiguous part of rel: the map key, no allocation.
+	end := len(rel) - len(lab[0]) - 1
+	key := rel[end-len(lab[1])-1-len(lab[2]) : end]
+	v := ix.views[key]
+	if v == nil {
+		return zm.nxdomain, ""
+	}
+	switch n {
+	case 3:
+		return ix.resolveBare(zm, v, name, qtype, depth)
+	case 4:
+		if v.svc.kind == kindExternal {
+			return zm.nxdomain, ""
+		}
+		return ix.resolveEndpoint(zm, v, name, lab[3], qtype)
+	default: // 5
+		if v.svc.kind == kindExternal {
+			return zm.nxdomain, ""
+		}
+		return ix.resolvePort(zm, v, name, strings.TrimPrefix(lab[4], "_"), strings.TrimPrefix(lab[3], "_"), qtype)
+	}
+}
+
+func (ix *Index) resolveBare(zm *zoneMsgs, v *svcView, name string, qtype uint16, depth int) (*dns.Msg, string) {
+	if !v.exists {
+		return zm.nxdomain, ""
+	}
+	if v.svc.kind == kindExternal {
+		switch qtype {
+		case dns.TypeCNAME:
+			return v.cname, ""
+		case dns.TypeA, dns.TypeAAAA:
+			return ix.chase(zm, v, name, qtype, depth)
+		}
+		// CoreDNS answers only A, AAAA and CNAME with the CNAME; SRV,
+		// TXT and other types of an ExternalName name are NODATA.
+		return zm.nodata, ""
+	}
+	switch qtype {
+	case dns.TypeA:
+		return orNodata(v.a, zm), ""
+	case dns.TypeAAAA:
+		return orNodata(v.aaaa, zm), ""
+	case dns.TypeSRV:
+		var entries []srvEntry
+		if v.svc.kind == kindClusterIP {
+			entries = ix.clusterSRV(v, "", "", nil)
+		} else {
+			entries = ix.headlessSRV(v, "", "", nil)
+		}
+		return orNodata(ix.srvAnswer(name, entries), zm), ""
+	}
+	return zm.nodata, ""
+}
+
+// chase answers A/AAAA for an ExternalName service: the CNAME, and either
+// the target's answer when the target is in the zone, or ExternalTarget
+// for the caller to resolve.
+func (ix *Index) chase(zm *zoneMsgs, v *svcView, name string, qtype uint16, depth int) (*dns.Msg, string) {
+	target := v.svc.external
+	if target == name || depth > maxChain {
+		return zm.nodata, "" // x CNAME x, or a chain too long: CoreDNS drops it
+	}
+	if !ix.inZone(target) {
+		return v.cname, target
+	}
+	m, ext := ix.resolve(zm, target, qtype, depth+1)
+	if m.Rcode != dns.RcodeSuccess || len(m.Answer) == 0 {
+		// An in-zone target without data: CoreDNS drops the CNAME too.
+		return zm.nodata, ""
+	}
+	ans := make([]dns.RR, 0, 1+len(m.Answer))
+	ans = append(ans, v.cname.Answer[0])
+	ans = append(ans, m.Answer...)
+	return ix.answer(ans, nil), ext
+}
+
+// headlessSRV appends the SRV entries of a service's endpoints: every ready
+// address times every port of its slice that matches (qport, qproto),
+// targeting <endpoint>.<svc>.<ns>.svc. label, when set, keeps only the
+// endpoints with that label.
+func (ix *Index) headlessSRV(v *svcView, qport, qproto string, out []srvEntry) []srvEntry {
+	for _, e := range v.slices {
+		for i := range e.eps {
+			ep := &e.eps[i]
+			var target string
+			for _, p := range e.ports {
+				if !matchPort(qport, qproto, p) {
+					continue
+				}
+				if target == "" {
+					target = endpointLabel(ep) + "." + v.fqdn
+				}
+				out = append(out, srvEntry{target: target, ip: ep.ip(), port: p.port})
+			}
+		}
+	}
+	return out
+}
+
+// resolvePort answers _<port>._<proto>.<svc>.<ns>.svc. Like CoreDNS it
+// answers A and AAAA too (the addresses behind the matching ports), and an
+// empty label ("_") matches any port or protocol.
+func (ix *Index) resolvePort(zm *zoneMsgs, v *svcView, name, qport, qproto string, qtype uint16) (*dns.Msg, string) {
+	var entries []srvEntry
+	if v.svc.kind == kindClusterIP {
+		matched := false
+		for _, p := range v.svc.ports {
+			if matchPort(qport, qproto, p) {
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			return zm.nxdomain, ""
+		}
+		if qtype != dns.TypeSRV {
+			return ix.addrAnswer(zm, name, qtype, v.svc.ips), ""
+		}
+		entries = ix.clusterSRV(v, qport, qproto, nil)
+	} else {
+		entries = ix.headlessSRV(v, qport, qproto, nil)
+		if len(entries) == 0 {
+			return zm.nxdomain, ""
+		}
+	}
+	switch qtype {
+	case dns.TypeSRV:
+		return orNodata(ix.srvAnswer(name, entries), zm), ""
+	case dns.TypeA, dns.TypeAAAA:
+		ips := make([]netip.Addr, len(entries))
+		for i, e := range entries {
+			ips[i] = e.ip
+		}
+		return ix.addrAnswer(zm, name, qtype, ips), ""
+	}
+	return zm.nodata, ""
+}
+
+// resolveEndpoint answers <endpoint>.<svc>.<ns>.svc, for headless and
+// ClusterIP services alike (as CoreDNS does). The label is an endpoint's
+// hostname or, for endpoints without one, its address with dashes.
+func (ix *Index) resolveEndpoint(zm *zoneMsgs, v *svcView, name, label string, qtype uint16) (*dns.Msg, string) {
+	var buf [4]epRef
+	refs := append(buf[:0], v.hosts[label]...)
+	if ip, ok := parseDashIP(label); ok {
+		var ipBuf [4]epRef
+		for _, r := range ix.epIPs.get(ip, ipBuf[:0]) {
+			ep := r.ep()
+			if ep.hostname == "" && r.sl.service == v.svc.name && r.sl.namespace == v.svc.namespace &&
+				dashIP(ep.ip()) == label {
+				refs = append(refs, r)
+			}
+		}
+	}
+	if len(refs) == 0 {
+		return zm.nxdomain, ""
+	}
+	switch qtype {
+	case dns.TypeA, dns.TypeAAAA:
+		ips := make([]netip.Addr, len(refs))
+		for i, r := range refs {
+			ips[i] = r.ep().ip()
+		}
+		return ix.addrAnswer(zm, name, qtype, ips), ""
+	case dns.TypeSRV:
+		var entries []srvEntry
+		for _, r := range refs {
+			for _, p := range r.sl.ports {
+				entries = append(entries, srvEntry{target: name, ip: r.ep().ip(), port: p.port})
+			}
+		}
+		return orNodata(ix.srvAnswer(name, entries), zm), ""
+	}
+	return zm.nodata, ""
+}
+
+// addrAnswer answers A or AAAA at name with the addresses of that family,
+// deduplicated; NODATA when there are none (or for any other type).
+func (ix *Index) addrAnswer(zm *zoneMsgs, name string, qtype uint16, ips []netip.Addr) *dns.Msg {
+	var ans []dns.RR
+	for i, ip := range ips {
+		if (qtype == dns.TypeA) != ip.Is4() || (qtype != dns.TypeA && qtype != dns.TypeAAAA) {
+			continue
+		}
+		dup := false
+		for _, p := range ips[:i] {
+			if p == ip {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			ans = append(ans, ix.addrRR(name, ip))
+		}
+	}
+	if len(ans) == 0 {
+		return zm.nodata
+	}
+	return ix.answer(ans, nil)
+}
+
+// parseDashIP reads an address written with dashes, the way CoreDNS reads
+// pod names: exactly three dashes and no "--" is IPv4, anything else is
+// IPv6 with ':' written as '-'.
+func parseDashIP(label string) (netip.Addr, bool) {
+	if len(label) < 2 || len(label) > 45 {
+		return netip.Addr{}, false
+	}
+	var b [45]byte
+	v4 := strings.Count(label, "-") == 3 && !strings.Contains(label, "--")
+	for i := 0; i < len(label); i++ {
+		c := label[i]
+		if c == '-' {
+			if v4 {
+				c = '.'
+			} else {
+				c = ':'
+			}
+		}
+		b[i] = c
+	}
+	ip, err := netip.ParseAddr(string(b[:len(label)]))
+	if err != nil || ip.Zone() != "" {
+		return netip.Addr{}, false
+	}
+	return ip.Unmap(), true
+}
+
+// resolvePod answers <ns>.pod and <a-b-c-d>.<ns>.pod per the pod mode.
+// Longer names under pod are NXDOMAIN. (CoreDNS parses them as endpoint or
+// port names and then ignores the extra labels, answering for the pod;
+// those names are not in the specification.)
+func (ix *Index) resolvePod(zm *zoneMsgs, name string, lab *[maxLabels]string, n int, qtype uint16) (*dns.Msg, string) {
+	if ix.cfg.Pods == PodsDisabled {
+		return zm.nxdomain, ""
+	}
+	ns := lab[1]
+	if _, ok := ix.nss[ns]; !ok {
+		return zm.nxdomain, ""
+	}
+	if n == 2 {
+		return zm.nodata, ""
+	}
+	if n > 3 {
+		return zm.nxdomain, ""
+	}
+	ip, ok := parseDashIP(lab[2])
+	if !ok {
+		return zm.nxdomain, ""
+	}
+	if ix.cfg.Pods == PodsVerified {
+		found := false
+		for _, p := range ix.podIPs[ip] {
+			if p.namespace == ns {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return zm.nxdomain, ""
+		}
+	}
+	if (qtype == dns.TypeA && ip.Is4()) || (qtype == dns.TypeAAAA && ip.Is6()) {
+		return ix.answer([]dns.RR{ix.addrRR(name, ip)}, nil), ""
+	}
+	return zm.nodata, ""
+}
+
+// lookupReverse answers PTR queries for the addresses the index knows:
+// a ClusterIP gets one PTR to its service, an endpoint address one PTR per
+// endpoint. Everything else in the reverse zones goes upstream (ok false),
+// as with CoreDNS's `fallthrough in-addr.arpa ip6.arpa`; so does every
+// reverse name before the informers have synced.
+func (ix *Index) lookupReverse(name string, qtype uint16) (Result, bool) {
+	if qtype != dns.TypePTR || !ix.synced.Load() {
+		return Result{}, false
+	}
+	ip, ok := parseReverse(name)
+	if !ok {
+		return Result{}, false
+	}
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if keys := ix.clusterIPs[ip]; len(keys) > 0 {
+		if v := ix.views[keys[0]]; v != nil {
+			return Result{Msg: ix.answer([]dns.RR{ix.ptr(name, v.fqdn)}, nil)}, true
+		}
+	}
+	var buf [4]epRef
+	refs := ix.epIPs.get(ip, buf[:0])
+	if len(refs) == 0 {
+		return Result{}, false
+	}
+	ans := make([]dns.RR, 0, len(refs))
+outer:
+	for _, r := range refs {
+		target := endpointLabel(r.ep()) + "." + r.sl.service + "." + r.sl.namespace + ".svc." + ix.zone
+		for _, rr := range ans {
+			if rr.(*dns.PTR).Ptr == target {
+				continue outer
+			}
+		}
+		ans = append(ans, ix.ptr(name, target))
+	}
+	return Result{Msg: ix.answer(ans, nil)}, true
+}
+
+func (ix *Index) ptr(name, target string) dns.RR {
+	return &dns.PTR{Hdr: ix.hdr(name, dns.TypePTR), Ptr: target}
+}
+
+// parseReverse reads the address of a full in-addr.arpa (4 labels) or
+// ip6.arpa (32 nibbles) name. Partial names are not addresses.
+func parseReverse(name string) (netip.Addr, bool) {
+	const v4, v6 = ".in-addr.arpa.", ".ip6.arpa."
+	switch {
+	case strings.HasSuffix(name, v4):
+		s := name[:len(name)-len(v4)]
+		var b [4]byte
+		for i := 3; i >= 0; i-- {
+			// Labels run from the last octet to the first.
+			j := strings.IndexByte(s, '.')
+			lab := s
+			if i > 0 {
+				if j < 0 {
+					return netip.Addr{}, false
+				}
+				lab, s = s[:j], s[j+1:]
+			} else if j >= 0 {
+				return netip.Addr{}, false
+			}
+			if len(lab) == 0 || len(lab) > 3 || (len(lab) > 1 && lab[0] == '0') {
+				return netip.Addr{}, false
+			}
+			n := 0
+			for k := 0; k < len(lab); k++ {
+				c := lab[k]
+				if c < '0' || c > '9' {
+					return netip.Addr{}, false
+				}
+				n = n*10 + int(c-'0')
+			}
+			if n > 255 {
+				return netip.Addr{}, false
+			}
+			b[i] = byte(n)
+		}
+		return netip.AddrFrom4(b), true
+	case strings.HasSuffix(name, v6):
+		s := name[:len(name)-len(v6)]
+		if len(s) != 63 {
+			return netip.Addr{}, false
+		}
+		var b [16]byte
+		for i := 0; i < 32; i++ {
+			c := s[2*i]
+			if i < 31 && s[2*i+1] != '.' {
+				return netip.Addr{}, false
+			}
+			var nib byte
+			switch {
+			case c >= '0' && c <= '9':
+				nib = c - '0'
+			case c >= 'a' && c <= 'f':
+				nib = c - 'a' + 10
+			default:
+				return netip.Addr{}, false
+			}
+			// The first label is the lowest nibble of the last byte.
+			pos := 31 - i
+			if pos%2 == 0 {
+				b[pos/2] |= nib << 4
+			} else {
+				b[pos/2] |= nib
+			}
+		}
+		return netip.AddrFrom16(b), true
+	}
+	return netip.Addr{}, false
+}

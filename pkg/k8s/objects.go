@@ -1,0 +1,352 @@
+package k8s
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The informer stores hold these stripped objects instead of the API types:
+// the transform functions below run before an object enters a store, so a
+// decoded Service, EndpointSlice, Namespace or Pod is garbage as soon as its
+// event is handled. Each keeps only what an answer needs. The index refers
+// to these same objects, so nothing is stored twice. They are immutable
+// once built.
+
+// svcKind is how a Service is answered.
+type svcKind uint8
+
+const (
+	kindClusterIP svcKind = iota // A/AAAA from spec.clusterIPs (also NodePort, LoadBalancer)
+	kindHeadless                 // A/AAAA from ready endpoints
+	kindExternal                 // CNAME to spec.externalName
+)
+
+// port is a service or EndpointSlice port. Names and protocols are stored
+// lower-case because query names arrive lower-case.
+type port struct {
+	name  string
+	proto string
+	port  int32 // -1 when the object declares no ports (CoreDNS's sentinel)
+}
+
+// noPorts stands for an object without ports: such a service or endpoint
+// still has address records, and counts once in an SRV weight, but yields
+// no SRV record.
+var noPorts = []port{{port: -1}}
+
+type service struct {
+	objStub
+	name, namespace string
+	kind            svcKind
+	ips             []netip.Addr // ClusterIPs, primary family first
+	external        string       // ExternalName target, lower-case FQDN
+	externalIsIP    bool         // ExternalName holds an IP: the name does not exist (CoreDNS)
+	ports           []port
+}
+
+type endpointSlice struct {
+	objStub
+	name, namespace string
+	service         string     // kubernetes.io/service-name label; "" = not ours
+	ports           []port     // noPorts when the slice lists none
+	eps             []endpoint // ready addresses only, one entry per address
+	total           int        // addresses in the slice, ready or not (stats)
+}
+
+// endpoint is one ready address of an EndpointSlice endpoint. An endpoint
+// with several addresses becomes several entries sharing the hostname, as in
+// CoreDNS (the API defines no meaning for addresses after the first).
+type endpoint struct {
+	addr     [16]byte // IPv4 as IPv4-mapped: 16 bytes, where netip.Addr takes 24
+	hostname string
+}
+
+func (e *endpoint) ip() netip.Addr { return netip.AddrFrom16(e.addr).Unmap() }
+
+type namespace struct {
+	objStub
+	name string
+}
+
+type pod struct {
+	objStub
+	name, namespace string
+	ips             []netip.Addr
+	created         int64 // creationTimestamp, Unix nanoseconds: newest pod wins an IP
+	local           bool  // spec.nodeName is this node
+	hostNetwork     bool
+	// done means the pod's IPs are free for reuse: phase Succeeded or
+	// Failed. Such pods keep status.podIPs, but the address may already
+	// belong to a new pod.
+	done bool
+	// deleting is set once deletionTimestamp is: CoreDNS stops answering
+	// for terminating pods in verified mode, though the pod still runs and
+	// still queries (so PodNamespace keeps it).
+	deleting bool
+}
+
+func (s *service) GetName() string                      { return s.name }
+func (s *service) GetNamespace() string                 { return s.namespace }
+func (s *service) DeepCopyObject() runtime.Object       { return s }
+func (e *endpointSlice) GetName() string                { return e.name }
+func (e *endpointSlice) GetNamespace() string           { return e.namespace }
+func (e *endpointSlice) DeepCopyObject() runtime.Object { return e }
+func (n *namespace) GetName() string                    { return n.name }
+func (n *namespace) DeepCopyObject() runtime.Object     { return n }
+func (p *pod) GetName() string                          { return p.name }
+func (p *pod) GetNamespace() string                     { return p.namespace }
+func (p *pod) DeepCopyObject() runtime.Object           { return p }
+
+// transformService is the informer transform for Services. Like every
+// transform here it is idempotent: client-go may hand it an object it has
+// already transformed.
+func transformService(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *service:
+		return o, nil
+	case *corev1.Service:
+		return newService(o), nil
+	}
+	return nil, fmt.Errorf("service transform: unexpected %T", obj)
+}
+
+func newService(o *corev1.Service) *service {
+	s := &service{name: o.Name, namespace: o.Namespace}
+	switch {
+	case o.Spec.Type == corev1.ServiceTypeExternalName:
+		s.kind = kindExternal
+		target := strings.ToLower(strings.TrimSuffix(o.Spec.ExternalName, "."))
+		if _, err := netip.ParseAddr(target); err == nil || target == "" {
+			s.externalIsIP = true
+		} else {
+			s.external = target + "."
+		}
+	case isHeadless(o):
+		s.kind = kindHeadless
+	default:
+		s.kind = kindClusterIP
+		ips := o.Spec.ClusterIPs
+		if len(ips) == 0 && o.Spec.ClusterIP != "" {
+			ips = []string{o.Spec.ClusterIP}
+		}
+		for _, ip := range ips {
+			if a, err := netip.ParseAddr(ip); err == nil {
+				s.ips = append(s.ips, a.Unmap())
+			}
+		}
+	}
+	if len(o.Spec.Ports) == 0 {
+		s.ports = noPorts
+	} else {
+		s.ports = make([]port, len(o.Spec.Ports))
+		for i, p := range o.Spec.Ports {
+			s.ports[i] = port{name: strings.ToLower(p.Name), proto: protoName(string(p.Protocol)), port: p.Port}
+		}
+	}
+	return s
+}
+
+func isHeadless(o *corev1.Service) bool {
+	if len(o.Spec.ClusterIPs) > 0 {
+		return o.Spec.ClusterIPs[0] == corev1.ClusterIPNone
+	}
+	return o.Spec.ClusterIP == corev1.ClusterIPNone
+}
+
+// protoName lower-cases a protocol, sharing the common spellings.
+func protoName(p string) string {
+	switch p {
+	case "TCP", "tcp":
+		return "tcp"
+	case "UDP", "udp":
+		return "udp"
+	case "SCTP", "sctp":
+		return "sctp"
+	}
+	return strings.ToLower(p)
+}
+
+func (s *service) equal(o *service) bool {
+	return s.name == o.name && s.namespace == o.namespace && s.kind == o.kind &&
+		s.external == o.external && s.externalIsIP == o.externalIsIP &&
+		slices.Equal(s.ips, o.ips) && slices.Equal(s.ports, o.ports)
+}
+
+func transformEndpointSlice(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *endpointSlice:
+		return o, nil
+	case *discoveryv1.EndpointSlice:
+		return newEndpointSlice(o), nil
+	}
+	return nil, fmt.Errorf("endpointslice transform: unexpected %T", obj)
+}
+
+func newEndpointSlice(o *discoveryv1.EndpointSlice) *endpointSlice {
+	e := &endpointSlice{
+		name: o.Name, namespace: o.Namespace,
+		service: o.Labels[discoveryv1.LabelServiceName],
+	}
+	if len(o.Ports) == 0 {
+		e.ports = noPorts
+	} else {
+		e.ports = make([]port, len(o.Ports))
+		for i, p := range o.Ports {
+			pp := port{port: -1}
+			if p.Port != nil {
+				pp.port = *p.Port
+			}
+			if p.Name != nil {
+				pp.name = strings.ToLower(*p.Name)
+			}
+			if p.Protocol != nil {
+				pp.proto = protoName(string(*p.Protocol))
+			}
+			e.ports[i] = pp
+		}
+	}
+	// FQDN slices are skipped: their addresses are names, and DNS for them
+	// is not defined by the Kubernetes DNS specification.
+	if o.AddressType != discoveryv1.AddressTypeIPv4 && o.AddressType != discoveryv1.AddressTypeIPv6 {
+		return e
+	}
+	n := 0
+	for _, ep := range o.Endpoints {
+		e.total += len(ep.Addresses)
+		// Ready nil means unknown, which consumers treat as ready.
+		// publishNotReadyAddresses reaches us through this condition too
+		// (the controller sets ready=true). serving and terminating are
+		// ignored, as in CoreDNS.
+		if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+			n += len(ep.Addresses)
+		}
+	}
+	if n == 0 {
+		return e
+	}
+	e.eps = make([]endpoint, 0, n)
+	for _, ep := range o.Endpoints {
+		if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+			continue
+		}
+		host := ""
+		if ep.Hostname != nil {
+			host = strings.ToLower(*ep.Hostname)
+		}
+		for _, a := range ep.Addresses {
+			ip, err := netip.ParseAddr(a)
+			if err != nil {
+				continue
+			}
+			e.eps = append(e.eps, endpoint{addr: ip.As16(), hostname: host})
+		}
+	}
+	return e
+}
+
+func (e *endpointSlice) equal(o *endpointSlice) bool {
+	return e.name == o.name && e.namespace == o.namespace && e.service == o.service &&
+		e.total == o.total && slices.Equal(e.ports, o.ports) && slices.Equal(e.eps, o.eps)
+}
+
+func transformNamespace(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *namespace:
+		return o, nil
+	case *corev1.Namespace:
+		return &namespace{name: o.Name}, nil
+	}
+	return nil, fmt.Errorf("namespace transform: unexpected %T", obj)
+}
+
+// podTransform returns the transform for Pods; node is this node's name.
+func podTransform(node string) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		switch o := obj.(type) {
+		case *pod:
+			return o, nil
+		case *corev1.Pod:
+			p := &pod{
+				name: o.Name, namespace: o.Namespace,
+				created:     o.CreationTimestamp.UnixNano(),
+				local:       node != "" && o.Spec.NodeName == node,
+				hostNetwork: o.Spec.HostNetwork,
+				done:        o.Status.Phase == corev1.PodSucceeded || o.Status.Phase == corev1.PodFailed,
+				deleting:    o.DeletionTimestamp != nil,
+			}
+			ips := o.Status.PodIPs
+			if len(ips) == 0 && o.Status.PodIP != "" {
+				ips = []corev1.PodIP{{IP: o.Status.PodIP}}
+			}
+			for _, ip := range ips {
+				if a, err := netip.ParseAddr(ip.IP); err == nil {
+					p.ips = append(p.ips, a.Unmap())
+				}
+			}
+			return p, nil
+		}
+		return nil, fmt.Errorf("pod transform: unexpected %T", obj)
+	}
+}
+
+func (p *pod) equal(o *pod) bool {
+	return p.name == o.name && p.namespace == o.namespace && p.created == o.created &&
+		p.local == o.local && p.hostNetwork == o.hostNetwork && p.done == o.done &&
+		p.deleting == o.deleting &&
+		slices.Equal(p.ips, o.ips)
+}
+
+// objStub makes the stripped objects metav1.Objects, which the informer
+// stores need for their keys (namespace/name). Each type overrides the
+// getters it has; the rest are inert. A zero-size field costs nothing.
+type objStub struct{}
+
+func (objStub) GetObjectKind() schema.ObjectKind              { return schema.EmptyObjectKind }
+func (objStub) GetNamespace() string                          { return "" }
+func (objStub) SetNamespace(string)                           {}
+func (objStub) GetName() string                               { return "" }
+func (objStub) SetName(string)                                {}
+func (objStub) GetGenerateName() string                       { return "" }
+func (objStub) SetGenerateName(string)                        {}
+func (objStub) GetUID() types.UID                             { return "" }
+func (objStub) SetUID(types.UID)                              {}
+func (objStub) GetResourceVersion() string                    { return "" }
+func (objStub) SetResourceVersion(string)                     {}
+func (objStub) GetGeneration() int64                          { return 0 }
+func (objStub) SetGeneration(int64)                           {}
+func (objStub) GetSelfLink() string                           { return "" }
+func (objStub) SetSelfLink(string)                            {}
+func (objStub) GetCreationTimestamp() metav1.Time             { return metav1.Time{} }
+func (objStub) SetCreationTimestamp(metav1.Time)              {}
+func (objStub) GetDeletionTimestamp() *metav1.Time            { return nil }
+func (objStub) SetDeletionTimestamp(*metav1.Time)             {}
+func (objStub) GetDeletionGracePeriodSeconds() *int64         { return nil }
+func (objStub) SetDeletionGracePeriodSeconds(*int64)          {}
+func (objStub) GetLabels() map[string]string                  { return nil }
+func (objStub) SetLabels(map[string]string)                   {}
+func (objStub) GetAnnotations() map[string]string             { return nil }
+func (objStub) SetAnnotations(map[string]string)              {}
+func (objStub) GetFinalizers() []string                       { return nil }
+func (objStub) SetFinalizers([]string)                        {}
+func (objStub) GetOwnerReferences() []metav1.OwnerReference   { return nil }
+func (objStub) SetOwnerReferences([]metav1.OwnerReference)    {}
+func (objStub) GetManagedFields() []metav1.ManagedFieldsEntry { return nil }
+func (objStub) SetManagedFields([]metav1.ManagedFieldsEntry)  {}
+
+var (
+	_ metav1.Object  = (*service)(nil)
+	_ runtime.Object = (*service)(nil)
+	_ metav1.Object  = (*endpointSlice)(nil)
+	_ metav1.Object  = (*namespace)(nil)
+	_ metav1.Object  = (*pod)(nil)
+	_ runtime.Object = (*pod)(nil)
+)

@@ -1,0 +1,223 @@
+package k8s
+
+import (
+	"net"
+	"net/netip"
+
+	"github.com/miekg/dns"
+)
+
+// svcView is everything Lookup needs about one Service, built when the
+// Service or one of its EndpointSlices changes and immutable afterwards.
+//
+// The answers for the bare service name (A, AAAA, the ExternalName CNAME)
+// are complete shared messages: those names carry nearly all cluster
+// traffic, and a search-path walk's negative answers are shared zone-wide.
+// SRV, endpoint names, port names and PTR answers are assembled per query
+// from this view, in time proportional to the answer (about 1 µs for one
+// record). Prebuilding them too would cost some 300 bytes per endpoint
+// address, more than the rest of the index, for names that are rarely
+// asked.
+type svcView struct {
+	svc    *service
+	fqdn   string             // "name.ns.svc.<zone>"
+	slices []*endpointSlice   // the service's slices, by name
+	hosts  map[string][]epRef // endpoint hostname -> endpoints; nil when none has one
+	exists bool               // false: the name is NXDOMAIN (headless without ready endpoints, ExternalName with an IP)
+
+	a, aaaa *dns.Msg // bare name; nil: NODATA
+	cname   *dns.Msg // ExternalName: the CNAME alone
+}
+
+// buildView builds the view of s with its slices. prev, when it is the
+// same Service, lets a ClusterIP service keep its prebuilt answers: only
+// its endpoint data changed. Called with wmu held.
+func (ix *Index) buildView(s *service, sl []*endpointSlice, prev *svcView) *svcView {
+	ix.counters.rebuilds++
+	v := &svcView{svc: s, slices: sl}
+	if prev != nil && prev.svc == s {
+		v.fqdn = prev.fqdn
+	} else {
+		v.fqdn = s.name + "." + s.namespace + ".svc." + ix.zone
+	}
+	if s.kind != kindExternal {
+		for _, e := range sl {
+			for i := range e.eps {
+				if h := e.eps[i].hostname; h != "" {
+					if v.hosts == nil {
+						v.hosts = make(map[string][]epRef)
+					}
+					v.hosts[h] = append(v.hosts[h], epRef{e, int32(i)})
+				}
+			}
+		}
+	}
+	switch s.kind {
+	case kindExternal:
+		v.exists = !s.externalIsIP
+		if v.exists {
+			v.cname = ix.answer([]dns.RR{&dns.CNAME{Hdr: ix.hdr(v.fqdn, dns.TypeCNAME), Target: s.external}}, nil)
+		}
+	case kindClusterIP:
+		// A ClusterIP name exists even without endpoints (every service
+		// has at least CoreDNS's sentinel port).
+		v.exists = true
+		if prev != nil && prev.svc == s {
+			v.a, v.aaaa = prev.a, prev.aaaa
+			break
+		}
+		var a, aaaa []dns.RR
+		for _, ip := range s.ips {
+			if ip.Is4() {
+				a = append(a, ix.addrRR(v.fqdn, ip))
+			} else {
+				aaaa = append(aaaa, ix.addrRR(v.fqdn, ip))
+			}
+		}
+		if len(a) > 0 {
+			v.a = ix.answer(a, nil)
+		}
+		if len(aaaa) > 0 {
+			v.aaaa = ix.answer(aaaa, nil)
+		}
+	case kindHeadless:
+		// Deduplicated by address across all slices, in slice-name order.
+		var a, aaaa []dns.RR
+		seen := make(map[netip.Addr]struct{})
+		for _, e := range sl {
+			for i := range e.eps {
+				ip := e.eps[i].ip()
+				v.exists = true
+				if _, dup := seen[ip]; dup {
+					continue
+				}
+				seen[ip] = struct{}{}
+				if ip.Is4() {
+					a = append(a, ix.addrRR(v.fqdn, ip))
+				} else {
+					aaaa = append(aaaa, ix.addrRR(v.fqdn, ip))
+				}
+			}
+		}
+		if len(a) > 0 {
+			v.a = ix.answer(a, nil)
+		}
+		if len(aaaa) > 0 {
+			v.aaaa = ix.answer(aaaa, nil)
+		}
+	}
+	return v
+}
+
+// hdr returns an RR header with the cluster TTL.
+func (ix *Index) hdr(name string, t uint16) dns.RR_Header {
+	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: ix.ttl}
+}
+
+// addrRR returns an A or AAAA record for ip.
+func (ix *Index) addrRR(name string, ip netip.Addr) dns.RR {
+	if ip.Is4() {
+		b := ip.As4()
+		return &dns.A{Hdr: ix.hdr(name, dns.TypeA), A: net.IP(b[:])}
+	}
+	b := ip.As16()
+	return &dns.AAAA{Hdr: ix.hdr(name, dns.TypeAAAA), AAAA: net.IP(b[:])}
+}
+
+// answer returns an authoritative NOERROR message.
+func (ix *Index) answer(ans, extra []dns.RR) *dns.Msg {
+	return &dns.Msg{MsgHdr: dns.MsgHdr{Authoritative: true}, Answer: ans, Extra: extra}
+}
+
+// srvEntry is one (target, address, port) triple, the unit CoreDNS counts
+// when it weighs SRV records.
+type srvEntry struct {
+	target string
+	ip     netip.Addr
+	port   int32
+}
+
+// srvAnswer turns entries into SRV records with glue, following CoreDNS:
+// priority 0, weight floor(100/N) (at least 1) where N counts every entry
+// before duplicates and port-less entries are dropped; one SRV per
+// (target, port); one A/AAAA glue record per (target, address). It returns
+// nil when no SRV record results (the caller answers NODATA).
+func (ix *Index) srvAnswer(owner string, entries []srvEntry) *dns.Msg {
+	if len(entries) == 0 {
+		return nil
+	}
+	weight := uint16(max(100/len(entries), 1))
+	type tp struct {
+		target string
+		port   int32
+	}
+	type ta struct {
+		target string
+		ip     netip.Addr
+	}
+	seenSRV := make(map[tp]struct{}, len(entries))
+	seenAddr := make(map[ta]struct{}, len(entries))
+	var ans, extra []dns.RR
+	for _, e := range entries {
+		if e.port < 0 {
+			continue
+		}
+		if _, dup := seenSRV[tp{e.target, e.port}]; !dup {
+			seenSRV[tp{e.target, e.port}] = struct{}{}
+			ans = append(ans, &dns.SRV{Hdr: ix.hdr(owner, dns.TypeSRV), Priority: 0, Weight: weight,
+				Port: uint16(e.port), Target: e.target})
+		}
+		if _, dup := seenAddr[ta{e.target, e.ip}]; !dup && e.ip.IsValid() {
+			seenAddr[ta{e.target, e.ip}] = struct{}{}
+			extra = append(extra, ix.addrRR(e.target, e.ip))
+		}
+	}
+	if len(ans) == 0 {
+		return nil
+	}
+	return ix.answer(ans, extra)
+}
+
+// matchPort reports whether p matches the port and protocol labels of a
+// query; an empty label matches anything, as in CoreDNS.
+func matchPort(qport, qproto string, p port) bool {
+	return (qport == "" || qport == p.name) && (qproto == "" || qproto == p.proto)
+}
+
+// clusterSRV appends the SRV entries of a ClusterIP service for the ports
+// matching (qport, qproto): every matching port times every ClusterIP,
+// targeting the service name.
+func (ix *Index) clusterSRV(v *svcView, qport, qproto string, out []srvEntry) []srvEntry {
+	for _, p := range v.svc.ports {
+		if !matchPort(qport, qproto, p) {
+			continue
+		}
+		for _, ip := range v.svc.ips {
+			out = append(out, srvEntry{target: v.fqdn, ip: ip, port: p.port})
+		}
+	}
+	return out
+}
+
+// endpointLabel is an endpoint's first label: its hostname, else its
+// address with dashes (IPv6 ':' -> '-', and a trailing '-' gets a '0').
+func endpointLabel(e *endpoint) string {
+	if e.hostname != "" {
+		return e.hostname
+	}
+	return dashIP(e.ip())
+}
+
+func dashIP(ip netip.Addr) string {
+	b := make([]byte, 0, 40)
+	b = ip.AppendTo(b)
+	for i, c := range b {
+		if c == '.' || c == ':' {
+			b[i] = '-'
+		}
+	}
+	if b[len(b)-1] == '-' {
+		b = append(b, '0')
+	}
+	return string(b)
+}
