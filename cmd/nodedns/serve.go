@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
-	"os"
 	"os/signal"
 	"strings"
 	"sync/atomic"
@@ -20,6 +19,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/intercept"
 	"github.com/nodedns/nodedns/pkg/k8s"
+	"github.com/nodedns/nodedns/pkg/metrics"
 	"github.com/nodedns/nodedns/pkg/ndots"
 	"github.com/nodedns/nodedns/pkg/server"
 	"github.com/nodedns/nodedns/pkg/upstream"
@@ -38,6 +38,7 @@ type agent struct {
 	srv      *server.Server
 	admin    *admin.Server
 	ix       *k8s.Index
+	rec      *metrics.Recorder
 	ic       *intercept.Interceptor
 	icfg     intercept.Config
 	started  time.Time
@@ -198,8 +199,11 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if a.rec, err = a.newRecorder(); err != nil {
+		return nil, err
+	}
 	listen := listenAddrs(cfg)
-	scfg := server.Config{Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
+	scfg := server.Config{Observer: a.rec, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
 		MaxInflight: cfg.MaxInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, Logger: log}
 	if err := a.wireCluster(&scfg); err != nil {
 		return nil, err
@@ -226,6 +230,7 @@ func (a *agent) run(ctx context.Context) error {
 	go a.fwd.Load().Run(fctx)
 	defer a.cache.Close()
 	go a.watchConfig(ctx)
+	go a.rec.Run(ctx)
 	a.startCluster(ctx)
 
 	// The link first (the addresses must exist to be bound), then the
@@ -250,7 +255,8 @@ func (a *agent) run(ctx context.Context) error {
 
 	if a.cfg.Admin != "" || a.cfg.AdminSocket != "" {
 		var err error
-		a.admin, err = admin.New(admin.Config{Addr: a.cfg.Admin, Socket: a.cfg.AdminSocket, Ready: a.readyChecks(), Logger: a.log}, a.draining.Load)
+		a.admin, err = admin.New(admin.Config{Addr: a.cfg.Admin, Socket: a.cfg.AdminSocket, Ready: a.readyChecks(), Logger: a.log,
+			Stats: func() any { return a.rec.Stats() }, Metrics: a.rec.Handler()}, a.draining.Load)
 		if err != nil {
 			_ = a.srv.Shutdown(context.Background())
 			return err
@@ -309,9 +315,3 @@ func (a *agent) readyChecks() []admin.Check {
 		return nil
 	}}, a.clusterReady(), a.interceptReady()}
 }
-
-func stats(args []string, stdout, stderr io.Writer) error {
-	return errors.New("not implemented yet")
-}
-
-var _ = os.Stderr

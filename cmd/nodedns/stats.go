@@ -35,11 +35,11 @@ type statsOptions struct {
 	count         int
 }
 
-// statsCmd is `nodedns stats`: read the agent's /stats and print a report
+// stats is `nodedns stats`: read the agent's /stats and print a report
 // (or the raw document with --json); --watch refreshes until interrupted.
 // It needs nothing but this binary, so it works through `kubectl exec` in
 // the agent's pod.
-func statsCmd(args []string, stdout, stderr io.Writer) error {
+func stats(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return runStats(ctx, args, stdout, stderr)

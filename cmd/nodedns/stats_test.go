@@ -192,7 +192,7 @@ func TestStatsNoAgent(t *testing.T) {
 
 // runStatsMain is what main does with the command's error.
 func runStatsMain(args []string, stdout, stderr *bytes.Buffer) int {
-	if err := statsCmd(args, stdout, stderr); err != nil {
+	if err := stats(args, stdout, stderr); err != nil {
 		stderr.WriteString("nodedns stats: " + err.Error() + "\n")
 		return 1
 	}
