@@ -108,9 +108,19 @@ func TestAllocs(t *testing.T) {
 		{"svc10.ns10.svc.cluster.local.", dns.TypeA},
 		{"example.com.ns1.svc.cluster.local.", dns.TypeA},
 		{"example.com.svc.cluster.local.", dns.TypeA},
+		// Assembled once, then kept in the service's view.
+		{"svc1.ns1.svc.cluster.local.", dns.TypeSRV},
+		{"svc10-1.svc10.ns10.svc.cluster.local.", dns.TypeA},
+		{"10-128-0-10.svc3.ns3.svc.cluster.local.", dns.TypeA},
+		{"_http._tcp.svc10.ns10.svc.cluster.local.", dns.TypeSRV},
 		{"example.com.cluster.local.", dns.TypeA},
+		{"nope.svc1.ns1.svc.cluster.local.", dns.TypeA},
+		{"10-1-2-3.svc1.ns1.svc.cluster.local.", dns.TypeA},
 		{"example.com.", dns.TypeA},
 	} {
+		if r, ok := ix.Lookup(q.name, q.qtype); q.name != "example.com." && (!ok || r.Msg == nil) {
+			t.Fatalf("%s: no answer", q.name)
+		}
 		if n := testing.AllocsPerRun(100, func() { ix.Lookup(q.name, q.qtype) }); n != 0 {
 			t.Errorf("%s %s: %v allocs per lookup", q.name, dns.TypeToString[q.qtype], n)
 		}

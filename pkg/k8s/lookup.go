@@ -35,7 +35,8 @@ var (
 // adding CNAMEs once more than 10 precede, and then answers NODATA.
 const maxChain = 10
 
-// Lookup answers (name, qtype). name must be a lower-case FQDN. ok is false
+// Lookup answers (name, qtype). name must be a lower-case FQDN; it is not
+// retained (it may live in the caller's reused buffer). ok is false
 // when the name is not the index's to answer: outside the zone and not the
 // reverse name of an IP it knows, or a non-PTR query for a reverse name.
 //
@@ -166,20 +167,37 @@ func (ix *Index) resolveSvc(zm *zoneMsgs, name, rel string, lab *[maxLabels]stri
 	if v == nil {
 		return zm.nxdomain, ""
 	}
+	if n == 3 && (qtype != dns.TypeSRV || v.svc.kind == kindExternal) {
+		return ix.resolveBare(zm, v, name, qtype, depth)
+	}
+	if v.svc.kind == kindExternal {
+		return zm.nxdomain, "" // no endpoint or port names under an ExternalName
+	}
+	// The answers assembled per query are kept in the view, so a name
+	// asked again gets the same message (the server keeps replies packed
+	// by message). A change to the service or its slices builds a new view
+	// and so drops them.
+	memo := qtype == dns.TypeA || qtype == dns.TypeAAAA || qtype == dns.TypeSRV
+	if memo {
+		if m := v.memoGet(name, qtype); m != nil {
+			return m, ""
+		}
+	}
+	var m *dns.Msg
 	switch n {
 	case 3:
-		return ix.resolveBare(zm, v, name, qtype, depth)
+		m, _ = ix.resolveBare(zm, v, name, qtype, depth)
 	case 4:
-		if v.svc.kind == kindExternal {
-			return zm.nxdomain, ""
-		}
-		return ix.resolveEndpoint(zm, v, name, lab[3], qtype)
+		m = ix.resolveEndpoint(zm, v, name, lab[3], qtype)
 	default: // 5
-		if v.svc.kind == kindExternal {
-			return zm.nxdomain, ""
-		}
-		return ix.resolvePort(zm, v, name, strings.TrimPrefix(lab[4], "_"), strings.TrimPrefix(lab[3], "_"), qtype)
+		m = ix.resolvePort(zm, v, name, strings.TrimPrefix(lab[4], "_"), strings.TrimPrefix(lab[3], "_"), qtype)
 	}
+	if memo && m != zm.nxdomain && m != zm.nodata {
+		// Negative answers are not kept: any label can be asked, and
+		// the memory must not grow with traffic.
+		v.memoPut(qtype, m)
+	}
+	return m, ""
 }
 
 func (ix *Index) resolveBare(zm *zoneMsgs, v *svcView, name string, qtype uint16, depth int) (*dns.Msg, string) {
@@ -209,7 +227,10 @@ func (ix *Index) resolveBare(zm *zoneMsgs, v *svcView, name string, qtype uint16
 		} else {
 			entries = ix.headlessSRV(v, "", "", nil)
 		}
-		return orNodata(ix.srvAnswer(name, entries), zm), ""
+		if len(entries) == 0 {
+			return zm.nodata, ""
+		}
+		return orNodata(ix.srvAnswer(strings.Clone(name), entries), zm), ""
 	}
 	return zm.nodata, ""
 }
@@ -262,7 +283,7 @@ func (ix *Index) headlessSRV(v *svcView, qport, qproto string, out []srvEntry) [
 // resolvePort answers _<port>._<proto>.<svc>.<ns>.svc. Like CoreDNS it
 // answers A and AAAA too (the addresses behind the matching ports), and an
 // empty label ("_") matches any port or protocol.
-func (ix *Index) resolvePort(zm *zoneMsgs, v *svcView, name, qport, qproto string, qtype uint16) (*dns.Msg, string) {
+func (ix *Index) resolvePort(zm *zoneMsgs, v *svcView, name, qport, qproto string, qtype uint16) *dns.Msg {
 	var entries []srvEntry
 	if v.svc.kind == kindClusterIP {
 		matched := false
@@ -273,35 +294,35 @@ func (ix *Index) resolvePort(zm *zoneMsgs, v *svcView, name, qport, qproto strin
 			}
 		}
 		if !matched {
-			return zm.nxdomain, ""
+			return zm.nxdomain
 		}
 		if qtype != dns.TypeSRV {
-			return ix.addrAnswer(zm, name, qtype, v.svc.ips), ""
+			return ix.addrAnswer(zm, name, qtype, v.svc.ips)
 		}
 		entries = ix.clusterSRV(v, qport, qproto, nil)
 	} else {
 		entries = ix.headlessSRV(v, qport, qproto, nil)
 		if len(entries) == 0 {
-			return zm.nxdomain, ""
+			return zm.nxdomain
 		}
 	}
 	switch qtype {
 	case dns.TypeSRV:
-		return orNodata(ix.srvAnswer(name, entries), zm), ""
+		return orNodata(ix.srvAnswer(strings.Clone(name), entries), zm)
 	case dns.TypeA, dns.TypeAAAA:
 		ips := make([]netip.Addr, len(entries))
 		for i, e := range entries {
 			ips[i] = e.ip
 		}
-		return ix.addrAnswer(zm, name, qtype, ips), ""
+		return ix.addrAnswer(zm, name, qtype, ips)
 	}
-	return zm.nodata, ""
+	return zm.nodata
 }
 
 // resolveEndpoint answers <endpoint>.<svc>.<ns>.svc, for headless and
 // ClusterIP services alike (as CoreDNS does). The label is an endpoint's
 // hostname or, for endpoints without one, its address with dashes.
-func (ix *Index) resolveEndpoint(zm *zoneMsgs, v *svcView, name, label string, qtype uint16) (*dns.Msg, string) {
+func (ix *Index) resolveEndpoint(zm *zoneMsgs, v *svcView, name, label string, qtype uint16) *dns.Msg {
 	var buf [4]epRef
 	refs := append(buf[:0], v.hosts[label]...)
 	if ip, ok := parseDashIP(label); ok {
@@ -315,7 +336,7 @@ func (ix *Index) resolveEndpoint(zm *zoneMsgs, v *svcView, name, label string, q
 		}
 	}
 	if len(refs) == 0 {
-		return zm.nxdomain, ""
+		return zm.nxdomain
 	}
 	switch qtype {
 	case dns.TypeA, dns.TypeAAAA:
@@ -323,23 +344,25 @@ func (ix *Index) resolveEndpoint(zm *zoneMsgs, v *svcView, name, label string, q
 		for i, r := range refs {
 			ips[i] = r.ep().ip()
 		}
-		return ix.addrAnswer(zm, name, qtype, ips), ""
+		return ix.addrAnswer(zm, name, qtype, ips)
 	case dns.TypeSRV:
+		owner := strings.Clone(name)
 		var entries []srvEntry
 		for _, r := range refs {
 			for _, p := range r.sl.ports {
-				entries = append(entries, srvEntry{target: name, ip: r.ep().ip(), port: p.port})
+				entries = append(entries, srvEntry{target: owner, ip: r.ep().ip(), port: p.port})
 			}
 		}
-		return orNodata(ix.srvAnswer(name, entries), zm), ""
+		return orNodata(ix.srvAnswer(owner, entries), zm)
 	}
-	return zm.nodata, ""
+	return zm.nodata
 }
 
 // addrAnswer answers A or AAAA at name with the addresses of that family,
 // deduplicated; NODATA when there are none (or for any other type).
 func (ix *Index) addrAnswer(zm *zoneMsgs, name string, qtype uint16, ips []netip.Addr) *dns.Msg {
 	var ans []dns.RR
+	owner := ""
 	for i, ip := range ips {
 		if (qtype == dns.TypeA) != ip.Is4() || (qtype != dns.TypeA && qtype != dns.TypeAAAA) {
 			continue
@@ -352,7 +375,10 @@ func (ix *Index) addrAnswer(zm *zoneMsgs, name string, qtype uint16, ips []netip
 			}
 		}
 		if !dup {
-			ans = append(ans, ix.addrRR(name, ip))
+			if owner == "" {
+				owner = strings.Clone(name)
+			}
+			ans = append(ans, ix.addrRR(owner, ip))
 		}
 	}
 	if len(ans) == 0 {
@@ -368,24 +394,63 @@ func parseDashIP(label string) (netip.Addr, bool) {
 	if len(label) < 2 || len(label) > 45 {
 		return netip.Addr{}, false
 	}
+	if strings.Count(label, "-") == 3 && !strings.Contains(label, "--") {
+		return parseDashIPv4(label)
+	}
+	// IPv6: hex digits and at least two dashes, checked first so that
+	// ordinary labels are refused without allocating.
 	var b [45]byte
-	v4 := strings.Count(label, "-") == 3 && !strings.Contains(label, "--")
+	dashes := 0
 	for i := 0; i < len(label); i++ {
 		c := label[i]
-		if c == '-' {
-			if v4 {
-				c = '.'
-			} else {
-				c = ':'
-			}
+		switch {
+		case c == '-':
+			c = ':'
+			dashes++
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
+		default:
+			return netip.Addr{}, false
 		}
 		b[i] = c
+	}
+	if dashes < 2 {
+		return netip.Addr{}, false
 	}
 	ip, err := netip.ParseAddr(string(b[:len(label)]))
 	if err != nil || ip.Zone() != "" {
 		return netip.Addr{}, false
 	}
 	return ip.Unmap(), true
+}
+
+// parseDashIPv4 reads a-b-c-d without allocating: it runs for every
+// endpoint-shaped name, existing or not. Leading zeros are refused, as
+// netip (and CoreDNS's net.ParseIP) refuse them.
+func parseDashIPv4(label string) (netip.Addr, bool) {
+	var b [4]byte
+	for i := range 4 {
+		j := strings.IndexByte(label, '-')
+		part := label
+		if i < 3 {
+			part, label = label[:j], label[j+1:]
+		}
+		if len(part) == 0 || len(part) > 3 || (len(part) > 1 && part[0] == '0') {
+			return netip.Addr{}, false
+		}
+		n := 0
+		for k := 0; k < len(part); k++ {
+			c := part[k]
+			if c < '0' || c > '9' {
+				return netip.Addr{}, false
+			}
+			n = n*10 + int(c-'0')
+		}
+		if n > 255 {
+			return netip.Addr{}, false
+		}
+		b[i] = byte(n)
+	}
+	return netip.AddrFrom4(b), true
 }
 
 // resolvePod answers <ns>.pod and <a-b-c-d>.<ns>.pod per the pod mode.
@@ -423,7 +488,7 @@ func (ix *Index) resolvePod(zm *zoneMsgs, name string, lab *[maxLabels]string, n
 		}
 	}
 	if (qtype == dns.TypeA && ip.Is4()) || (qtype == dns.TypeAAAA && ip.Is6()) {
-		return ix.answer([]dns.RR{ix.addrRR(name, ip)}, nil), ""
+		return ix.answer([]dns.RR{ix.addrRR(strings.Clone(name), ip)}, nil), ""
 	}
 	return zm.nodata, ""
 }
@@ -443,6 +508,7 @@ func (ix *Index) lookupReverse(name string, qtype uint16) (Result, bool) {
 	}
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
+	name = strings.Clone(name) // the caller's string may live in a reused buffer
 	if keys := ix.clusterIPs[ip]; len(keys) > 0 {
 		if v := ix.views[keys[0]]; v != nil {
 			return Result{Msg: ix.answer([]dns.RR{ix.ptr(name, v.fqdn)}, nil)}, true

@@ -3,6 +3,7 @@ package k8s
 import (
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/miekg/dns"
 )
@@ -201,6 +202,10 @@ func TestLookupPods(t *testing.T) {
 			{"10-244-1-5.nsx.pod" + zone, dns.TypeA, nxdomain},
 			{"foo.ns1.pod" + zone, dns.TypeA, nxdomain},
 			{"1-2-3-256.ns1.pod" + zone, dns.TypeA, nxdomain},
+		{"1-2-03-4.ns1.pod" + zone, dns.TypeA, nxdomain},
+		{"1-2--4.ns1.pod" + zone, dns.TypeAAAA, "NOERROR aa\nan 1-2--4.ns1.pod.cluster.local. 5 AAAA 1:2::4"},
+		{"fd00-1.ns1.pod" + zone, dns.TypeAAAA, nxdomain},
+		{"1-2-3-4-.ns1.pod" + zone, dns.TypeA, nxdomain},
 			{"x.10-244-1-5.ns1.pod" + zone, dns.TypeA, nxdomain},
 			{"ns1.pod" + zone, dns.TypeA, nodata},
 			{"nsx.pod" + zone, dns.TypeA, nxdomain},
@@ -295,6 +300,41 @@ func TestDashIP(t *testing.T) {
 		}
 		if back, ok := parseDashIP(want); !ok || back != a {
 			t.Errorf("parseDashIP(%s) = %v %v", want, back, ok)
+		}
+	}
+}
+
+// TestNameNotRetained passes the query name in a buffer that is then
+// overwritten, as the server does, and checks the kept answers are intact.
+func TestNameNotRetained(t *testing.T) {
+	ix, _ := startIndex(t, Config{TTL: 5}, fixture()...)
+	for _, q := range []struct {
+		name  string
+		qtype uint16
+	}{
+		{"web-0." + hl, dns.TypeA},
+		{"_http._tcp." + hl, dns.TypeSRV},
+		{hl, dns.TypeSRV},
+		{"10-244-2-9." + web, dns.TypeSRV},
+		{"5.1.244.10.in-addr.arpa.", dns.TypePTR},
+		{"10-1-2-3.ns1.pod.cluster.local.", dns.TypeA},
+	} {
+		buf := []byte(q.name)
+		name := unsafe.String(&buf[0], len(buf))
+		r1, _ := ix.Lookup(name, q.qtype)
+		want := format(r1)
+		for i := range buf {
+			buf[i] = 'x'
+		}
+		if got := format(r1); got != want {
+			t.Errorf("%s: answer changed with the caller's buffer:\n%s", q.name, got)
+		}
+		r2, _ := ix.Lookup(q.name, q.qtype)
+		if got := format(r2); got != want {
+			t.Errorf("%s: second answer\n%s\nwant\n%s", q.name, got, want)
+		}
+		if q.qtype != dns.TypePTR && !strings.Contains(q.name, ".pod.") && r1.Msg != r2.Msg {
+			t.Errorf("%s: assembled answer not kept", q.name)
 		}
 	}
 }

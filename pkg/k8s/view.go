@@ -3,6 +3,7 @@ package k8s
 import (
 	"net"
 	"net/netip"
+	"sync"
 
 	"github.com/miekg/dns"
 )
@@ -27,6 +28,39 @@ type svcView struct {
 
 	a, aaaa *dns.Msg // bare name; nil: NODATA
 	cname   *dns.Msg // ExternalName: the CNAME alone
+
+	// memo keeps the positive answers assembled per query for this view's
+	// names (endpoint and port names, SRV). Bounded by the names the
+	// service has, not by traffic: negative answers are never kept.
+	memoMu sync.Mutex
+	memo   map[memoKey]*dns.Msg
+}
+
+type memoKey struct {
+	name  string
+	qtype uint16
+}
+
+func (v *svcView) memoGet(name string, qtype uint16) *dns.Msg {
+	v.memoMu.Lock()
+	m := v.memo[memoKey{name, qtype}]
+	v.memoMu.Unlock()
+	return m
+}
+
+// memoPut keeps m, a positive answer, under its owner name (a string the
+// index owns, unlike the query name).
+func (v *svcView) memoPut(qtype uint16, m *dns.Msg) {
+	if len(m.Answer) == 0 {
+		return
+	}
+	k := memoKey{m.Answer[0].Header().Name, qtype}
+	v.memoMu.Lock()
+	if v.memo == nil {
+		v.memo = make(map[memoKey]*dns.Msg)
+	}
+	v.memo[k] = m
+	v.memoMu.Unlock()
 }
 
 // buildView builds the view of s with its slices. prev, when it is the
