@@ -19,7 +19,7 @@ secs=10 rounds=2 qps=20000 out="" servers="nodedns unbound dnsmasq"
 while getopts "l:r:Q:o:s:" opt; do
   case $opt in
     l) secs=$OPTARG ;; r) rounds=$OPTARG ;; Q) qps=$OPTARG ;; o) out=$OPTARG ;; s) servers=$OPTARG ;;
-    *) echo "usage: $0 [-l secs] [-r rounds] [-Q qps] [-o file] [-s 'nodedns unbound dnsmasq']" >&2; exit 2 ;;
+    *) echo "usage: $0 [-l secs] [-r rounds] [-Q qps] [-o file] [-s 'nodedns unbound dnsmasq nodedns-poller']" >&2; exit 2 ;;
   esac
 done
 
@@ -37,7 +37,7 @@ go build -o "$work/nodedns" ./cmd/nodedns
 go build -o "$work/testupstream" ./internal/dnstest/testupstream
 
 UP=127.0.0.1:5300
-declare -A addr=([nodedns]=127.0.0.2 [unbound]=127.0.0.3 [dnsmasq]=127.0.0.4)
+declare -A addr=([nodedns]=127.0.0.2 [unbound]=127.0.0.3 [dnsmasq]=127.0.0.4 [nodedns-poller]=127.0.0.5)
 declare -A pid
 PORT=5353
 
@@ -48,6 +48,13 @@ start_nodedns() {
   "$work/nodedns" serve --listen "${addr[nodedns]}:$PORT" --upstream $UP --admin 127.0.0.1:9299 \
     --cache-size 100000 --loop-check=false --lameduck 0s --log-level warn >"$work/nodedns.log" 2>&1 &
   pid[nodedns]=$!; pids+=($!)
+}
+# nodedns-poller: the same agent reading UDP through the Go netpoller
+# instead of its thread readers, for A/B figures.
+start_nodedns-poller() {
+  "$work/nodedns" serve --listen "${addr[nodedns-poller]}:$PORT" --upstream $UP --admin "" --udp-readers poller \
+    --cache-size 100000 --loop-check=false --lameduck 0s --log-level warn >"$work/nodedns-poller.log" 2>&1 &
+  pid[nodedns-poller]=$!; pids+=($!)
 }
 start_unbound() {
   cat >"$work/unbound.conf" <<CONF

@@ -32,10 +32,13 @@ type Config struct {
 	ServeStale     Duration `json:"serve-stale"`
 	Prefetch       int      `json:"prefetch"`
 
-	MaxInflight int  `json:"max-inflight"`
-	MaxTCPConns int  `json:"max-tcp-conns"`
-	MaxUDPSize  int  `json:"max-udp-size"`
-	LoopCheck   bool `json:"loop-check"`
+	MaxInflight int    `json:"max-inflight"`
+	MaxTCPConns int    `json:"max-tcp-conns"`
+	MaxUDPSize  int    `json:"max-udp-size"`
+	UDPReaders  string `json:"udp-readers"`
+	UDPSockets  int    `json:"udp-sockets"`
+	GoMaxProcs  int    `json:"gomaxprocs"`
+	LoopCheck   bool   `json:"loop-check"`
 
 	Kubeconfig    string   `json:"kubeconfig"`
 	ClusterDomain string   `json:"cluster-domain"`
@@ -64,6 +67,17 @@ type Config struct {
 	searchSet bool
 }
 
+// defaultProcs is 1 unless the environment sets GOMAXPROCS: at the query
+// rates of a node, one scheduler thread plus the blocked reader threads
+// costs about half the CPU per query of one per core (idle Ps spin up
+// threads on every wake-up), and still serves ~90k QPS from one core.
+func defaultProcs() int {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return 0
+	}
+	return 1
+}
+
 func defaultConfig() Config {
 	return Config{
 		Admin:          "127.0.0.1:9253",
@@ -76,6 +90,8 @@ func defaultConfig() Config {
 		MaxInflight:    2000,
 		MaxTCPConns:    1000,
 		MaxUDPSize:     1232,
+		UDPReaders:     "threads",
+		GoMaxProcs:     defaultProcs(),
 		LoopCheck:      true,
 		ClusterDomain:  "cluster.local",
 		ClusterTTL:     Duration(5 * time.Second),
@@ -110,6 +126,9 @@ func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
 	fs.IntVar(&c.Prefetch, "prefetch", c.Prefetch, "hits that make an entry popular enough to refresh before it expires (0 disables)")
 	fs.IntVar(&c.MaxInflight, "max-inflight", c.MaxInflight, "queries resolved at once off the readers; beyond it: SERVFAIL at once")
 	fs.IntVar(&c.MaxTCPConns, "max-tcp-conns", c.MaxTCPConns, "open TCP connections at most")
+	fs.StringVar(&c.UDPReaders, "udp-readers", c.UDPReaders, "how UDP sockets are read: threads (an OS thread per socket blocking in recvmmsg) or poller (Go netpoller)")
+	fs.IntVar(&c.UDPSockets, "udp-sockets", c.UDPSockets, "SO_REUSEPORT UDP sockets (each with its own reader) per listen address; 0: GOMAXPROCS")
+	fs.IntVar(&c.GoMaxProcs, "gomaxprocs", c.GoMaxProcs, "Go scheduler threads (GOMAXPROCS); 1 measured cheapest per query (bench/RESULTS.md); 0 keeps Go's default. Default 1, or 0 when $GOMAXPROCS is set")
 	fs.IntVar(&c.MaxUDPSize, "max-udp-size", c.MaxUDPSize, "largest UDP reply whatever the client advertises")
 	fs.BoolVar(&c.LoopCheck, "loop-check", c.LoopCheck, "at start, send a probe through the upstream and exit if it comes back (forwarding loop)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file (default: in-cluster config inside a pod, else no cluster zone)")
@@ -224,6 +243,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--max-inflight %d: want at least 1", c.MaxInflight)
 	case c.MaxTCPConns < 1:
 		return fmt.Errorf("--max-tcp-conns %d: want at least 1", c.MaxTCPConns)
+	case c.GoMaxProcs < 0 || c.UDPSockets < 0:
+		return fmt.Errorf("--gomaxprocs %d / --udp-sockets %d: want >= 0", c.GoMaxProcs, c.UDPSockets)
 	case c.MaxUDPSize < 512 || c.MaxUDPSize > 65535:
 		return fmt.Errorf("--max-udp-size %d: want 512 to 65535", c.MaxUDPSize)
 	case c.ClusterTTL < 0 || time.Duration(c.ClusterTTL) > time.Hour:
@@ -234,6 +255,11 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--lameduck %s: want a duration >= 0", c.Lameduck)
 	case c.LogQueries < 0 || c.LogQueries > 1:
 		return fmt.Errorf("--log-queries %g: want 0 to 1", c.LogQueries)
+	}
+	switch c.UDPReaders {
+	case "threads", "poller":
+	default:
+		return fmt.Errorf("--udp-readers %q: want threads or poller", c.UDPReaders)
 	}
 	switch c.Pods {
 	case "disabled", "insecure", "verified":

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os/signal"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -64,6 +65,9 @@ func serve(args []string, stderr io.Writer) error {
 	}
 	log, level := newLogger(cfg.LogLevel, stderr)
 	slog.SetDefault(log)
+	if cfg.GoMaxProcs > 0 {
+		runtime.GOMAXPROCS(cfg.GoMaxProcs)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	a, err := build(cfg, log)
@@ -204,7 +208,7 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 	}
 	listen := listenAddrs(cfg)
 	scfg := server.Config{Observer: a.rec, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
-		MaxInflight: cfg.MaxInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, Logger: log}
+		MaxInflight: cfg.MaxInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.UDPSockets, Logger: log}
 	if err := a.wireCluster(&scfg); err != nil {
 		return nil, err
 	}

@@ -2,9 +2,9 @@ package server
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"sync"
-	"net/netip"
 	"testing"
 	"time"
 

@@ -56,6 +56,10 @@ type Config struct {
 	// SocketsPerAddr is the number of SO_REUSEPORT UDP sockets (each with
 	// its own reader) per listen address; default GOMAXPROCS.
 	SocketsPerAddr int
+	// UDPReaders selects how UDP sockets are read: "threads" (default on
+	// Linux: a reader per socket on its own OS thread, blocking in
+	// recvmmsg) or "poller" (goroutines on the Go netpoller).
+	UDPReaders string
 	// MaxInflight bounds queries being resolved off the readers (upstream,
 	// walks); past it a query is answered SERVFAIL at once. Default 2000.
 	MaxInflight int
@@ -132,7 +136,9 @@ type Server struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	bound    atomic.Bool
-	closing  atomic.Bool
+	closing  atomic.Bool // Shutdown has begun: readers stop
+	draining atomic.Bool // Drain has begun: not ready, still reading
+	threads  sync.WaitGroup
 	tcpMu    sync.Mutex
 	tcpConns map[net.Conn]struct{}
 
@@ -227,11 +233,18 @@ func (s *Server) TCPAddrs() []netip.AddrPort {
 }
 
 // Bound reports whether the listeners are bound and serving.
-func (s *Server) Bound() bool { return s.bound.Load() && !s.closing.Load() }
+func (s *Server) Bound() bool { return s.bound.Load() && !s.closing.Load() && !s.draining.Load() }
 
 // Serve starts the readers and acceptors and returns at once.
 func (s *Server) Serve() {
 	for _, uc := range s.udp {
+		if s.cfg.UDPReaders != "poller" {
+			err := s.startThreadReader(uc)
+			if err == nil {
+				continue
+			}
+			s.log.Warn("thread reader unavailable, using the poller", "err", err)
+		}
 		s.wg.Add(1)
 		go s.readUDP(uc)
 	}
@@ -245,6 +258,10 @@ func (s *Server) Serve() {
 // closes every socket.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.closing.Store(true)
+	// Thread readers block in the kernel on the raw descriptor: they must
+	// be gone before it is closed (and its number reused). They notice the
+	// flag within threadWake.
+	s.threads.Wait()
 	s.closeListeners()
 	s.tcpMu.Lock()
 	for c := range s.tcpConns {
@@ -301,7 +318,7 @@ func (s *Server) Stats() Stats {
 // agent's listeners); open connections answer what their clients have
 // sent and close when idle.
 func (s *Server) Drain(wait time.Duration) {
-	s.closing.Store(true)
+	s.draining.Store(true)
 	s.stopAccepting()
 	for _, uc := range s.udp {
 		la := uc.LocalAddr().(*net.UDPAddr).AddrPort()

@@ -29,16 +29,29 @@ func (s *Server) walk(ctx context.Context, r *request) (m *dns.Msg, steps, saved
 	// even if some upstream answers the two types inconsistently. The key
 	// holds the namespace: one namespace's result is never another's.
 	key := ns + "/" + base
-	if i, hit := s.memo.get(key); hit && i < len(names) {
-		if m, err := s.step(ctx, r, names[i]); err == nil {
+	tried := 0
+	if e, hit := s.memo.get(key); hit && e.idx < len(names) {
+		i := e.idx
+		m, err := s.step(ctx, r, names[i], r.q.Type)
+		if err == nil && (m.Rcode != dns.RcodeNameError || s.stillWins(ctx, r, names[i], e.qtype)) {
+			// NXDOMAIN here for a winner that still exists for the type
+			// that made it win (an upstream that answers A but not
+			// AAAA) becomes NODATA for the name asked: same path.
 			return s.walkReply(r, names, i, m), 1, i, true
 		}
+		// The winner has gone (a deleted Service, say: NXDOMAIN now for
+		// the type that won too). Answering from it would turn its
+		// NXDOMAIN into an empty NOERROR for the name asked, which stops
+		// dig and musl, and the expansions after it would never be
+		// tried: walk again from the start instead.
+		s.memo.forget(key)
+		tried = 1
 	}
 	var first *dns.Msg
 	for i, name := range names {
-		m, err := s.step(ctx, r, name)
+		m, err := s.step(ctx, r, name, r.q.Type)
 		if err != nil {
-			return nil, i + 1, 0, false
+			return nil, tried + i + 1, 0, false
 		}
 		if i == 0 {
 			first = m
@@ -46,18 +59,30 @@ func (s *Server) walk(ctx context.Context, r *request) (m *dns.Msg, steps, saved
 		if m.Rcode == dns.RcodeNameError {
 			continue
 		}
-		s.memo.put(key, i)
-		return s.walkReply(r, names, i, m), i + 1, i, true
+		s.memo.put(key, i, r.q.Type)
+		return s.walkReply(r, names, i, m), tried + i + 1, i, true
 	}
 	// Nothing exists anywhere: NXDOMAIN for the name asked, with the
-	// cluster zone's SOA, and the client's own walk finds the same.
-	return first, len(names), len(names) - 1, true
+	// cluster zone's SOA. The client walks its own list after it (glibc,
+	// musl and dig all do), so no query is saved: the later expansions
+	// are answered locally or from the cache.
+	return first, tried + len(names), 0, true
 }
 
-// step resolves one expansion; a failure or a SERVFAIL/REFUSED reply is an
-// error (the walk cannot tell whether the name exists).
-func (s *Server) step(ctx context.Context, r *request, name string) (*dns.Msg, error) {
-	m, _, err := s.answer(ctx, name, r.q.Type, r.q.DO, r.q.CD())
+// stillWins reports whether the remembered winner name still exists for
+// qtype, the type that made it win.
+func (s *Server) stillWins(ctx context.Context, r *request, name string, qtype uint16) bool {
+	if qtype == r.q.Type {
+		return false // just asked: NXDOMAIN
+	}
+	m, err := s.step(ctx, r, name, qtype)
+	return err == nil && m.Rcode != dns.RcodeNameError
+}
+
+// step resolves one expansion for qtype; a failure or a SERVFAIL/REFUSED
+// reply is an error (the walk cannot tell whether the name exists).
+func (s *Server) step(ctx context.Context, r *request, name string, qtype uint16) (*dns.Msg, error) {
+	m, _, err := s.answer(ctx, name, qtype, r.q.DO, r.q.CD())
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +126,8 @@ type walkMemo struct {
 }
 
 type memoEntry struct {
-	idx     int
+	idx     int    // the winning step
+	qtype   uint16 // the type whose walk found it
 	expires time.Time
 }
 
@@ -113,16 +139,20 @@ func newWalkMemo(size int, ttl time.Duration) *walkMemo {
 	return &walkMemo{ttl: ttl, c: c}
 }
 
-func (w *walkMemo) get(key string) (int, bool) {
+func (w *walkMemo) get(key string) (memoEntry, bool) {
 	e, ok := w.c.Get(key)
 	if !ok || time.Now().After(e.expires) {
-		return 0, false
+		return memoEntry{}, false
 	}
-	return e.idx, true
+	return e, true
 }
 
-func (w *walkMemo) put(key string, idx int) {
-	w.c.Add(key, memoEntry{idx: idx, expires: time.Now().Add(w.ttl)})
+func (w *walkMemo) put(key string, idx int, qtype uint16) {
+	w.c.Add(key, memoEntry{idx: idx, qtype: qtype, expires: time.Now().Add(w.ttl)})
+}
+
+func (w *walkMemo) forget(key string) {
+	w.c.Remove(key)
 }
 
 // walkSettings are the search-path settings that can change while the
