@@ -273,6 +273,9 @@ func tryStartControlPlane(kas string) (_ *ControlPlane, err error) {
 		"--service-cluster-ip-range=10.96.0.0/16,fd00:10:96::/112",
 		// No controller creates the default ServiceAccount of a namespace.
 		"--disable-admission-plugins=ServiceAccount",
+		// The reconciler of the "kubernetes" Service's endpoints refuses
+		// a loopback advertise address; nothing here needs them.
+		"--endpoint-reconciler-type=none",
 		"--profiling=false",
 		"--v=1",
 	)
