@@ -262,6 +262,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// be gone before it is closed (and its number reused). They notice the
 	// flag within threadWake.
 	s.threads.Wait()
+	// Answers still being resolved (a slow upstream) leave through the UDP
+	// sockets: closing them first would drop those answers.
+	s.awaitInflight(ctx)
 	s.closeListeners()
 	s.tcpMu.Lock()
 	for c := range s.tcpConns {

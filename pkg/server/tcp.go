@@ -115,7 +115,7 @@ func (s *Server) serveTCP(c *net.TCPConn) {
 		// listener has its first query on the way), then closes once
 		// idle instead of at Shutdown.
 		idle := s.cfg.TCPIdleTimeout
-		if s.closing.Load() {
+		if s.draining.Load() || s.closing.Load() {
 			idle = tcpDrainIdle
 		}
 		_ = c.SetReadDeadline(time.Now().Add(idle))

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -44,6 +45,23 @@ func (s *Server) readUDP(uc *net.UDPConn) {
 func (s *Server) writeUDP(uc *net.UDPConn, b []byte, addr netip.AddrPort) {
 	if _, err := uc.WriteToUDPAddrPort(b, addr); err != nil && !errors.Is(err, net.ErrClosed) {
 		s.log.Debug("UDP write failed", "client", addr, "err", err)
+	}
+}
+
+// awaitInflight waits, at most until ctx is done, for the queries being
+// resolved off the readers: their answers leave through the UDP sockets,
+// so Shutdown closes those only afterwards. After Drain no new query
+// reaches the sockets, so the wait is bounded by the slowest exchange
+// already under way (QueryTimeout), not by traffic.
+func (s *Server) awaitInflight(ctx context.Context) {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for len(s.sem) > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 
