@@ -293,7 +293,9 @@ func (s *Server) closeIdle() {
 
 // Validate checks that r is a reply to q: same ID, QR set, opcode QUERY and
 // the same single question (name compared without case). Anything else is
-// not an answer to what was asked and must be discarded.
+// not an answer to what was asked and must be discarded. r must be a
+// message read off the wire (dns.Msg.Unpack): records with empty RDATA
+// are refused too (see emptyRdata), and only unpacking sets RDLENGTH.
 func Validate(q, r *dns.Msg) error {
 	switch {
 	case r == nil:
@@ -316,6 +318,25 @@ func Validate(q, r *dns.Msg) error {
 	a, b := q.Question[0], r.Question[0]
 	if a.Qtype != b.Qtype || a.Qclass != b.Qclass || !strings.EqualFold(a.Name, b.Name) {
 		return fmt.Errorf("reply question %s/%d/%d, asked %s/%d/%d", b.Name, b.Qtype, b.Qclass, a.Name, a.Qtype, a.Qclass)
+	}
+	return emptyRdata(r)
+}
+
+// emptyRdata rejects a reply holding a record with empty RDATA (other than
+// OPT or NULL, where it is legal). Such records exist only in dynamic
+// updates (RFC 2136); miekg/dns unpacks them as zero-valued records but
+// packs some of those back into bytes it cannot read (an SOA becomes its
+// five numbers without the two names), so a reply carrying one would be
+// cached and served as a message no client can parse. Found by
+// FuzzValidate.
+func emptyRdata(r *dns.Msg) error {
+	for _, sec := range [][]dns.RR{r.Answer, r.Ns, r.Extra} {
+		for _, rr := range sec {
+			h := rr.Header()
+			if h.Rdlength == 0 && h.Rrtype != dns.TypeOPT && h.Rrtype != dns.TypeNULL {
+				return fmt.Errorf("reply holds a %s record with empty RDATA", dns.TypeToString[h.Rrtype])
+			}
+		}
 	}
 	return nil
 }
