@@ -172,7 +172,6 @@ type fakeLinks struct {
 	adds    []string // kinds passed to Add, in order
 	watches int
 	events  chan struct{} // the channel of the current Watch
-	wdone   <-chan struct{}
 }
 
 func newFakeLinks() *fakeLinks { return &fakeLinks{links: make(map[string]*fakeLink)} }
