@@ -62,13 +62,13 @@ const (
 type soakKind int
 
 const (
-	kStable soakKind = iota // svc-N.<stable ns>.svc.<zone>: NOERROR, an A
-	kAutopathCluster        // svc-N.<stable ns>.<pod ns>.svc.<zone>: walked, NOERROR
-	kChurn                  // churn-N.<churn ns>.svc.<zone>: NOERROR or NXDOMAIN
-	kCached                 // cN.example.test.: NOERROR (stale or SERVFAIL in faults)
-	kUnique                 // u-….example.test.: a miss each time
-	kNX                     // nxN.example.test.: NXDOMAIN
-	kAutopathExternal       // cN.example.test.<pod ns>.svc.<zone>: walked upstream
+	kStable           soakKind = iota // svc-N.<stable ns>.svc.<zone>: NOERROR, an A
+	kAutopathCluster                  // svc-N.<stable ns>.<pod ns>.svc.<zone>: walked, NOERROR
+	kChurn                            // churn-N.<churn ns>.svc.<zone>: NOERROR or NXDOMAIN
+	kCached                           // cN.example.test.: NOERROR (stale or SERVFAIL in faults)
+	kUnique                           // u-….example.test.: a miss each time
+	kNX                               // nxN.example.test.: NXDOMAIN
+	kAutopathExternal                 // cN.example.test.<pod ns>.svc.<zone>: walked upstream
 	kKinds
 )
 
