@@ -139,19 +139,28 @@ func (s *Server) serveTCP(c *net.TCPConn) {
 			t.write(resp)
 			continue
 		}
+		// This connection's slot first: a client whose answers are not
+		// being read waits here, holding none of the server-wide slots
+		// (MaxInflight) that every other client needs.
+		slots <- struct{}{}
 		select {
 		case s.sem <- struct{}{}:
 		default:
+			<-slots
 			s.overloads.Add(1)
 			t.write(s.reply(nil, r, dns.RcodeServerFailure, SourceLocal))
 			continue
 		}
-		slots <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-slots; <-s.sem }()
-			t.write(s.slow(s.ctx, make([]byte, 0, 1024), r))
+			defer func() { <-slots }()
+			out := s.slow(s.ctx, make([]byte, 0, 1024), r)
+			// Resolved: the server-wide slot is released before the
+			// write, which may wait TCPWriteTimeout on a client that does
+			// not read (TestTCPNonReader).
+			<-s.sem
+			t.write(out)
 		}()
 	}
 }
