@@ -16,6 +16,7 @@ import (
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -333,7 +334,7 @@ func (ix *Index) waitSynced(ctx context.Context, ctrls []cache.Controller) {
 func (ix *Index) informer(objType runtime.Object, transform cache.TransformFunc, handle func(old, cur any),
 	list cache.ListWithContextFunc, watchFn cache.WatchFuncWithContext) cache.Controller {
 	_, c := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: &cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFn},
+		ListerWatcher: &cache.ListWatch{ListWithContextFunc: strippedLister(list, transform), WatchFuncWithContext: watchFn},
 		ObjectType:    objType,
 		Transform:     transform,
 		Handler: cache.ResourceEventHandlerFuncs{
@@ -713,4 +714,69 @@ func (ix *Index) rebuildZone() {
 		zm.nsAAAA = ix.answer(aaaa, nil)
 	}
 	ix.zoneMsg.Store(zm)
+}
+
+// strippedLister wraps a List call so that each page is stripped before it
+// is returned. client-go's pager gathers all pages of a list before the
+// informer sees any; with the API types that is every Service and every
+// EndpointSlice of the cluster decoded at once, several times the size of
+// the index and the agent's peak memory. Stripped pages make the peak one
+// decoded page.
+//
+// That only helps if the list is paged: the API server ignores limit for
+// resourceVersion "0" (a list served whole from its watch cache), which is
+// what a reflector asks first. So the first list asks for the most recent
+// version instead (""), which pages. Since Kubernetes 1.31 such consistent
+// lists are served from the watch cache too (ConsistentListFromCache, and
+// paged from it with ListFromCacheSnapshot in 1.33+), so a fleet of agents
+// starting at once does not turn into a storm of etcd range reads. Relists
+// keep the version the reflector asks for.
+func strippedLister(list cache.ListWithContextFunc, transform cache.TransformFunc) cache.ListWithContextFunc {
+	return func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		if opts.ResourceVersion == "0" && opts.Continue == "" {
+			opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
+			if opts.Limit == 0 {
+				opts.Limit = listPage
+			}
+		}
+		obj, err := list(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		lm, err := meta.ListAccessor(obj)
+		if err != nil {
+			return nil, fmt.Errorf("list result %T: %w", obj, err)
+		}
+		items, err := meta.ExtractList(obj)
+		if err != nil {
+			return nil, fmt.Errorf("list result %T: %w", obj, err)
+		}
+		out := &strippedList{Items: make([]runtime.Object, 0, len(items))}
+		out.ResourceVersion, out.Continue = lm.GetResourceVersion(), lm.GetContinue()
+		out.RemainingItemCount = lm.GetRemainingItemCount()
+		for _, it := range items {
+			s, err := transform(it)
+			if err != nil {
+				return nil, err
+			}
+			out.Items = append(out.Items, s.(runtime.Object))
+		}
+		return out, nil
+	}
+}
+
+// listPage is the page size of the first list.
+const listPage = 500
+
+// strippedList is a page of stripped objects with the list's metadata.
+type strippedList struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+	Items []runtime.Object
+}
+
+func (l *strippedList) DeepCopyObject() runtime.Object {
+	c := *l
+	c.Items = slices.Clone(l.Items)
+	return &c
 }
