@@ -1,60 +1,328 @@
 #!/usr/bin/env bash
 # Side-by-side DNS benchmark on loopback: nodedns against unbound and dnsmasq
-# (Debian's packages), each a caching forwarder to the project's own test
-# upstream, under dnsperf. Rerunnable; every process it starts is stopped on
-# exit, and every dnsperf run is bounded by -l.
+# (Debian's packages) and optionally CoreDNS, each a caching forwarder to the
+# project's own test upstream, under dnsperf. Rerunnable; every process it
+# starts is stopped on exit, and every dnsperf run is bounded by -l.
 #
 #   scripts/bench.sh [-l SECONDS] [-r ROUNDS] [-Q QPS] [-o FILE] [-s SERVERS]
+#                    [-w WORKLOADS] [-n SERVICES] [-c]
 #
-# For each workload (external cache hit, cached NXDOMAIN) and each server,
-# in rounds A B A B: maximum QPS (dnsperf unthrottled), then a fixed-rate
-# run at -Q qps (default 20000) for p50/p99 latency and the server's CPU per
-# query (utime+stime from /proc over the queries answered), and its RSS.
-# Prints one table per workload and, with -o, appends it to FILE with the
-# machine's description.
+#   -s  servers, any of: nodedns unbound dnsmasq nodedns-poller coredns
+#       (default "nodedns unbound dnsmasq")
+#   -w  workloads, any of: hit nx cluster (default "hit nx cluster")
+#   -n  Services created for the cluster workload (default 1000)
+#   -c  add CoreDNS (scripts/coredns.sh: `go install` at a pinned version
+#       into ${NODEDNS_CACHE:-/var/cache/nodedns}, built once; a failed build
+#       is reported and the run goes on without it)
+#
+# Workloads:
+#   hit      1000 external names x A/AAAA, answered from the cache.
+#   nx       2000 NXDOMAIN names, answered from the negative cache.
+#   cluster  names of Services held by a real kube-apiserver: the script
+#            starts etcd (Debian etcd-server) and kube-apiserver
+#            (scripts/kube-apiserver.sh, cached) on 127.0.0.1 with free ports
+#            in its temporary directory, creates -n Services across 5
+#            namespaces through the REST API (every 50th headless, with an
+#            EndpointSlice of 3 ready endpoints), and queries A for every
+#            Service, SRV for every 10th and every headless one, and PTR
+#            for the ClusterIP of every 10th. ClusterIPs and endpoint
+#            addresses are data only: nothing sends a packet to them.
+#            nodedns (and nodedns-poller) answer from their own informer
+#            index. unbound and dnsmasq forward cluster.local and
+#            96.10.in-addr.arpa to a separate nodedns instance standing in
+#            for the central cluster DNS (as node-cache forwards cluster
+#            names to the central CoreDNS) and answer from their caches
+#            (the cluster TTL is 5 s, so each name is refreshed from it
+#            every 5 s). CoreDNS serves them with its kubernetes plugin
+#            (+ cache) against the same API server.
+#
+# For each workload and each server, in rounds A B A B: maximum QPS (dnsperf
+# unthrottled), then a fixed-rate run at -Q qps (default 20000) for p50/p99
+# latency and the server's CPU per query (utime+stime from /proc over the
+# queries answered), and its RSS. Prints one table per workload and, with
+# -o, appends them to FILE with the machine's description and versions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-secs=10 rounds=2 qps=20000 out="" servers="nodedns unbound dnsmasq"
-while getopts "l:r:Q:o:s:" opt; do
+secs=10 rounds=2 qps=20000 out="" servers="nodedns unbound dnsmasq" workloads="hit nx cluster" nsvc=1000 with_coredns=0
+usage() {
+  echo "usage: $0 [-l secs] [-r rounds] [-Q qps] [-o file] [-s 'nodedns unbound dnsmasq nodedns-poller coredns'] [-w 'hit nx cluster'] [-n services] [-c]" >&2
+  exit 2
+}
+while getopts "l:r:Q:o:s:w:n:c" opt; do
   case $opt in
     l) secs=$OPTARG ;; r) rounds=$OPTARG ;; Q) qps=$OPTARG ;; o) out=$OPTARG ;; s) servers=$OPTARG ;;
-    *) echo "usage: $0 [-l secs] [-r rounds] [-Q qps] [-o file] [-s 'nodedns unbound dnsmasq nodedns-poller']" >&2; exit 2 ;;
+    w) workloads=$OPTARG ;; n) nsvc=$OPTARG ;; c) with_coredns=1 ;;
+    *) usage ;;
   esac
 done
+[[ $secs =~ ^[0-9]+$ && $rounds =~ ^[0-9]+$ && $qps =~ ^[0-9]+$ && $nsvc =~ ^[0-9]+$ ]] || usage
+((secs > 0 && rounds > 0 && nsvc > 0 && nsvc <= 60000)) || usage
+for s in $servers; do
+  case $s in nodedns | unbound | dnsmasq | nodedns-poller | coredns) ;; *) echo "bench: unknown server $s" >&2; usage ;; esac
+done
+for w in $workloads; do
+  case $w in hit | nx | cluster) ;; *) echo "bench: unknown workload $w" >&2; usage ;; esac
+done
+has() { [[ " $1 " == *" $2 "* ]]; }
+without() { local r="" x; for x in $1; do [[ $x == "$2" ]] || r+="${r:+ }$x"; done; echo "$r"; }
+if ((with_coredns)) && ! has "$servers" coredns; then servers+=" coredns"; fi
+cluster=0
+has "$workloads" cluster && cluster=1
 
 scripts/deps.sh
 work=$(mktemp -d /tmp/nodedns-bench.XXXXXX)
-pids=()
+pids=()     # everything started, in start order; stopped in reverse
+etcd_pid="" # stopped last, after the API server
+alive() { [[ -r /proc/$1/stat ]] && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]; }
+# stop_all SECONDS PID...: SIGTERM each, wait up to SECONDS for all, SIGKILL what is left.
+stop_all() {
+  local secs=$1 p i left
+  shift
+  (($#)) || return 0
+  for p in "$@"; do kill "$p" 2>/dev/null || true; done
+  for ((i = 0; i < secs * 10; i++)); do
+    left=0
+    for p in "$@"; do alive "$p" && left=1; done
+    ((left)) || break
+    sleep 0.1
+  done
+  for p in "$@"; do alive "$p" && kill -9 "$p" 2>/dev/null; done
+  return 0
+}
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  local rev=() i
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do rev+=("${pids[i]}"); done
+  stop_all 20 "${rev[@]}"
+  [[ -z $etcd_pid ]] || stop_all 10 "$etcd_pid"
   wait 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# poll SECONDS CMD...: run CMD every 0.2 s until it succeeds or SECONDS pass.
+poll() {
+  local secs=$1 i
+  shift
+  for ((i = 0; i < secs * 5; i++)); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  return 1
+}
 
 go build -o "$work/nodedns" ./cmd/nodedns
 go build -o "$work/testupstream" ./internal/dnstest/testupstream
 
+coredns_bin=""
+if has "$servers" coredns; then
+  if coredns_bin=$(scripts/coredns.sh 2>"$work/coredns-build.log" | tail -n 1) && [[ -x $coredns_bin ]]; then
+    :
+  else
+    echo "bench: building CoreDNS failed; going on without it. Last lines of the build:" >&2
+    tail -n 20 "$work/coredns-build.log" >&2 || true
+    servers=$(without "$servers" coredns)
+  fi
+fi
+
 UP=127.0.0.1:5300
-declare -A addr=([nodedns]=127.0.0.2 [unbound]=127.0.0.3 [dnsmasq]=127.0.0.4 [nodedns-poller]=127.0.0.5)
+# central: the nodedns instance unbound and dnsmasq forward cluster names to.
+declare -A addr=([nodedns]=127.0.0.2 [unbound]=127.0.0.3 [dnsmasq]=127.0.0.4 [nodedns-poller]=127.0.0.5
+  [coredns]=127.0.0.6 [central]=127.0.0.9)
 declare -A pid
 PORT=5353
 
 "$work/testupstream" -listen $UP -ttl 3600 -for 2h >"$work/upstream.log" 2>&1 &
 pids+=($!)
 
+# --- Control plane for the cluster workload -------------------------------
+
+kas_bin="" kc="" kas_url="" token="" cacert=""
+NS_COUNT=5
+# free_ports N: N distinct TCP ports on 127.0.0.1 nobody listens on now.
+free_ports() {
+  local want=$1 got=() p i used
+  used=$(ss -Htan | awk '{n = split($4, a, ":"); print a[n]}' | sort -u)
+  for ((i = 0; i < 1000 && ${#got[@]} < want; i++)); do
+    p=$((20000 + RANDOM % 30000))
+    grep -qx "$p" <<<"$used" && continue
+    has "${got[*]:-}" "$p" && continue
+    got+=("$p")
+  done
+  ((${#got[@]} == want)) || { echo "bench: no free ports" >&2; return 1; }
+  echo "${got[*]}"
+}
+etcd_healthy() { curl -fsS --max-time 2 "$1/health" | grep -q '"health":"true"'; }
+kas_get() { curl -fsS --max-time 5 --cacert "$cacert" -H "Authorization: Bearer $token" "$kas_url$1"; }
+kas_ready() { [[ $(kas_get /readyz) == ok ]]; }
+cp_fail() {
+  echo "bench: $1" >&2
+  for f in "$work"/cp/etcd.log "$work"/cp/kube-apiserver.log; do
+    [[ -f $f ]] && { echo "--- $f" >&2; tail -n 30 "$f" >&2; }
+  done
+  exit 1
+}
+
+start_controlplane() {
+  kas_bin=$(scripts/kube-apiserver.sh 2>"$work/kube-apiserver-build.log" | tail -n 1) || true
+  if [[ ! -x $kas_bin ]]; then
+    tail -n 30 "$work/kube-apiserver-build.log" >&2
+    echo "bench: no kube-apiserver (run with -w 'hit nx' to skip the cluster workload)" >&2
+    exit 1
+  fi
+  command -v etcd >/dev/null || { echo "bench: no etcd (Debian package etcd-server)" >&2; exit 1; }
+  local dir=$work/cp p_etcd p_peer p_kas
+  mkdir -p "$dir"
+  read -r p_etcd p_peer p_kas <<<"$(free_ports 3)"
+  local etcd_url=http://127.0.0.1:$p_etcd peer_url=http://127.0.0.1:$p_peer
+  etcd --name=bench --data-dir="$dir/etcd" --listen-client-urls="$etcd_url" --advertise-client-urls="$etcd_url" \
+    --listen-peer-urls="$peer_url" --initial-advertise-peer-urls="$peer_url" --initial-cluster="bench=$peer_url" \
+    --log-level=warn >"$dir/etcd.log" 2>&1 &
+  etcd_pid=$!
+  poll 30 etcd_healthy "$etcd_url" || cp_fail "etcd not healthy at $etcd_url within 30 s"
+
+  # Credentials: an admin bearer token (system:masters) and a
+  # service-account key pair; the API server signs its own serving cert.
+  token=$(openssl rand -hex 16)
+  echo "$token,bench-admin,bench-admin,\"system:masters\"" >"$dir/tokens.csv"
+  openssl ecparam -name prime256v1 -genkey -noout -out "$dir/sa.key" 2>/dev/null
+  openssl ec -in "$dir/sa.key" -pubout -out "$dir/sa.pub" 2>/dev/null
+  chmod 600 "$dir/tokens.csv" "$dir/sa.key"
+  kas_url=https://127.0.0.1:$p_kas cacert=$dir/certs/apiserver.crt
+  # The same flags as integration/controlplane_test.go, single-stack:
+  # no controller creates ServiceAccounts, and the "kubernetes" endpoints
+  # reconciler refuses a loopback advertise address.
+  "$kas_bin" --etcd-servers="$etcd_url" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+    --secure-port="$p_kas" --cert-dir="$dir/certs" --token-auth-file="$dir/tokens.csv" \
+    --authorization-mode=Node,RBAC --service-account-key-file="$dir/sa.pub" \
+    --service-account-signing-key-file="$dir/sa.key" --service-account-issuer=https://kubernetes.default.svc \
+    --service-cluster-ip-range=10.96.0.0/16 --disable-admission-plugins=ServiceAccount \
+    --endpoint-reconciler-type=none --profiling=false --v=1 >"$dir/kube-apiserver.log" 2>&1 &
+  pids+=($!)
+  poll 120 test -s "$cacert" || cp_fail "kube-apiserver wrote no serving certificate within 120 s"
+  poll 180 kas_ready || cp_fail "kube-apiserver not ready at $kas_url within 180 s"
+
+  kc=$dir/kubeconfig
+  cat >"$kc" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: bench
+  cluster:
+    server: $kas_url
+    certificate-authority: $cacert
+users:
+- name: admin
+  user:
+    token: $token
+contexts:
+- name: bench
+  context: {cluster: bench, user: admin}
+current-context: bench
+KC
+  chmod 600 "$kc"
+}
+
+# post_all FILE: POSTs every "PATH JSON" line of FILE, 16 at a time over
+# one HTTP/2 connection per curl, 250 objects per curl; every answer must
+# be 201 Created.
+post_all() {
+  local list=$1 cfg=$work/cp/post.cfg codes=$work/cp/post.codes resp=$work/cp/resp path json sep
+  local -i n=0 i=0 total
+  total=$(wc -l <"$list")
+  : >"$codes"
+  rm -rf "$resp" && mkdir -p "$resp"
+  while ((n < total)); do
+    : >"$cfg"
+    sep=""
+    while read -r path json; do
+      json=${json//\\/\\\\}
+      i+=1
+      # "next" separates transfers; a trailing one would fail them all.
+      printf '%surl = "%s%s"\nheader = "Authorization: Bearer %s"\nheader = "Content-Type: application/json"\ncacert = "%s"\ndata = "%s"\noutput = "%s/%d"\nsilent\nshow-error\nwrite-out = "%%{http_code} %%{filename_effective}\\n"\nmax-time = 30\n' \
+        "$sep" "$kas_url" "$path" "$token" "$cacert" "${json//\"/\\\"}" "$resp" "$i" >>"$cfg"
+      sep=$'next\n'
+    done < <(sed -n "$((n + 1)),$((n + 250))p" "$list")
+    curl --parallel --parallel-max 16 --no-progress-meter -K "$cfg" >>"$codes" || true
+    n+=250
+  done
+  if [[ $(grep -c '^201 ' "$codes") != "$total" ]]; then
+    echo "bench: creating objects: $(grep -vc '^201 ' "$codes") of $total failed; the first:" >&2
+    read -r path json < <(grep -v '^201 ' "$codes")
+    echo "$path: $(head -c 600 "$json" 2>/dev/null)" >&2
+    exit 1
+  fi
+  rm -rf "$resp"
+}
+
+# svc_ip I: the ClusterIP given to Service I (set explicitly so that PTR
+# queries can be written without reading the objects back; 10.96.0.x is
+# left to the API server's own "kubernetes" Service).
+svc_ip() { echo "10.96.$((1 + $1 / 250)).$((1 + $1 % 250))"; }
+headless() { (($1 % 50 == 49)); }
+# svc_ns I: Service I's namespace; consecutive blocks, so that every
+# namespace gets headless Services too.
+svc_ns() { echo "bench-$(($1 * NS_COUNT / nsvc))"; }
+
+create_services() {
+  local i ns ports k eps list=$work/cp/objects
+  local -i h=0
+  ports='[{"name":"http","port":80,"protocol":"TCP"},{"name":"metrics","port":9090,"protocol":"TCP"}]'
+  for ((i = 0; i < NS_COUNT; i++)); do
+    echo "/api/v1/namespaces {\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"bench-$i\"}}"
+  done >"$list"
+  post_all "$list"
+  for ((i = 0; i < nsvc; i++)); do
+    ns=$(svc_ns "$i")
+    if headless "$i"; then ip=None; else ip=$(svc_ip "$i"); fi
+    echo "/api/v1/namespaces/$ns/services {\"apiVersion\":\"v1\",\"kind\":\"Service\",\"metadata\":{\"name\":\"svc-$i\"},\"spec\":{\"clusterIP\":\"$ip\",\"ports\":$ports}}"
+  done >"$list"
+  post_all "$list"
+  for ((i = 0; i < nsvc; i++)); do
+    headless "$i" || continue
+    eps=""
+    for k in 1 2 3; do
+      eps+="${eps:+,}{\"addresses\":[\"10.244.$((h / 64)).$((h % 64 * 4 + k))\"],\"conditions\":{\"ready\":true}}"
+    done
+    h+=1
+    echo "/apis/discovery.k8s.io/v1/namespaces/$(svc_ns "$i")/endpointslices {\"apiVersion\":\"discovery.k8s.io/v1\",\"kind\":\"EndpointSlice\",\"metadata\":{\"name\":\"svc-$i-a\",\"labels\":{\"kubernetes.io/service-name\":\"svc-$i\"}},\"addressType\":\"IPv4\",\"ports\":[{\"name\":\"http\",\"port\":8080,\"protocol\":\"TCP\"}],\"endpoints\":[$eps]}"
+  done >"$list"
+  [[ -s $list ]] && post_all "$list"
+  return 0
+}
+
+if ((cluster)); then
+  echo "bench: starting etcd and kube-apiserver, creating $nsvc Services" >&2
+  start_controlplane
+  create_services
+fi
+
+# --- Servers ---------------------------------------------------------------
+
+# With the cluster workload every nodedns watches the API server.
+kube_args=()
+((cluster)) && kube_args=(--kubeconfig "$kc" --autopath=false)
+
 start_nodedns() {
   "$work/nodedns" serve --listen "${addr[nodedns]}:$PORT" --upstream $UP --admin 127.0.0.1:9299 \
-    --cache-size 100000 --loop-check=false --lameduck 0s --log-level warn >"$work/nodedns.log" 2>&1 &
+    --cache-size 100000 --loop-check=false --lameduck 0s --log-level warn "${kube_args[@]}" >"$work/nodedns.log" 2>&1 &
   pid[nodedns]=$!; pids+=($!)
 }
 # nodedns-poller: the same agent reading UDP through the Go netpoller
 # instead of its thread readers, for A/B figures.
 start_nodedns-poller() {
   "$work/nodedns" serve --listen "${addr[nodedns-poller]}:$PORT" --upstream $UP --admin "" --udp-readers poller \
-    --cache-size 100000 --loop-check=false --lameduck 0s --log-level warn >"$work/nodedns-poller.log" 2>&1 &
+    --cache-size 100000 --loop-check=false --lameduck 0s --log-level warn "${kube_args[@]}" >"$work/nodedns-poller.log" 2>&1 &
   pid[nodedns-poller]=$!; pids+=($!)
+}
+# central: stands in for the cluster's central DNS that unbound and dnsmasq
+# forward cluster names to; not measured.
+start_central() {
+  "$work/nodedns" serve --listen "${addr[central]}:$PORT" --upstream $UP --admin "" \
+    --loop-check=false --lameduck 0s --log-level warn "${kube_args[@]}" >"$work/central.log" 2>&1 &
+  pid[central]=$!; pids+=($!)
 }
 start_unbound() {
   cat >"$work/unbound.conf" <<CONF
@@ -79,29 +347,140 @@ server:
   outgoing-range: 1024
   num-queries-per-thread: 1024
   do-ip6: no
+  # unbound answers "test." (RFC 6761) itself with NXDOMAIN by default;
+  # the workloads' external names are under example.test.
+  local-zone: "test." nodefault
 forward-zone:
   name: "."
   forward-addr: ${UP/:/@}
 CONF
+  if ((cluster)); then
+    cat >>"$work/unbound.conf" <<CONF
+server:
+  local-zone: "10.in-addr.arpa." nodefault
+forward-zone:
+  name: "cluster.local"
+  forward-addr: ${addr[central]}@$PORT
+forward-zone:
+  name: "96.10.in-addr.arpa"
+  forward-addr: ${addr[central]}@$PORT
+CONF
+  fi
   unbound -d -c "$work/unbound.conf" >"$work/unbound.log" 2>&1 &
   pid[unbound]=$!; pids+=($!)
 }
 start_dnsmasq() {
+  local fwd=()
+  ((cluster)) && fwd=(--server="/cluster.local/${addr[central]}#$PORT" --server="/96.10.in-addr.arpa/${addr[central]}#$PORT" --cache-rr=SRV)
   dnsmasq -k --no-resolv --no-hosts --server="${UP/:/#}" --listen-address="${addr[dnsmasq]}" --bind-interfaces \
     --port=$PORT --cache-size=10000 --dns-forward-max=1000 -u root --pid-file="$work/dnsmasq.pid" \
-    --log-facility="$work/dnsmasq.log" >"$work/dnsmasq.out" 2>&1 &
+    --log-facility="$work/dnsmasq.log" "${fwd[@]}" >"$work/dnsmasq.out" 2>&1 &
   pid[dnsmasq]=$!; pids+=($!)
 }
+# CoreDNS: cache + forward for external names; for the cluster zone the
+# kubernetes plugin (+ cache, as in kubeadm's Corefile) against the same
+# API server.
+start_coredns() {
+  {
+    if ((cluster)); then
+      cat <<CONF
+cluster.local:$PORT 96.10.in-addr.arpa:$PORT {
+  bind ${addr[coredns]}
+  kubernetes {
+    kubeconfig $kc bench
+    pods insecure
+    ttl 5
+  }
+  cache 30
+}
+CONF
+    fi
+    cat <<CONF
+.:$PORT {
+  bind ${addr[coredns]}
+  cache
+  forward . $UP
+}
+CONF
+  } >"$work/Corefile"
+  "$coredns_bin" -conf "$work/Corefile" -quiet >"$work/coredns.log" 2>&1 &
+  pid[coredns]=$!; pids+=($!)
+}
 
+# answers SERVER NAME TYPE: the server gives at least one record.
+answers() { [[ -n $(dig +time=1 +tries=1 @"${addr[$1]}" -p $PORT "$2" "$3" +short 2>/dev/null) ]]; }
+last_svc="svc-$((nsvc - 1)).$(svc_ns $((nsvc - 1))).svc.cluster.local"
+# A non-headless Service; headless ones only answer once their slice is in.
+probe_svc="svc-0.bench-0.svc.cluster.local"
+not_ready() {
+  local s=$1
+  echo "bench: $s does not answer $2" >&2
+  tail -n 20 "$work/$s".* >&2 2>/dev/null || true
+  if [[ $s == coredns ]]; then
+    echo "bench: going on without CoreDNS" >&2
+    stop_all 5 "${pid[coredns]}"
+    servers=$(without "$servers" coredns)
+  else
+    exit 1
+  fi
+}
+
+if ((cluster)); then
+  start_central
+  poll 60 answers central "$last_svc" A || not_ready central "$last_svc (informers not synced within 60 s)"
+fi
 for s in $servers; do "start_$s"; done
 sleep 1
 for s in $servers; do
-  dig +time=2 +tries=3 @"${addr[$s]}" -p $PORT warm.example.test A +short >/dev/null || { echo "bench: $s does not answer" >&2; cat "$work/$s".* >&2 || true; exit 1; }
+  poll 10 answers "$s" warm.example.test A || not_ready "$s" warm.example.test
 done
+if ((cluster)); then
+  for s in $servers; do
+    if ! poll 60 answers "$s" "$last_svc" A || ! poll 10 answers "$s" "$probe_svc" A; then
+      not_ready "$s" "cluster names within 60 s"
+    fi
+  done
+fi
+[[ -n $servers ]] || { echo "bench: no server left" >&2; exit 1; }
 
-# Query files: 1000 names x A/AAAA (hits once warm); 1000 NXDOMAIN names.
+# Query files: 1000 names x A/AAAA (hits once warm); 2000 NXDOMAIN names.
 for i in $(seq 1 1000); do echo "host$i.example.test A"; echo "host$i.example.test AAAA"; done >"$work/hit.txt"
 for i in $(seq 1 2000); do echo "nx$i.example.test A"; done >"$work/nx.txt"
+if ((cluster)); then
+  for ((i = 0; i < nsvc; i++)); do
+    name=svc-$i.$(svc_ns "$i").svc.cluster.local
+    echo "$name A"
+    if headless "$i" || ((i % 10 == 0)); then echo "_http._tcp.$name SRV"; fi
+    if ! headless "$i" && ((i % 10 == 0)); then
+      IFS=. read -r o1 o2 o3 o4 <<<"$(svc_ip "$i")"
+      echo "$o4.$o3.$o2.$o1.in-addr.arpa PTR"
+    fi
+  done >"$work/cluster.txt"
+fi
+
+# Every server must answer the workloads as intended (not, say, from a
+# built-in local zone): NOERROR with records for hit and cluster names,
+# NXDOMAIN for nx; checked on the first and last line and the first SRV and
+# PTR line of each query file.
+# outcome SERVER NAME TYPE -> "RCODE +" (with answer records) or "RCODE 0"
+outcome() {
+  dig +time=2 +tries=2 @"${addr[$1]}" -p $PORT "$2" "$3" 2>/dev/null | awk '
+    /->>HEADER<<-/ { st = $6; sub(",", "", st) }
+    /^;; flags:/ { for (i = 1; i <= NF; i++) if ($i == "ANSWER:") { a = $(i + 1); sub(",", "", a) } }
+    END { print (st == "" ? "timeout" : st), (a > 0 ? "+" : "0") }'
+}
+for wl in $workloads; do
+  want="NOERROR +"
+  [[ $wl == nx ]] && want="NXDOMAIN 0"
+  samples=$(head -n 1 "$work/$wl.txt"; tail -n 1 "$work/$wl.txt"; grep -m 1 ' SRV$' "$work/$wl.txt" || true; grep -m 1 ' PTR$' "$work/$wl.txt" || true)
+  for s in $servers; do
+    while read -r name type; do
+      res=$(outcome "$s" "$name" "$type")
+      [[ $res == "$want" ]] || { not_ready "$s" "$name $type as expected ($want), got: $res"; break; }
+    done <<<"$samples"
+  done
+done
+[[ -n $servers ]] || { echo "bench: no server left" >&2; exit 1; }
 
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 rss_kb() { awk '/VmRSS/{print $2}' "/proc/$1/status"; }
@@ -118,11 +497,11 @@ fixed() {
   before=$(cpu_ticks "${pid[$1]}")
   dnsperf -s "${addr[$1]}" -p $PORT -d "$2" -l "$secs" -c 4 -T 1 -Q "$qps" -v 2>/dev/null >"$work/fixed.out"
   after=$(cpu_ticks "${pid[$1]}")
-  local done lost
-  done=$(awk '/Queries completed/{print $3}' "$work/fixed.out")
+  local ndone lost
+  ndone=$(awk '/Queries completed/{print $3}' "$work/fixed.out")
   lost=$(awk '/Queries lost/{print $3}' "$work/fixed.out")
   awk '/^> /{printf "%.0f\n", $NF * 1e6}' "$work/fixed.out" | sort -n >"$work/lat.txt"
-  awk -v cpu=$((after - before)) -v tck="$tck" -v done="$done" -v lost="$lost" '
+  awk -v cpu=$((after - before)) -v tck="$tck" -v done="$ndone" -v lost="$lost" '
     { lat[NR] = $1 }
     END {
       p50 = lat[int(NR * 0.50) + 1]; p99 = lat[int(NR * 0.99) + 1]
@@ -130,23 +509,39 @@ fixed() {
     }' "$work/lat.txt"
 }
 
+caption() {
+  local c peers="" x
+  case $1 in
+    hit) echo "external names, A and AAAA, from the cache" ;;
+    nx) echo "NXDOMAIN external names, from the negative cache" ;;
+    cluster)
+      c="names of $nsvc Services in $NS_COUNT namespaces of a real kube-apiserver: A for each, SRV for every 10th and the headless ones, PTR for every 10th ClusterIP"
+      if has "$servers" nodedns || has "$servers" nodedns-poller; then c+="; nodedns answers from its informer index"; fi
+      for x in unbound dnsmasq; do has "$servers" $x && peers+="${peers:+ and }$x"; done
+      [[ -z $peers ]] || c+="; $peers forward cluster.local and 96.10.in-addr.arpa to a separate nodedns (as node-cache forwards to the central CoreDNS) and answer from their caches (TTL 5 s)"
+      has "$servers" coredns && c+="; coredns: kubernetes plugin + cache against the same API server"
+      echo "$c"
+      ;;
+  esac
+}
+
 declare -A best_q sum_q n_q res_fixed
 table=""
-for wl in hit nx; do
+for wl in $workloads; do
   file="$work/$wl.txt"
   # Warm every cache with the whole file.
   for s in $servers; do dnsperf -s "${addr[$s]}" -p $PORT -d "$file" -n 1 -q 100 >/dev/null 2>&1; done
   for s in $servers; do sum_q[$s]=0; n_q[$s]=0; done
   for r in $(seq 1 "$rounds"); do
     for s in $servers; do
-      q=$(maxqps "$s" "$file"); sum_q[$s]=$((sum_q[$s] + q)); n_q[$s]=$((n_q[$s] + 1))
+      q=$(maxqps "$s" "$file"); sum_q[$s]=$((sum_q[$s] + ${q:-0})); n_q[$s]=$((n_q[$s] + 1))
       echo "  $wl round $r $s: $q qps" >&2
     done
   done
   for s in $servers; do res_fixed[$s]=$(fixed "$s" "$file"); done
   best=0
   for s in $servers; do best_q[$s]=$((sum_q[$s] / n_q[$s])); ((best_q[$s] > best)) && best=${best_q[$s]}; done
-  table+=$'\n'"workload: $wl ($(wc -l <"$file") names, cache warm; max QPS = mean of $rounds unthrottled ${secs}s runs, A B A B; latency/CPU at $qps QPS)"$'\n'
+  table+=$'\n'"workload: $wl ($(wc -l <"$file") names: $(caption "$wl"); cache warm; max QPS = mean of $rounds unthrottled ${secs}s runs, A B A B; latency/CPU at $qps QPS)"$'\n'
   table+="| server | max QPS | vs best | p50 µs | p99 µs | CPU µs/query | lost | RSS MiB |"$'\n'
   table+="|---|---|---|---|---|---|---|---|"$'\n'
   for s in $servers; do
@@ -162,11 +557,14 @@ echo "$table"
 if [[ -n $out ]]; then
   {
     echo
-    echo "## $(date -u +%Y-%m-%d) scripts/bench.sh -l $secs -r $rounds -Q $qps ($(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+    echo "## $(date -u +%Y-%m-%d) scripts/bench.sh -l $secs -r $rounds -Q $qps -s '$servers' -w '$workloads'$( ((cluster)) && echo " -n $nsvc") ($(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
     echo
     echo "Machine: $(nproc) cores, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr), $(awk -F: '/model name/{print $2; exit}' /proc/cpuinfo | sed 's/^ *//')."
-    echo "dnsperf $(dnsperf -h 2>&1 | awk '/Version/{print $2}'), unbound $(unbound -V 2>/dev/null | awk '/Version/{print $2}'), dnsmasq $(dnsmasq -v | awk 'NR==1{print $3}'), $(go version | awk '{print $3}')."
-    echo "Client and servers share the machine's cores; every server is a caching forwarder to the same local test upstream."
+    vers="dnsperf $(dnsperf -h 2>&1 | awk '/Version/{print $2}'), unbound $(unbound -V 2>/dev/null | awk '/Version/{print $2}'), dnsmasq $(dnsmasq -v | awk 'NR==1{print $3}'), $(go version | awk '{print $3}')"
+    has "$servers" coredns && vers+=", CoreDNS $("$coredns_bin" -version 2>/dev/null | awk -F- 'NR==1{print $2}')"
+    ((cluster)) && vers+=", kube-apiserver $("$kas_bin" --version 2>/dev/null | awk '{print $2}'), etcd $(etcd --version 2>/dev/null | awk 'NR==1{print $3}')"
+    echo "$vers."
+    echo "Client and servers share the machine's cores; every server is a caching forwarder to the same local test upstream$( ((cluster)) && echo "; etcd, kube-apiserver and the separate nodedns that unbound and dnsmasq forward cluster names to run alongside (idle during the runs)")."
     echo "$table"
   } >>"$out"
   echo "appended to $out"
