@@ -1,0 +1,108 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func get(t *testing.T, c *http.Client, url string) (int, string) {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestEndpoints(t *testing.T) {
+	var broken atomic.Bool
+	var draining atomic.Bool
+	sock := filepath.Join(t.TempDir(), "admin.sock")
+	s, err := New(Config{Addr: "127.0.0.1:0", Socket: sock,
+		Ready: []Check{{Name: "listeners", Fn: func() error {
+			if broken.Load() {
+				return errors.New("not bound")
+			}
+			return nil
+		}}},
+		Stats:   func() any { return map[string]int{"answers": 7} },
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "nodedns_up 1\n") }),
+	}, draining.Load)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	tcp := &http.Client{Timeout: 2 * time.Second}
+	base := "http://" + s.Addr().String()
+	unix := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}}
+
+	for _, c := range []struct {
+		client *http.Client
+		url    string
+	}{{tcp, base}, {unix, "http://agent"}} {
+		if code, _ := get(t, c.client, c.url+"/health"); code != 200 {
+			t.Fatalf("/health = %d", code)
+		}
+		if code, _ := get(t, c.client, c.url+"/ready"); code != 200 {
+			t.Fatalf("/ready = %d", code)
+		}
+		if code, body := get(t, c.client, c.url+"/stats"); code != 200 || !strings.Contains(body, `"answers": 7`) {
+			t.Fatalf("/stats = %d %q", code, body)
+		}
+		if code, body := get(t, c.client, c.url+"/metrics"); code != 200 || body != "nodedns_up 1\n" {
+			t.Fatalf("/metrics = %d %q", code, body)
+		}
+	}
+	broken.Store(true)
+	if code, body := get(t, tcp, base+"/ready"); code != http.StatusServiceUnavailable || !strings.Contains(body, "listeners: not bound") {
+		t.Fatalf("/ready with a failing check = %d %q", code, body)
+	}
+	broken.Store(false)
+	draining.Store(true)
+	if code, body := get(t, tcp, base+"/ready"); code != http.StatusServiceUnavailable || !strings.Contains(body, "shutting down") {
+		t.Fatalf("/ready while draining = %d %q", code, body)
+	}
+	// Liveness does not depend on readiness.
+	if code, _ := get(t, tcp, base+"/health"); code != 200 {
+		t.Fatalf("/health while draining = %d", code)
+	}
+}
+
+func TestTwoAgentsShareThePort(t *testing.T) {
+	a, err := New(Config{Addr: "127.0.0.1:0"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.closeAll()
+	b, err := New(Config{Addr: a.Addr().String()}, nil)
+	if err != nil {
+		t.Fatalf("second agent on the same admin port (SO_REUSEPORT): %v", err)
+	}
+	b.closeAll()
+	if _, err := New(Config{}, nil); err == nil {
+		t.Fatal("no address and no socket accepted")
+	}
+}
