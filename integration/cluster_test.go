@@ -731,3 +731,54 @@ func wireEventually(t *testing.T, addr, name string, qtype uint16, want string, 
 	}
 	t.Logf("%s %s visible over UDP and TCP after %v", name, dns.TypeToString[qtype], time.Since(start).Round(time.Millisecond))
 }
+
+// TestClusterAPIOutage stops the API server under a running index: the
+// last state keeps being served, and once the server is back client-go
+// relists and rewatches on its own.
+func TestClusterAPIOutage(t *testing.T) {
+	cp := controlPlane(t)
+	c := cp.Client
+	ns := clusterNS(t, c, "outage")
+	z := "." + ns + ".svc.cluster.local."
+	s := createSvc(t, c, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "before"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{svcPort("http", 80)}}})
+	ix := runIndex(t, cp, k8s.Config{Zone: "cluster.local", TTL: 5})
+	want := "NOERROR aa\nan before" + z + " 5 A " + s.Spec.ClusterIP
+	waitLookup(t, ix, "before"+z, dns.TypeA, want)
+
+	cp.StopAPIServer()
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			if err := cp.StartAPIServer(); err != nil {
+				t.Errorf("restarting kube-apiserver: %v", err)
+			}
+		}
+	})
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		r, ok := ix.Lookup("before"+z, dns.TypeA)
+		if !ok || formatResult(r) != want || !ix.Synced() {
+			t.Fatalf("during the outage: ok=%v synced=%v\n%s", ok, ix.Synced(), formatResult(r))
+		}
+	}
+	down := time.Now()
+	if err := cp.StartAPIServer(); err != nil {
+		t.Fatalf("restarting kube-apiserver: %v", err)
+	}
+	restarted = true
+	t.Logf("API server back after %v", time.Since(down).Round(time.Millisecond))
+
+	// The watch comes back by itself; reflector backoff bounds how soon.
+	back := time.Now()
+	s2 := createSvc(t, c, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "after"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{svcPort("http", 80)}}})
+	eventually(t, 60*time.Second, "a service created after the outage resolves", func() error {
+		r, _ := ix.Lookup("after"+z, dns.TypeA)
+		if got, want := formatResult(r), "NOERROR aa\nan after"+z+" 5 A "+s2.Spec.ClusterIP; got != want {
+			return fmt.Errorf("got\n%s", got)
+		}
+		return nil
+	})
+	t.Logf("service created after the restart resolved after %v", time.Since(back).Round(time.Millisecond))
+	waitLookup(t, ix, "before"+z, dns.TypeA, want)
+}

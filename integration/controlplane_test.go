@@ -55,6 +55,10 @@ type ControlPlane struct {
 	Dir string
 
 	etcd, apiserver *cpProc
+	kas             string   // kube-apiserver binary
+	kasArgs         []string // its flags, for restarts
+	token           string   // admin bearer token
+	roots           *x509.CertPool
 }
 
 // cpProc is a control-plane process writing to a log file.
@@ -259,16 +263,17 @@ func tryStartControlPlane(kas string) (_ *ControlPlane, err error) {
 		return c, err
 	}
 	certDir := filepath.Join(dir, "certs")
-	c.apiserver, err = startCPProc("kube-apiserver", filepath.Join(dir, "kube-apiserver.log"), kas,
-		"--etcd-servers="+etcdClient,
+	c.kas, c.token = kas, token
+	c.kasArgs = []string{
+		"--etcd-servers=" + etcdClient,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(ports[2]),
-		"--cert-dir="+certDir,
-		"--token-auth-file="+tokens,
+		"--secure-port=" + strconv.Itoa(ports[2]),
+		"--cert-dir=" + certDir,
+		"--token-auth-file=" + tokens,
 		"--authorization-mode=Node,RBAC",
-		"--service-account-key-file="+saPub,
-		"--service-account-signing-key-file="+saKey,
+		"--service-account-key-file=" + saPub,
+		"--service-account-signing-key-file=" + saKey,
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-cluster-ip-range=10.96.0.0/16,fd00:10:96::/112",
 		// No controller creates the default ServiceAccount of a namespace.
@@ -278,7 +283,8 @@ func tryStartControlPlane(kas string) (_ *ControlPlane, err error) {
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
 		"--v=1",
-	)
+	}
+	c.apiserver, err = startCPProc("kube-apiserver", filepath.Join(dir, "kube-apiserver.log"), kas, c.kasArgs...)
 	if err != nil {
 		return c, err
 	}
@@ -297,11 +303,8 @@ func tryStartControlPlane(kas string) (_ *ControlPlane, err error) {
 	if !pool.AppendCertsFromPEM(pemData) {
 		return c, fmt.Errorf("no certificate in %s", crt)
 	}
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	defer hc.CloseIdleConnections()
-	if err := waitHTTP(c.apiserver, hc, c.URL+"/readyz", token, 90*time.Second, func(b []byte) bool {
-		return bytes.Equal(bytes.TrimSpace(b), []byte("ok"))
-	}); err != nil {
+	c.roots = pool
+	if err := c.waitReady(90 * time.Second); err != nil {
 		return c, err
 	}
 
@@ -338,14 +341,53 @@ current-context: test
 	return c, nil
 }
 
-// startCPProc starts a control-plane process logging to logPath. It gets
-// SIGKILL if the test binary dies without stopping it.
+// waitReady waits for the API server's /readyz.
+func (c *ControlPlane) waitReady(timeout time.Duration) error {
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.roots}}}
+	defer hc.CloseIdleConnections()
+	return waitHTTP(c.apiserver, hc, c.URL+"/readyz", c.token, timeout, func(b []byte) bool {
+		return bytes.Equal(bytes.TrimSpace(b), []byte("ok"))
+	})
+}
+
+// StopAPIServer stops kube-apiserver and leaves etcd running: an API
+// outage as clients see it. StartAPIServer brings it back.
+func (c *ControlPlane) StopAPIServer() {
+	c.apiserver.stop(15 * time.Second)
+}
+
+// StartAPIServer starts kube-apiserver again with the same flags, port and
+// certificates, and waits until it is ready. Every object survives in etcd.
+func (c *ControlPlane) StartAPIServer() error {
+	if !c.apiserver.exited() {
+		return errors.New("kube-apiserver is running")
+	}
+	p, err := startCPProc("kube-apiserver", c.apiserver.log, c.kas, c.kasArgs...)
+	if err != nil {
+		return err
+	}
+	c.apiserver = p
+	return c.waitReady(90 * time.Second)
+}
+
+// startCPProc starts a control-plane process logging to logPath (appended
+// to, so that a restart keeps the earlier log). It gets SIGKILL if the test
+// binary dies without stopping it.
 func startCPProc(name, logPath, bin string, args ...string) (*cpProc, error) {
-	f, err := os.Create(logPath)
+	return startCPProcEnv(name, logPath, nil, bin, args...)
+}
+
+// startCPProcEnv is startCPProc with env added to the process's
+// environment.
+func startCPProcEnv(name, logPath string, env []string, bin string, args ...string) (*cpProc, error) {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("creating %s log: %w", name, err)
 	}
 	cmd := exec.Command(bin, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,304 @@
+//go:build integration && scale
+
+package integration
+
+// The cluster zone at scale, against the real API server: 10,000 Services
+// and 100,000 endpoint addresses, then the nodedns binary started against
+// them. It reports the agent's RSS, the time from start to ready and the
+// time from a Service create to its name resolving (p50/p99). Figures, not
+// asserts: run it with scripts/k8s-scale.sh.
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// TestClusterScale loads the API server, starts the agent and measures.
+// SCALE_SERVICES (10000), SCALE_ENDPOINTS (10 per service) and
+// SCALE_PROBES (300 creates timed) change the load.
+func TestClusterScale(t *testing.T) {
+	cp := controlPlane(t)
+	c := cp.Client
+	nsvc := envInt("SCALE_SERVICES", 10000)
+	perSvc := envInt("SCALE_ENDPOINTS", 10)
+	probes := envInt("SCALE_PROBES", 300)
+	const namespaces = 100
+
+	// Load: every tenth service is headless with hostnames (a StatefulSet),
+	// the rest ClusterIP; each has one slice of perSvc ready addresses.
+	nss := make([]string, namespaces)
+	for i := range nss {
+		nss[i] = clusterNS(t, c, fmt.Sprintf("scale%02d", i))
+	}
+	start := time.Now()
+	var created, failed atomic.Int64
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if err := createScaleService(c, nss[i%namespaces], i, perSvc); err != nil {
+					if failed.Add(1) <= 5 {
+						t.Errorf("service %d: %v", i, err)
+					}
+					continue
+				}
+				created.Add(1)
+			}
+		}()
+	}
+	for i := range nsvc {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.Fatalf("%d services failed to create", failed.Load())
+	}
+	load := time.Since(start)
+	t.Logf("created %d services and %d endpoint addresses in %v (%.0f objects/s)",
+		created.Load(), created.Load()*int64(perSvc), load.Round(time.Second), float64(2*created.Load())/load.Seconds())
+
+	// Start the agent and time it to ready.
+	up := dnstest.Start(t, dnstest.Rcode(dns.RcodeNameError))
+	a := startScaleAgent(t, cp, up.Addr, nil)
+	addr, admin := a.addr, a.admin
+	// A sample of names answers as it should.
+	for i := 0; i < nsvc; i += nsvc / 10 {
+		name := fmt.Sprintf("svc%d.%s.svc.cluster.local.", i, nss[i%namespaces])
+		r, err := exchange(t, addr, "udp", name, dns.TypeA)
+		if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
+			t.Errorf("%s: %v %s", name, err, formatMsg(r))
+		}
+	}
+
+	// Service create to resolvable, a few creates in flight at a time.
+	lat := make([]time.Duration, probes)
+	afterAPI := make([]time.Duration, probes) // from the create call's return
+	sem := make(chan struct{}, 4)
+	var pwg sync.WaitGroup
+	for i := range probes {
+		pwg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer pwg.Done()
+			defer func() { <-sem }()
+			ns := nss[i%namespaces]
+			name := fmt.Sprintf("probe%d.%s.svc.cluster.local.", i, ns)
+			begin := time.Now()
+			s, err := c.CoreV1().Services(ns).Create(ctxBG, &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("probe%d", i)},
+				Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{svcPort("http", 80)}},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Errorf("probe %d: %v", i, err)
+				return
+			}
+			created := time.Now()
+			for {
+				r, err := exchange(t, addr, "udp", name, dns.TypeA)
+				if err == nil && r.Rcode == dns.RcodeSuccess && len(r.Answer) == 1 &&
+					r.Answer[0].(*dns.A).A.String() == s.Spec.ClusterIP {
+					lat[i], afterAPI[i] = time.Since(begin), time.Since(created)
+					return
+				}
+				if time.Since(begin) > 10*time.Second {
+					t.Errorf("probe %d: not resolvable after 10 s", i)
+					lat[i] = time.Since(begin)
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
+	pwg.Wait()
+	slices.Sort(lat)
+	slices.Sort(afterAPI)
+	q := func(d []time.Duration, f float64) time.Duration {
+		return d[int(f*float64(len(d)-1))].Round(10 * time.Microsecond)
+	}
+
+	time.Sleep(3 * time.Second)
+	rssAfter, hwm := procMem(t, a.p.cmd.Process.Pid)
+	st := scaleStats(t, admin)
+	a.stop()
+	report := fmt.Sprintf(`cluster zone at scale (%d services, %d endpoint addresses, %d namespaces)
+  start to ready:                 %v
+  agent RSS at ready:             %.1f MiB (peak so far %.1f MiB)
+  agent RSS after the creates:    %.1f MiB (peak %.1f MiB)
+  Service create to resolvable:   p50 %v  p99 %v  max %v  (%d creates, 4 in flight, UDP polling every 1 ms)
+    from the create call's return: p50 %v  p99 %v
+  /stats informers:               %s`,
+		nsvc, nsvc*perSvc, namespaces, a.ready.Round(time.Millisecond),
+		mib(a.rss), mib(a.hwm), mib(rssAfter), mib(hwm),
+		q(lat, 0.5), q(lat, 0.99), lat[len(lat)-1].Round(10*time.Microsecond), probes,
+		q(afterAPI, 0.5), q(afterAPI, 0.99), st)
+	// The same cluster under other runtime settings of the agent (the Go
+	// GC's headroom is most of the gap between RSS and the live heap).
+	for _, env := range strings.Split(os.Getenv("SCALE_AGENT_ENVS"), ";") {
+		if env = strings.TrimSpace(env); env == "" {
+			continue
+		}
+		v := startScaleAgent(t, cp, up.Addr, strings.Fields(env))
+		time.Sleep(3 * time.Second)
+		rss, hwm := procMem(t, v.p.cmd.Process.Pid)
+		v.stop()
+		report += fmt.Sprintf("\n  with %s: ready in %v, RSS at ready %.1f MiB, 3 s later %.1f MiB, peak %.1f MiB",
+			env, v.ready.Round(time.Millisecond), mib(v.rss), mib(rss), mib(hwm))
+	}
+	t.Log("\n" + report)
+	if out := os.Getenv("SCALE_REPORT"); out != "" {
+		if err := os.WriteFile(out, []byte(report+"\n"), 0o644); err != nil {
+			t.Errorf("writing %s: %v", out, err)
+		}
+	}
+}
+
+// createScaleService creates service i with one EndpointSlice of n ready
+// addresses (10.128.0.0/9, data only).
+func createScaleService(c kubernetes.Interface, ns string, i, n int) error {
+	name := fmt.Sprintf("svc%d", i)
+	spec := corev1.ServiceSpec{Ports: []corev1.ServicePort{svcPort("http", 80), svcPort("metrics", 9090)}}
+	headless := i%10 == 0
+	if headless {
+		spec.ClusterIP = corev1.ClusterIPNone
+	}
+	if _, err := c.CoreV1().Services(ns).Create(ctxBG, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating service: %w", err)
+	}
+	eps := make([]testEP, n)
+	for j := range eps {
+		k := uint32(i*n + j)
+		ip := netip.AddrFrom4([4]byte{10, byte(128 + k>>16), byte(k >> 8), byte(k)})
+		eps[j] = testEP{ip: ip.String()}
+		if headless {
+			eps[j].hostname = fmt.Sprintf("%s-%d", name, j)
+		}
+	}
+	if _, err := c.DiscoveryV1().EndpointSlices(ns).Create(ctxBG,
+		endpointSlice(ns, name+"-x1", name, discoveryv1.AddressTypeIPv4, 8080, eps...), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating endpointslice: %w", err)
+	}
+	return nil
+}
+
+// scaleAgent is a nodedns started against the loaded cluster.
+type scaleAgent struct {
+	p           *cpProc
+	addr, admin string
+	ready       time.Duration // start to /ready
+	rss, hwm    int64         // kB at ready
+}
+
+func (a *scaleAgent) stop() { a.p.stop(10 * time.Second) }
+
+// startScaleAgent starts the agent with env added to its environment and
+// waits for /ready.
+func startScaleAgent(t *testing.T, cp *ControlPlane, upstream string, env []string) *scaleAgent {
+	t.Helper()
+	dnsPort, adminPort := agentPorts(t)
+	a := &scaleAgent{addr: "127.0.0.1:" + strconv.Itoa(dnsPort), admin: "127.0.0.1:" + strconv.Itoa(adminPort)}
+	logPath := filepath.Join(t.TempDir(), "nodedns.log")
+	t0 := time.Now()
+	var err error
+	a.p, err = startCPProcEnv("nodedns", logPath, env, nodednsBin, "serve",
+		"--listen", a.addr, "--upstream", upstream, "--kubeconfig", cp.Kubeconfig,
+		"--cluster-domain", "cluster.local", "--cluster-ttl", "5s", "--pods", "insecure",
+		"--admin", a.admin, "--loop-check=false", "--lameduck", "0s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		a.stop()
+		if t.Failed() {
+			t.Logf("nodedns log:\n%s", tailFile(logPath, 60))
+		}
+	})
+	hc := &http.Client{Timeout: time.Second}
+	for {
+		if a.p.exited() {
+			t.Fatalf("agent exited: %v\n%s", a.p.err, tailFile(logPath, 40))
+		}
+		if resp, err := hc.Get("http://" + a.admin + "/ready"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				a.ready = time.Since(t0)
+				break
+			}
+		}
+		if time.Since(t0) > 5*time.Minute {
+			t.Fatalf("agent not ready after 5 minutes\n%s", tailFile(logPath, 40))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	a.rss, a.hwm = procMem(t, a.p.cmd.Process.Pid)
+	return a
+}
+
+func mib(kb int64) float64 { return float64(kb) / 1024 }
+
+// procMem reads VmRSS and VmHWM (kB) of pid.
+func procMem(t *testing.T, pid int) (rss, hwm int64) {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatalf("reading agent memory: %v", err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = v
+		case "VmHWM:":
+			hwm = v
+		}
+	}
+	return rss, hwm
+}
+
+// scaleStats returns the "informers" part of the agent's /stats.
+func scaleStats(t *testing.T, admin string) string {
+	resp, err := http.Get("http://" + admin + "/stats")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var doc map[string]json.RawMessage
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		return err.Error()
+	}
+	return strings.Join(strings.Fields(string(doc["informers"])), " ")
+}
