@@ -5,13 +5,15 @@
 // leave the node.
 //
 // It owns the Service, EndpointSlice (discovery.k8s.io/v1), Namespace and,
-// when a mode needs them, Pod informers. Each object is stripped by an
-// informer transform to what DNS needs before it is stored, and an event
-// rebuilds the records of the one Service it touches. A query is a few map
-// lookups: the answers of bare service names and the zone's negative
-// answers are prebuilt, shared messages; endpoint, port, SRV-of-headless,
-// pod and PTR answers are assembled from prebuilt per-service data in time
-// proportional to the answer.
+// when a mode needs them, Pod informers. Each object is stripped to what DNS
+// needs before it is stored (list pages as they arrive, watch events by an
+// informer transform), and an event rebuilds the records of the one Service
+// it touches. A query is a few map lookups: the answers of bare service
+// names and the zone's negative answers are prebuilt, shared messages;
+// endpoint, port, SRV, pod and PTR answers are assembled from prebuilt
+// per-service data in time proportional to the answer, and the service's
+// view keeps them for the next query. The index holds about 200 bytes per
+// Service or endpoint address.
 //
 // The semantics are those of CoreDNS's kubernetes plugin, which implements
 // the Kubernetes DNS specification v1.1.0; comments mark each deliberate
