@@ -351,7 +351,8 @@ func TestTCPNonReader(t *testing.T) {
 	// MaxInflight: three connections resolve at most 3 x 16 at once, but
 	// would hold 3 x 17 slots (and starve everyone) if a blocked write, or
 	// a reader waiting for its connection's slot, kept a server-wide slot.
-	s, addr := start(t, Config{Resolver: big, MaxInflight: 50, TCPWriteTimeout: 3 * time.Second, TCPIdleTimeout: time.Minute})
+	// (No per-client bound: every connection here is from 127.0.0.1.)
+	s, addr := start(t, Config{Resolver: big, MaxInflight: 50, MaxClientInflight: -1, TCPWriteTimeout: 3 * time.Second, TCPIdleTimeout: time.Minute})
 	tcpAddr := s.TCPAddrs()[0].String()
 
 	var stuck []net.Conn

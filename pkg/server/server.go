@@ -63,6 +63,10 @@ type Config struct {
 	// MaxInflight bounds queries being resolved off the readers (upstream,
 	// walks); past it a query is answered SERVFAIL at once. Default 2000.
 	MaxInflight int
+	// MaxClientInflight bounds the share of MaxInflight one client address
+	// may hold (see fairness.go); default MaxInflight/8, at least 16;
+	// negative: no per-client bound.
+	MaxClientInflight int
 	// MaxTCPConns bounds open TCP connections; default 1000.
 	MaxTCPConns int
 	// TCPIdleTimeout closes a TCP connection with no query for this long;
@@ -91,6 +95,9 @@ func (c *Config) defaults() error {
 	}
 	if c.MaxInflight <= 0 {
 		c.MaxInflight = 2000
+	}
+	if c.MaxClientInflight == 0 {
+		c.MaxClientInflight = max(c.MaxInflight/8, 16)
 	}
 	if c.MaxTCPConns <= 0 {
 		c.MaxTCPConns = 1000
@@ -125,8 +132,9 @@ type Server struct {
 	log   *slog.Logger
 	udp   []*net.UDPConn
 	tcp   []*net.TCPListener
-	sem   chan struct{} // slow-path queries in flight
-	conns chan struct{} // open TCP connections
+	sem   chan struct{}  // slow-path queries in flight
+	fair  *clientLimiter // per-client share of sem; nil: none
+	conns chan struct{}  // open TCP connections
 	memo  *walkMemo
 	// packed holds cluster replies in wire form (see sendCluster).
 	packed  *packedCache
@@ -146,6 +154,8 @@ type Server struct {
 	loopSeen  atomic.Int32
 	overloads atomic.Uint64
 	panics    atomic.Uint64
+	// clientLimited counts queries refused at the per-client bound.
+	clientLimited atomic.Uint64
 }
 
 // New validates cfg. Call Listen, then Serve.
@@ -159,7 +169,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "server"),
-		sem: make(chan struct{}, cfg.MaxInflight), conns: make(chan struct{}, cfg.MaxTCPConns),
+		sem: make(chan struct{}, cfg.MaxInflight), fair: newClientLimiter(cfg.MaxClientInflight), conns: make(chan struct{}, cfg.MaxTCPConns),
 		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384), tcpConns: map[net.Conn]struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.loopName.Store("")
@@ -295,14 +305,17 @@ func (s *Server) closeListeners() {
 // Stats are the server's own counters.
 type Stats struct {
 	Overloaded uint64 `json:"overloaded"`
-	Panics     uint64 `json:"panics"`
-	InFlight   int    `json:"in_flight"`
-	TCPConns   int    `json:"tcp_conns"`
+	// ClientLimited counts queries refused because their client held its
+	// whole share of the in-flight bound (MaxClientInflight).
+	ClientLimited uint64 `json:"client_limited"`
+	Panics        uint64 `json:"panics"`
+	InFlight      int    `json:"in_flight"`
+	TCPConns      int    `json:"tcp_conns"`
 }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
-	return Stats{Overloaded: s.overloads.Load(), Panics: s.panics.Load(), InFlight: len(s.sem), TCPConns: len(s.conns)}
+	return Stats{Overloaded: s.overloads.Load(), ClientLimited: s.clientLimited.Load(), Panics: s.panics.Load(), InFlight: len(s.sem), TCPConns: len(s.conns)}
 }
 
 // Drain stops new UDP traffic from reaching this server's sockets while

@@ -143,11 +143,8 @@ func (s *Server) serveTCP(c *net.TCPConn) {
 		// being read waits here, holding none of the server-wide slots
 		// (MaxInflight) that every other client needs.
 		slots <- struct{}{}
-		select {
-		case s.sem <- struct{}{}:
-		default:
+		if !s.admit(client) {
 			<-slots
-			s.overloads.Add(1)
 			t.write(s.reply(nil, r, dns.RcodeServerFailure, SourceLocal))
 			continue
 		}
@@ -159,7 +156,7 @@ func (s *Server) serveTCP(c *net.TCPConn) {
 			// Resolved: the server-wide slot is released before the
 			// write, which may wait TCPWriteTimeout on a client that does
 			// not read (TestTCPNonReader).
-			<-s.sem
+			s.leave(client)
 			t.write(out)
 		}()
 	}

@@ -66,12 +66,10 @@ func (s *Server) awaitInflight(ctx context.Context) {
 }
 
 // goSlowUDP hands r to a goroutine, or answers SERVFAIL at once when
-// MaxInflight queries are already being resolved.
+// MaxInflight queries, or the client's share of them, are already being
+// resolved.
 func (s *Server) goSlowUDP(uc *net.UDPConn, r *request, addr netip.AddrPort, scratch []byte) {
-	select {
-	case s.sem <- struct{}{}:
-	default:
-		s.overloads.Add(1)
+	if !s.admit(r.client) {
 		s.writeUDP(uc, s.reply(scratch, r, dns.RcodeServerFailure, SourceLocal), addr)
 		return
 	}
@@ -84,7 +82,7 @@ func (s *Server) goSlowUDP(uc *net.UDPConn, r *request, addr netip.AddrPort, scr
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer func() { <-s.sem }()
+		defer s.leave(req.client)
 		out := s.slow(s.ctx, make([]byte, 0, 1024), &req)
 		s.writeUDP(uc, out, addr)
 	}()
