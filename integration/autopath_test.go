@@ -20,6 +20,11 @@ package integration
 // UDP (and TCP) packets the pod sends to the agent: the queries the agent
 // received, read per lookup. The agent's /stats must agree (answers, and
 // shortcuts and queries saved); the upstream counts what reached it.
+//
+// Figures (logged as FIGURE lines, never asserted; bench/RESULTS.md):
+// wall time and agent CPU per getent lookup with shortcuts on and off.
+// NODEDNS_AUTOPATH_AGENT_ARGS adds agent flags (e.g. --udp-readers
+// poller); NODEDNS_AUTOPATH_DNSPERF=1 adds per-query dnsperf figures.
 
 import (
 	"context"
@@ -488,6 +493,8 @@ func (e *apEnv) startAgent(t *testing.T, autopath bool, addrs ...string) (*proc,
 		"--lameduck", "0s",
 		"--autopath=" + strconv.FormatBool(autopath),
 	}
+	// Extra flags for figure runs (e.g. --udp-readers poller).
+	args = append(args, strings.Fields(os.Getenv("NODEDNS_AUTOPATH_AGENT_ARGS"))...)
 	label := fmt.Sprintf("nodedns (autopath=%v, %s)", autopath, strings.Join(addrs, ","))
 	p := &proc{Name: label, out: &syncBuffer{}, done: make(chan struct{})}
 	p.Cmd = exec.Command(nodednsBin, args...)
@@ -780,6 +787,56 @@ func (e *apEnv) figures(t *testing.T, figs map[bool]*apFigure) {
 		apExternalV4, apMs(apPct(baseSingle, 50)), len(baseSingle), apBatch, apMs(apPct(baseBatched, 50)))
 	t.Logf("FIGURE per lookup, off minus on, paired by round: median %s (p10 %s, p90 %s, n=%d)",
 		apMs(apPct(diff, 50)), apMs(apPct(diff, 10)), apMs(apPct(diff, 90)), len(diff))
+	if os.Getenv("NODEDNS_AUTOPATH_DNSPERF") != "" {
+		e.perQuery(t, agentOn, agentOff)
+	}
+}
+
+// perQuery (NODEDNS_AUTOPATH_DNSPERF=1) sends a steady 3000 q/s of one
+// kind of query with dnsperf from a pod and reports the agent's CPU time
+// per query and dnsperf's average latency: a walk answered through the
+// memory of winners (slow path) against plain cache hits and cluster
+// answers (fast path).
+func (e *apEnv) perQuery(t *testing.T, on, off *proc) {
+	t.Helper()
+	needTool(t, "dnsperf")
+	walk := apExternal + "." + e.nsA + ".svc." + apZone + "."
+	for _, c := range []struct {
+		label string
+		ns    *netNS
+		srv   string
+		agent *proc
+		name  string
+	}{
+		{"autopath on, the walk (remembered winner)", e.podA, e.specA.nodeV4, on, walk},
+		{"autopath on, a cache hit", e.podA, e.specA.nodeV4, on, apExternal + "."},
+		{"autopath off, a cache hit", e.podC, e.specC.nodeV4, off, apExternal + "."},
+		{"autopath off, a cluster NXDOMAIN", e.podC, e.specC.nodeV4, off, walk},
+	} {
+		data := filepath.Join(t.TempDir(), "queries")
+		if err := os.WriteFile(data, []byte(fmt.Sprintf("%s A\n%s AAAA\n", c.name, c.name)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cpu0 := apCPU(t, c.agent)
+		out, code, err := apExec(c.ns, "dnsperf", "-s", c.srv, "-d", data, "-l", "4", "-c", "1", "-Q", "3000")
+		cpu1 := apCPU(t, c.agent)
+		if err != nil || code != 0 {
+			t.Fatalf("dnsperf: exit %d, %v:\n%s", code, err, out)
+		}
+		done, lat := 0, ""
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); strings.Contains(l, "Queries completed:") && len(f) >= 3 {
+				done, _ = strconv.Atoi(f[2])
+			}
+			if strings.Contains(l, "Average Latency") {
+				lat = strings.Join(strings.Fields(l), " ")
+			}
+		}
+		if done == 0 {
+			t.Fatalf("dnsperf completed no query:\n%s", out)
+		}
+		t.Logf("FIGURE dnsperf, %s: %d queries, agent CPU %v/query; %s", c.label, done, (cpu1-cpu0)/time.Duration(done), lat)
+	}
 }
 
 // checkLookup asserts one lookup's answer and query count.
