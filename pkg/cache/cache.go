@@ -328,6 +328,28 @@ func (c *Cache) AppendHit(dst []byte, name string, qtype, qclass uint16, do, cd 
 	return dst, e.rcode, true
 }
 
+// Peek returns the fresh entry for the key as a message with its TTLs
+// counted down, without asking the upstream; ok is false on a miss or an
+// expired entry.
+func (c *Cache) Peek(name string, qtype, qclass uint16, do, cd bool) (*dns.Msg, bool) {
+	k := Key{Name: name, Type: qtype, Class: qclass, DO: do, CD: cd}
+	e, found := c.shard(&k).Get(k)
+	if !found {
+		return nil, false
+	}
+	remain := e.expires() - c.conf().Now().UnixNano()
+	if remain <= 0 {
+		return nil, false
+	}
+	m, err := e.msg(0, ttlSeconds(remain))
+	if err != nil {
+		return nil, false
+	}
+	c.hits.Add(1)
+	c.maybePrefetch(k, e, remain)
+	return m, true
+}
+
 func ttlSeconds(ns int64) uint32 {
 	s := ns / int64(time.Second)
 	if s > 1<<31-1 {

@@ -73,6 +73,9 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 		return s.send(dst, r, m, SourceLocal, 0, 0), verdictReply
 	}
 	if s.walkCandidate(r) {
+		if out, ok := s.walkFast(dst, r); ok {
+			return out, verdictReply
+		}
 		return dst, verdictSlow
 	}
 	if s.cfg.Cluster != nil {

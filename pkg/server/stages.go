@@ -74,6 +74,10 @@ type Resolver interface {
 // server patches ID, flags, the question's case and EDNS.
 type HitCache interface {
 	AppendHit(dst []byte, name string, qtype, qclass uint16, do, cd bool) (out []byte, rcode int, ok bool)
+	// Peek returns a fresh cached answer as a message (TTLs counted down)
+	// without waiting for anything; ok is false on a miss or an expired
+	// entry. The search-path walk uses it to answer on the reader.
+	Peek(name string, qtype, qclass uint16, do, cd bool) (m *dns.Msg, ok bool)
 }
 
 // Exchanger forwards a query as it is (used for --cluster-dns before the
