@@ -100,6 +100,7 @@ type soakSampleRow struct {
 	at                   time.Duration
 	rssKB, threads       int64
 	goroutines           int64
+	liveKB               int64 // live heap after the last GC: half the GC's heap goal (GOGC 100)
 	cacheEntries, panics int64
 	sent                 int64
 }
@@ -440,9 +441,9 @@ func TestSoak(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "%-18s %9d %9d %6d %9d %9d %6d\n", "total", sum.sent, sum.answered, sum.lost, sum.servfail, sum.nxdomain, sum.wrong)
 	fmt.Fprintf(&b, "agent crashed: %v\n", crashed)
-	fmt.Fprintf(&b, "%8s %10s %8s %10s %8s %7s %10s\n", "t", "rss_kb", "threads", "goroutines", "cache", "panics", "sent")
+	fmt.Fprintf(&b, "%8s %10s %10s %8s %10s %8s %7s %10s\n", "t", "rss_kb", "live_kb", "threads", "goroutines", "cache", "panics", "sent")
 	for _, s := range samples {
-		fmt.Fprintf(&b, "%8v %10d %8d %10d %8d %7d %10d\n", s.at, s.rssKB, s.threads, s.goroutines, s.cacheEntries, s.panics, s.sent)
+		fmt.Fprintf(&b, "%8v %10d %10d %8d %10d %8d %7d %10d\n", s.at, s.rssKB, s.liveKB, s.threads, s.goroutines, s.cacheEntries, s.panics, s.sent)
 	}
 	if len(examples) > 0 {
 		fmt.Fprintf(&b, "first failures:\n  %s\n", strings.Join(examples, "\n  "))
@@ -600,6 +601,10 @@ func soakSampleAgent(pid int, admin string) soakSampleRow {
 			if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
 				f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
 				row.goroutines = int64(f)
+			}
+			if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_next_gc_bytes "); ok {
+				f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				row.liveKB = int64(f) >> 11
 			}
 		}
 		resp.Body.Close()
