@@ -32,13 +32,15 @@ type Config struct {
 	ServeStale     Duration `json:"serve-stale"`
 	Prefetch       int      `json:"prefetch"`
 
-	MaxInflight int    `json:"max-inflight"`
-	MaxTCPConns int    `json:"max-tcp-conns"`
-	MaxUDPSize  int    `json:"max-udp-size"`
-	UDPReaders  string `json:"udp-readers"`
-	UDPSockets  int    `json:"udp-sockets"`
-	GoMaxProcs  int    `json:"gomaxprocs"`
-	LoopCheck   bool   `json:"loop-check"`
+	MaxInflight int `json:"max-inflight"`
+	// MaxClientInflight: 0 is the server's default share, negative none.
+	MaxClientInflight int    `json:"max-client-inflight"`
+	MaxTCPConns       int    `json:"max-tcp-conns"`
+	MaxUDPSize        int    `json:"max-udp-size"`
+	UDPReaders        string `json:"udp-readers"`
+	UDPSockets        int    `json:"udp-sockets"`
+	GoMaxProcs        int    `json:"gomaxprocs"`
+	LoopCheck         bool   `json:"loop-check"`
 
 	Kubeconfig    string   `json:"kubeconfig"`
 	ClusterDomain string   `json:"cluster-domain"`
@@ -125,6 +127,7 @@ func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
 	fs.Var(&c.ServeStale, "serve-stale", "how long past expiry an answer may be served when upstreams fail (0 disables)")
 	fs.IntVar(&c.Prefetch, "prefetch", c.Prefetch, "hits that make an entry popular enough to refresh before it expires (0 disables)")
 	fs.IntVar(&c.MaxInflight, "max-inflight", c.MaxInflight, "queries resolved at once off the readers; beyond it: SERVFAIL at once")
+	fs.IntVar(&c.MaxClientInflight, "max-client-inflight", c.MaxClientInflight, "of those, at most this many for one client address (0: max-inflight/8, at least 16; -1: no per-client bound)")
 	fs.IntVar(&c.MaxTCPConns, "max-tcp-conns", c.MaxTCPConns, "open TCP connections at most")
 	fs.StringVar(&c.UDPReaders, "udp-readers", c.UDPReaders, "how UDP sockets are read: threads (an OS thread per socket blocking in recvmmsg) or poller (Go netpoller)")
 	fs.IntVar(&c.UDPSockets, "udp-sockets", c.UDPSockets, "SO_REUSEPORT UDP sockets (each with its own reader) per listen address; 0: GOMAXPROCS")

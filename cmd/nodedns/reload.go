@@ -93,6 +93,7 @@ func (a *agent) reload(old Config) Config {
 	cfg.Kubeconfig, cfg.ClusterDomain, cfg.ClusterTTL, cfg.Pods, cfg.ClusterDNS, cfg.NodeName = old.Kubeconfig, old.ClusterDomain, old.ClusterTTL, old.Pods, old.ClusterDNS, old.NodeName
 	cfg.Interface, cfg.SetupInterface, cfg.SetupIptables, cfg.SyncInterval = old.Interface, old.SetupInterface, old.SetupIptables, old.SyncInterval
 	cfg.MaxInflight, cfg.MaxTCPConns, cfg.MaxUDPSize = old.MaxInflight, old.MaxTCPConns, old.MaxUDPSize
+	cfg.MaxClientInflight = old.MaxClientInflight
 	a.log.Info("configuration reloaded", "file", cfg.path)
 	return cfg
 }
@@ -123,7 +124,7 @@ func restartOnly(a, b Config) []string {
 		{"interface", a.Interface, b.Interface}, {"setup-interface", a.SetupInterface, b.SetupInterface},
 		{"setup-iptables", a.SetupIptables, b.SetupIptables}, {"sync-interval", a.SyncInterval, b.SyncInterval},
 		{"max-inflight", a.MaxInflight, b.MaxInflight}, {"max-tcp-conns", a.MaxTCPConns, b.MaxTCPConns},
-		{"max-udp-size", a.MaxUDPSize, b.MaxUDPSize},
+		{"max-udp-size", a.MaxUDPSize, b.MaxUDPSize}, {"max-client-inflight", a.MaxClientInflight, b.MaxClientInflight},
 	}
 	var out []string
 	for _, p := range pairs {

@@ -208,7 +208,7 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 	}
 	listen := listenAddrs(cfg)
 	scfg := server.Config{Observer: a.rec, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
-		MaxInflight: cfg.MaxInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.UDPSockets, Logger: log}
+		MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.UDPSockets, Logger: log}
 	if err := a.wireCluster(&scfg); err != nil {
 		return nil, err
 	}
