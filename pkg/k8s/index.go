@@ -85,8 +85,6 @@ type epRef struct {
 	i  int32
 }
 
-func (r epRef) ep() *endpoint { return &r.sl.eps[r.i] }
-
 // addrIndex maps an address to the objects that claim it. Claims are rare
 // to collide (IP reuse, transitions), so each value is a short slice.
 type addrIndex[T comparable] map[netip.Addr][]T
@@ -110,35 +108,56 @@ func (m addrIndex[T]) remove(a netip.Addr, v T) {
 
 // epIndex maps endpoint addresses to endpoints. It is the index with one
 // entry per endpoint address (100k in a large cluster), so it is laid out
-// for size: a 16-byte key and the first endpoint inline (32 bytes a slot),
-// with the rare further claimants of an address in a second map.
+// for size: the first endpoint of an address inline, keyed by 4 bytes for
+// IPv4 (24 bytes a slot), the rare further claimants of an address in a
+// second map.
 type epIndex struct {
-	first map[[16]byte]epRef
-	more  map[[16]byte][]epRef
+	v4   map[[4]byte]epRef
+	v6   map[[16]byte]epRef
+	more map[netip.Addr][]epRef
 }
 
 func newEPIndex() epIndex {
-	return epIndex{first: make(map[[16]byte]epRef), more: make(map[[16]byte][]epRef)}
+	return epIndex{v4: make(map[[4]byte]epRef), v6: make(map[[16]byte]epRef), more: make(map[netip.Addr][]epRef)}
+}
+
+func (x epIndex) first(a netip.Addr) (epRef, bool) {
+	if a.Is4() {
+		r, ok := x.v4[a.As4()]
+		return r, ok
+	}
+	r, ok := x.v6[a.As16()]
+	return r, ok
+}
+
+func (x epIndex) setFirst(a netip.Addr, r epRef) {
+	if a.Is4() {
+		x.v4[a.As4()] = r
+	} else {
+		x.v6[a.As16()] = r
+	}
 }
 
 func (x epIndex) add(a netip.Addr, r epRef) {
-	k := a.As16()
-	if _, ok := x.first[k]; !ok {
-		x.first[k] = r
+	if _, ok := x.first(a); !ok {
+		x.setFirst(a, r)
 		return
 	}
-	x.more[k] = append(x.more[k], r)
+	x.more[a] = append(x.more[a], r)
 }
 
 func (x epIndex) remove(a netip.Addr, r epRef) {
-	k := a.As16()
-	more := x.more[k]
-	if x.first[k] == r {
+	more := x.more[a]
+	if f, ok := x.first(a); ok && f == r {
 		if len(more) == 0 {
-			delete(x.first, k)
+			if a.Is4() {
+				delete(x.v4, a.As4())
+			} else {
+				delete(x.v6, a.As16())
+			}
 			return
 		}
-		x.first[k] = more[0]
+		x.setFirst(a, more[0])
 		more = more[1:]
 	} else if i := slices.Index(more, r); i >= 0 {
 		more = slices.Delete(slices.Clone(more), i, i+1)
@@ -146,20 +165,19 @@ func (x epIndex) remove(a netip.Addr, r epRef) {
 		return
 	}
 	if len(more) == 0 {
-		delete(x.more, k)
+		delete(x.more, a)
 	} else {
-		x.more[k] = more
+		x.more[a] = more
 	}
 }
 
 // get appends the endpoints of a to buf.
 func (x epIndex) get(a netip.Addr, buf []epRef) []epRef {
-	k := a.As16()
-	r, ok := x.first[k]
+	r, ok := x.first(a)
 	if !ok {
 		return buf
 	}
-	return append(append(buf, r), x.more[k]...)
+	return append(append(buf, r), x.more[a]...)
 }
 
 // New returns an Index for client. It validates cfg and returns an error
@@ -462,16 +480,16 @@ func (ix *Index) onSlice(old, cur any) {
 
 	ix.mu.Lock()
 	if prev != nil && prev.service != "" {
-		for i := range prev.eps {
-			ix.epIPs.remove(prev.eps[i].ip(), epRef{prev, int32(i)})
+		for i := range prev.len() {
+			ix.epIPs.remove(prev.ip(i), epRef{prev, int32(i)})
 		}
-		ix.endpoints -= len(prev.eps)
+		ix.endpoints -= prev.len()
 	}
 	if e != nil && e.service != "" {
-		for i := range e.eps {
-			ix.epIPs.add(e.eps[i].ip(), epRef{e, int32(i)})
+		for i := range e.len() {
+			ix.epIPs.add(e.ip(i), epRef{e, int32(i)})
 		}
-		ix.endpoints += len(e.eps)
+		ix.endpoints += e.len()
 	}
 	for i, k := range keys {
 		if views[i] != nil {

@@ -263,17 +263,16 @@ func (ix *Index) chase(zm *zoneMsgs, v *svcView, name string, qtype uint16, dept
 // endpoints with that label.
 func (ix *Index) headlessSRV(v *svcView, qport, qproto string, out []srvEntry) []srvEntry {
 	for _, e := range v.slices {
-		for i := range e.eps {
-			ep := &e.eps[i]
+		for i := range e.len() {
 			var target string
 			for _, p := range e.ports {
 				if !matchPort(qport, qproto, p) {
 					continue
 				}
 				if target == "" {
-					target = endpointLabel(ep) + "." + v.fqdn
+					target = e.label(i) + "." + v.fqdn
 				}
-				out = append(out, srvEntry{target: target, ip: ep.ip(), port: p.port})
+				out = append(out, srvEntry{target: target, ip: e.ip(i), port: p.port})
 			}
 		}
 	}
@@ -328,9 +327,8 @@ func (ix *Index) resolveEndpoint(zm *zoneMsgs, v *svcView, name, label string, q
 	if ip, ok := parseDashIP(label); ok {
 		var ipBuf [4]epRef
 		for _, r := range ix.epIPs.get(ip, ipBuf[:0]) {
-			ep := r.ep()
-			if ep.hostname == "" && r.sl.service == v.svc.name && r.sl.namespace == v.svc.namespace &&
-				dashIP(ep.ip()) == label {
+			if r.sl.host(int(r.i)) == "" && r.sl.service == v.svc.name && r.sl.namespace == v.svc.namespace &&
+				dashIP(ip) == label {
 				refs = append(refs, r)
 			}
 		}
@@ -342,7 +340,7 @@ func (ix *Index) resolveEndpoint(zm *zoneMsgs, v *svcView, name, label string, q
 	case dns.TypeA, dns.TypeAAAA:
 		ips := make([]netip.Addr, len(refs))
 		for i, r := range refs {
-			ips[i] = r.ep().ip()
+			ips[i] = r.sl.ip(int(r.i))
 		}
 		return ix.addrAnswer(zm, name, qtype, ips)
 	case dns.TypeSRV:
@@ -350,7 +348,7 @@ func (ix *Index) resolveEndpoint(zm *zoneMsgs, v *svcView, name, label string, q
 		var entries []srvEntry
 		for _, r := range refs {
 			for _, p := range r.sl.ports {
-				entries = append(entries, srvEntry{target: owner, ip: r.ep().ip(), port: p.port})
+				entries = append(entries, srvEntry{target: owner, ip: r.sl.ip(int(r.i)), port: p.port})
 			}
 		}
 		return orNodata(ix.srvAnswer(owner, entries), zm)
@@ -522,7 +520,7 @@ func (ix *Index) lookupReverse(name string, qtype uint16) (Result, bool) {
 	ans := make([]dns.RR, 0, len(refs))
 outer:
 	for _, r := range refs {
-		target := endpointLabel(r.ep()) + "." + r.sl.service + "." + r.sl.namespace + ".svc." + ix.zone
+		target := r.sl.label(int(r.i)) + "." + r.sl.service + "." + r.sl.namespace + ".svc." + ix.zone
 		for _, rr := range ans {
 			if rr.(*dns.PTR).Ptr == target {
 				continue outer

@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -53,24 +54,53 @@ type service struct {
 	ports           []port
 }
 
+// endpointSlice holds the ready addresses of a slice, one entry per
+// address: an endpoint with several addresses becomes several entries
+// sharing the hostname, as in CoreDNS (the API defines no meaning for
+// addresses after the first). Endpoint addresses are most of a large
+// cluster, so they are packed: a slice has one address family, and most
+// have no hostnames, so an IPv4 entry costs 4 bytes.
 type endpointSlice struct {
 	objStub
 	name, namespace string
-	service         string     // kubernetes.io/service-name label; "" = not ours
-	ports           []port     // noPorts when the slice lists none
-	eps             []endpoint // ready addresses only, one entry per address
-	total           int        // addresses in the slice, ready or not (stats)
+	service         string   // kubernetes.io/service-name label; "" = not ours
+	ports           []port   // noPorts when the slice lists none
+	v6              bool     // addressType IPv6: 16 bytes an entry, else 4
+	ips             []byte   // the entries' addresses, packed
+	hosts           []string // the entries' hostnames; nil when none has one
+	total           int      // addresses in the slice, ready or not (stats)
 }
 
-// endpoint is one ready address of an EndpointSlice endpoint. An endpoint
-// with several addresses becomes several entries sharing the hostname, as in
-// CoreDNS (the API defines no meaning for addresses after the first).
-type endpoint struct {
-	addr     [16]byte // IPv4 as IPv4-mapped: 16 bytes, where netip.Addr takes 24
-	hostname string
+// len is the number of entries (ready addresses).
+func (e *endpointSlice) len() int {
+	if e.v6 {
+		return len(e.ips) / 16
+	}
+	return len(e.ips) / 4
 }
 
-func (e *endpoint) ip() netip.Addr { return netip.AddrFrom16(e.addr).Unmap() }
+func (e *endpointSlice) ip(i int) netip.Addr {
+	if e.v6 {
+		return netip.AddrFrom16([16]byte(e.ips[16*i:])).Unmap()
+	}
+	return netip.AddrFrom4([4]byte(e.ips[4*i:]))
+}
+
+func (e *endpointSlice) host(i int) string {
+	if e.hosts == nil {
+		return ""
+	}
+	return e.hosts[i]
+}
+
+// label is entry i's first label in names: its hostname, else its address
+// with dashes.
+func (e *endpointSlice) label(i int) string {
+	if h := e.host(i); h != "" {
+		return h
+	}
+	return dashIP(e.ip(i))
+}
 
 type namespace struct {
 	objStub
@@ -219,7 +249,8 @@ func newEndpointSlice(o *discoveryv1.EndpointSlice) *endpointSlice {
 	if o.AddressType != discoveryv1.AddressTypeIPv4 && o.AddressType != discoveryv1.AddressTypeIPv6 {
 		return e
 	}
-	n := 0
+	e.v6 = o.AddressType == discoveryv1.AddressTypeIPv6
+	n, hosts := 0, false
 	for _, ep := range o.Endpoints {
 		e.total += len(ep.Addresses)
 		// Ready nil means unknown, which consumers treat as ready.
@@ -228,12 +259,20 @@ func newEndpointSlice(o *discoveryv1.EndpointSlice) *endpointSlice {
 		// ignored, as in CoreDNS.
 		if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
 			n += len(ep.Addresses)
+			hosts = hosts || (ep.Hostname != nil && *ep.Hostname != "")
 		}
 	}
 	if n == 0 {
 		return e
 	}
-	e.eps = make([]endpoint, 0, n)
+	size := 4
+	if e.v6 {
+		size = 16
+	}
+	e.ips = make([]byte, 0, n*size)
+	if hosts {
+		e.hosts = make([]string, 0, n)
+	}
 	for _, ep := range o.Endpoints {
 		if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
 			continue
@@ -244,10 +283,22 @@ func newEndpointSlice(o *discoveryv1.EndpointSlice) *endpointSlice {
 		}
 		for _, a := range ep.Addresses {
 			ip, err := netip.ParseAddr(a)
-			if err != nil {
+			if err != nil || ip.Zone() != "" {
 				continue
 			}
-			e.eps = append(e.eps, endpoint{addr: ip.As16(), hostname: host})
+			if e.v6 {
+				b := ip.As16()
+				e.ips = append(e.ips, b[:]...)
+			} else {
+				if ip = ip.Unmap(); !ip.Is4() {
+					continue // not an IPv4 address in an IPv4 slice
+				}
+				b := ip.As4()
+				e.ips = append(e.ips, b[:]...)
+			}
+			if hosts {
+				e.hosts = append(e.hosts, host)
+			}
 		}
 	}
 	return e
@@ -255,7 +306,8 @@ func newEndpointSlice(o *discoveryv1.EndpointSlice) *endpointSlice {
 
 func (e *endpointSlice) equal(o *endpointSlice) bool {
 	return e.name == o.name && e.namespace == o.namespace && e.service == o.service &&
-		e.total == o.total && slices.Equal(e.ports, o.ports) && slices.Equal(e.eps, o.eps)
+		e.total == o.total && e.v6 == o.v6 && slices.Equal(e.ports, o.ports) &&
+		bytes.Equal(e.ips, o.ips) && slices.Equal(e.hosts, o.hosts)
 }
 
 func transformNamespace(obj any) (any, error) {

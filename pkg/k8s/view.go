@@ -76,8 +76,8 @@ func (ix *Index) buildView(s *service, sl []*endpointSlice, prev *svcView) *svcV
 	}
 	if s.kind != kindExternal {
 		for _, e := range sl {
-			for i := range e.eps {
-				if h := e.eps[i].hostname; h != "" {
+			for i := range e.len() {
+				if h := e.host(i); h != "" {
 					if v.hosts == nil {
 						v.hosts = make(map[string][]epRef)
 					}
@@ -119,8 +119,8 @@ func (ix *Index) buildView(s *service, sl []*endpointSlice, prev *svcView) *svcV
 		var a, aaaa []dns.RR
 		seen := make(map[netip.Addr]struct{})
 		for _, e := range sl {
-			for i := range e.eps {
-				ip := e.eps[i].ip()
+			for i := range e.len() {
+				ip := e.ip(i)
 				v.exists = true
 				if _, dup := seen[ip]; dup {
 					continue
@@ -233,15 +233,8 @@ func (ix *Index) clusterSRV(v *svcView, qport, qproto string, out []srvEntry) []
 	return out
 }
 
-// endpointLabel is an endpoint's first label: its hostname, else its
-// address with dashes (IPv6 ':' -> '-', and a trailing '-' gets a '0').
-func endpointLabel(e *endpoint) string {
-	if e.hostname != "" {
-		return e.hostname
-	}
-	return dashIP(e.ip())
-}
-
+// dashIP writes an address as an endpoint label does: IPv4 '.' and IPv6
+// ':' become '-', and a trailing '-' gets a '0'.
 func dashIP(ip netip.Addr) string {
 	b := make([]byte, 0, 40)
 	b = ip.AppendTo(b)
