@@ -289,3 +289,41 @@ func TestStrippedLister(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedAddress covers an address claimed by endpoints of two
+// services: PTR answers name both, and removing either claim keeps the
+// other.
+func TestSharedAddress(t *testing.T) {
+	tcp := corev1.ProtocolTCP
+	http := []discoveryv1.EndpointPort{slicePort("http", tcp, 80)}
+	ix, c := startIndex(t, Config{TTL: 5}, ns("ns1"),
+		headlessSvc("ns1", "a"), headlessSvc("ns1", "b"),
+		slice("ns1", "a-1", "a", discoveryv1.AddressTypeIPv4, http, ep{ips: []string{"10.244.1.6"}}),
+		slice("ns1", "b-1", "b", discoveryv1.AddressTypeIPv4, http, ep{ips: []string{"10.244.1.6"}, hostname: "b-0"}))
+	const rev = "6.1.244.10.in-addr.arpa."
+	waitAnswer(t, ix, rev, dns.TypePTR, "NOERROR aa\nan "+rev+" 5 PTR 10-244-1-6.a.ns1.svc.cluster.local.\nan "+rev+" 5 PTR b-0.b.ns1.svc.cluster.local.")
+	waitAnswer(t, ix, "10-244-1-6.a.ns1.svc.cluster.local.", dns.TypeA, "NOERROR aa\nan 10-244-1-6.a.ns1.svc.cluster.local. 5 A 10.244.1.6")
+	waitAnswer(t, ix, "10-244-1-6.b.ns1.svc.cluster.local.", dns.TypeA, nxdomain) // b's endpoint has a hostname
+	if err := c.DiscoveryV1().EndpointSlices("ns1").Delete(bg, "a-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, rev, dns.TypePTR, "NOERROR aa\nan "+rev+" 5 PTR b-0.b.ns1.svc.cluster.local.")
+	if _, err := c.DiscoveryV1().EndpointSlices("ns1").Create(bg,
+		slice("ns1", "a-1", "a", discoveryv1.AddressTypeIPv4, http, ep{ips: []string{"10.244.1.6"}}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, rev, dns.TypePTR, "NOERROR aa\nan "+rev+" 5 PTR b-0.b.ns1.svc.cluster.local.\nan "+rev+" 5 PTR 10-244-1-6.a.ns1.svc.cluster.local.")
+	if err := c.DiscoveryV1().EndpointSlices("ns1").Delete(bg, "b-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, rev, dns.TypePTR, "NOERROR aa\nan "+rev+" 5 PTR 10-244-1-6.a.ns1.svc.cluster.local.")
+	if err := c.DiscoveryV1().EndpointSlices("ns1").Delete(bg, "a-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, rev, dns.TypePTR, "forward")
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if n := len(ix.epIPs.v4) + len(ix.epIPs.v6) + len(ix.epIPs.more); n != 0 {
+		t.Errorf("endpoint index not empty: %d entries", n)
+	}
+}
