@@ -9,12 +9,17 @@ package integration
 // asserts: run it with scripts/k8s-scale.sh.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +35,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
+	"github.com/nodedns/nodedns/pkg/k8s"
 )
 
 func envInt(name string, def int) int {
@@ -87,8 +93,18 @@ func TestClusterScale(t *testing.T) {
 	t.Logf("created %d services and %d endpoint addresses in %v (%.0f objects/s)",
 		created.Load(), created.Load()*int64(perSvc), load.Round(time.Second), float64(2*created.Load())/load.Seconds())
 
-	// Start the agent and time it to ready.
+	// The index alone, in this process: its live heap once synced.
+	heap, took := indexHeap(t, cp)
+	t.Logf("index in-process: synced in %v, live heap %.1f MiB", took.Round(time.Millisecond), float64(heap)/(1<<20))
+
+	// The agent without a cluster zone, for its baseline.
 	up := dnstest.Start(t, dnstest.Rcode(dns.RcodeNameError))
+	base := startScaleAgentArgs(t, up.Addr, nil)
+	time.Sleep(2 * time.Second)
+	baseRSS, _, baseAnon := procMemAnon(t, base.p.cmd.Process.Pid)
+	base.stop()
+
+	// Start the agent and time it to ready.
 	a := startScaleAgent(t, cp, up.Addr, nil)
 	addr, admin := a.addr, a.admin
 	// A sample of names answers as it should.
@@ -147,18 +163,21 @@ func TestClusterScale(t *testing.T) {
 	}
 
 	time.Sleep(3 * time.Second)
-	rssAfter, hwm := procMem(t, a.p.cmd.Process.Pid)
+	rssAfter, hwm, anonAfter := procMemAnon(t, a.p.cmd.Process.Pid)
 	st := scaleStats(t, admin)
 	a.stop()
 	report := fmt.Sprintf(`cluster zone at scale (%d services, %d endpoint addresses, %d namespaces)
+  agent without a cluster zone:   RSS %.1f MiB, of which anonymous %.1f MiB (the rest is the binary's pages)
   start to ready:                 %v
   agent RSS at ready:             %.1f MiB (peak so far %.1f MiB)
-  agent RSS after the creates:    %.1f MiB (peak %.1f MiB)
+  agent RSS after the creates:    %.1f MiB (peak %.1f MiB), of which anonymous %.1f MiB
+  index live heap (in-process):   %.1f MiB (%.0f bytes per service+endpoint address), synced in %v
   Service create to resolvable:   p50 %v  p99 %v  max %v  (%d creates, 4 in flight, UDP polling every 1 ms)
     from the create call's return: p50 %v  p99 %v
   /stats informers:               %s`,
-		nsvc, nsvc*perSvc, namespaces, a.ready.Round(time.Millisecond),
-		mib(a.rss), mib(a.hwm), mib(rssAfter), mib(hwm),
+		nsvc, nsvc*perSvc, namespaces, mib(baseRSS), mib(baseAnon), a.ready.Round(time.Millisecond),
+		mib(a.rss), mib(a.hwm), mib(rssAfter), mib(hwm), mib(anonAfter),
+		float64(heap)/(1<<20), float64(heap)/float64(nsvc+nsvc*perSvc), took.Round(time.Millisecond),
 		q(lat, 0.5), q(lat, 0.99), lat[len(lat)-1].Round(10*time.Microsecond), probes,
 		q(afterAPI, 0.5), q(afterAPI, 0.99), st)
 	// The same cluster under other runtime settings of the agent (the Go
@@ -169,10 +188,10 @@ func TestClusterScale(t *testing.T) {
 		}
 		v := startScaleAgent(t, cp, up.Addr, strings.Fields(env))
 		time.Sleep(3 * time.Second)
-		rss, hwm := procMem(t, v.p.cmd.Process.Pid)
+		rss, hwm, anon := procMemAnon(t, v.p.cmd.Process.Pid)
 		v.stop()
-		report += fmt.Sprintf("\n  with %s: ready in %v, RSS at ready %.1f MiB, 3 s later %.1f MiB, peak %.1f MiB",
-			env, v.ready.Round(time.Millisecond), mib(v.rss), mib(rss), mib(hwm))
+		report += fmt.Sprintf("\n  with %s: ready in %v, RSS at ready %.1f MiB, 3 s later %.1f MiB (anonymous %.1f MiB), peak %.1f MiB",
+			env, v.ready.Round(time.Millisecond), mib(v.rss), mib(rss), mib(anon), mib(hwm))
 	}
 	t.Log("\n" + report)
 	if out := os.Getenv("SCALE_REPORT"); out != "" {
@@ -224,16 +243,21 @@ func (a *scaleAgent) stop() { a.p.stop(10 * time.Second) }
 // startScaleAgent starts the agent with env added to its environment and
 // waits for /ready.
 func startScaleAgent(t *testing.T, cp *ControlPlane, upstream string, env []string) *scaleAgent {
+	return startScaleAgentArgs(t, upstream, env, "--kubeconfig", cp.Kubeconfig)
+}
+
+// startScaleAgentArgs starts the agent with extra flags.
+func startScaleAgentArgs(t *testing.T, upstream string, env []string, extra ...string) *scaleAgent {
 	t.Helper()
 	dnsPort, adminPort := agentPorts(t)
 	a := &scaleAgent{addr: "127.0.0.1:" + strconv.Itoa(dnsPort), admin: "127.0.0.1:" + strconv.Itoa(adminPort)}
 	logPath := filepath.Join(t.TempDir(), "nodedns.log")
 	t0 := time.Now()
 	var err error
-	a.p, err = startCPProcEnv("nodedns", logPath, env, nodednsBin, "serve",
-		"--listen", a.addr, "--upstream", upstream, "--kubeconfig", cp.Kubeconfig,
+	a.p, err = startCPProcEnv("nodedns", logPath, env, nodednsBin, append([]string{"serve",
+		"--listen", a.addr, "--upstream", upstream,
 		"--cluster-domain", "cluster.local", "--cluster-ttl", "5s", "--pods", "insecure",
-		"--admin", a.admin, "--loop-check=false", "--lameduck", "0s")
+		"--admin", a.admin, "--loop-check=false", "--lameduck", "0s"}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,10 +288,68 @@ func startScaleAgent(t *testing.T, cp *ControlPlane, upstream string, env []stri
 	return a
 }
 
+// indexHeap runs a pkg/k8s Index in this process until it has synced and
+// returns the heap it holds (after a GC, before and after) and how long the
+// sync took. SCALE_HEAPPROFILE names a file for a heap profile.
+func indexHeap(t *testing.T, cp *ControlPlane) (uint64, time.Duration) {
+	t.Helper()
+	if os.Getenv("SCALE_HEAPPROFILE") != "" {
+		runtime.MemProfileRate = 4096
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	rc, err := k8s.RESTConfig(cp.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := k8s.New(client, k8s.Config{Zone: "cluster.local", TTL: 5, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctxBG)
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		_ = ix.Run(ctx)
+	}()
+	for !ix.Synced() {
+		if time.Since(start) > 5*time.Minute {
+			t.Fatal("in-process index not synced after 5 minutes")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	took := time.Since(start)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if path := os.Getenv("SCALE_HEAPPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			_ = pprof.WriteHeapProfile(f)
+			f.Close()
+		}
+	}
+	runtime.KeepAlive(ix)
+	cancel()
+	<-done
+	return after.HeapAlloc - before.HeapAlloc, took
+}
+
 func mib(kb int64) float64 { return float64(kb) / 1024 }
 
 // procMem reads VmRSS and VmHWM (kB) of pid.
 func procMem(t *testing.T, pid int) (rss, hwm int64) {
+	rss, hwm, _ = procMemAnon(t, pid)
+	return rss, hwm
+}
+
+// procMemAnon is procMem plus RssAnon: the part of RSS that is not the
+// binary's own pages (file-backed, shared and reclaimable).
+func procMemAnon(t *testing.T, pid int) (rss, hwm, anon int64) {
 	t.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -284,9 +366,11 @@ func procMem(t *testing.T, pid int) (rss, hwm int64) {
 			rss = v
 		case "VmHWM:":
 			hwm = v
+		case "RssAnon:":
+			anon = v
 		}
 	}
-	return rss, hwm
+	return rss, hwm, anon
 }
 
 // scaleStats returns the "informers" part of the agent's /stats.

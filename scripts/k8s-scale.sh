@@ -21,5 +21,5 @@ export NODEDNS_KUBE_APISERVER
 
 go test -tags 'integration scale' -run '^TestClusterScale$' -count=1 -v -timeout 60m ./integration/ 2>&1 |
 	tee /tmp/nodedns-k8s-scale.log |
-	grep -E '^(=== RUN|--- |PASS|FAIL|ok)|scale_test.go|^ +(cluster zone|start to|agent RSS|Service create|from the create|/stats|with )' || true
+	grep -E '^(=== RUN|--- |PASS|FAIL|ok)|scale_test.go|^ +(cluster zone|start to|agent RSS|Service create|from the create|/stats|with |agent without|index live)' || true
 tail -n 1 /tmp/nodedns-k8s-scale.log | grep -q '^ok' || { echo "scale run failed (log: /tmp/nodedns-k8s-scale.log)"; exit 1; }

@@ -279,8 +279,8 @@ func TestStrippedLister(t *testing.T) {
 		}
 	}
 	want := []metav1.ListOptions{
-		{ResourceVersion: "", Limit: 500},
-		{ResourceVersion: "", Continue: "next", Limit: 500},
+		{ResourceVersion: "", Limit: listPage},
+		{ResourceVersion: "", Continue: "next", Limit: listPage},
 		{ResourceVersion: "17"},
 	}
 	for i := range want {
