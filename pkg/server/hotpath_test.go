@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -138,4 +139,58 @@ func (c *stableCluster) Lookup(name string, qtype uint16) (ClusterResult, bool) 
 		c.memo[stableKey{strings.Clone(name), qtype}] = r
 	}
 	return r, ok
+}
+
+// swapCluster returns a new message for the same name on every change, as
+// the index does when a Service changes.
+type swapCluster struct {
+	mu sync.Mutex
+	m  *dns.Msg
+}
+
+func (c *swapCluster) Zone() string { return "cluster.local." }
+
+func (c *swapCluster) Lookup(name string, qtype uint16) (ClusterResult, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return ClusterResult{Msg: c.m}, true
+}
+
+func (c *swapCluster) set(ip string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m = &dns.Msg{MsgHdr: dns.MsgHdr{Authoritative: true},
+		Answer: []dns.RR{mustRR("web.team-a.svc.cluster.local. 5 IN A %s", ip)}}
+}
+
+// TestPackedRepliesFollowChanges: a changed message is packed again in
+// place of the old one (one version per question, whatever the churn), and
+// the reply is the new one.
+func TestPackedRepliesFollowChanges(t *testing.T) {
+	cl := &swapCluster{}
+	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, Resolver: &fakeResolver{}, Cluster: cl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkt := packet(t, "web.team-a.svc.cluster.local.", dns.TypeA, false)
+	out := make([]byte, 0, 4096)
+	for i := 0; i < 50; i++ {
+		ip := "10.96.0." + strconv.Itoa(i+1)
+		cl.set(ip)
+		b, v := serveOnce(s, pkt, out)
+		if v != verdictReply {
+			t.Fatalf("verdict %d", v)
+		}
+		m := new(dns.Msg)
+		if err := m.Unpack(b); err != nil || len(m.Answer) != 1 || m.Answer[0].(*dns.A).A.String() != ip {
+			t.Fatalf("change %d: reply %v (err %v), want %s", i, m.Answer, err, ip)
+		}
+	}
+	n := 0
+	for _, sh := range s.packed.shards {
+		n += sh.Len()
+	}
+	if n != 1 {
+		t.Fatalf("%d packed entries after 50 changes of one name, want 1", n)
+	}
 }
