@@ -186,11 +186,7 @@ func TestPackedRepliesFollowChanges(t *testing.T) {
 			t.Fatalf("change %d: reply %v (err %v), want %s", i, m.Answer, err, ip)
 		}
 	}
-	n := 0
-	for _, sh := range s.packed.shards {
-		n += sh.Len()
-	}
-	if n != 1 {
+	if n := s.packed.len(); n != 1 {
 		t.Fatalf("%d packed entries after 50 changes of one name, want 1", n)
 	}
 }

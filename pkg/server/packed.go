@@ -3,6 +3,8 @@ package server
 import (
 	"hash/maphash"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/miekg/dns"
@@ -27,34 +29,117 @@ type packedKey struct {
 type packedEntry struct {
 	m    *dns.Msg
 	wire []byte
+	// used is when the entry last answered (UnixNano of the request's
+	// receive time); entries idle for packedIdle are dropped.
+	used atomic.Int64
 }
 
-// maxPackedReply: larger replies (big headless Services over TCP) are
-// packed per query rather than kept.
-const maxPackedReply = 4096
+// cost is what the entry holds, for the byte budget: the key, the wire
+// reply and the LRU's bookkeeping. m is not counted: the index holds it
+// while it is current, and an idle entry (the only kind that can hold a
+// superseded m for long) is dropped after packedIdle.
+func (e *packedEntry) cost(k packedKey) int64 {
+	return int64(len(k.name) + len(e.wire) + 128)
+}
+
+const (
+	// maxPackedReply: larger replies (big headless Services over TCP) are
+	// packed per query rather than kept.
+	maxPackedReply = 4096
+	// packedIdle: an entry not used for this long is dropped the next time
+	// its shard takes a new entry, so the cache follows the names being
+	// asked (under Service churn, the names of deleted Services go).
+	packedIdle = 2 * time.Minute
+	// packedTrimBatch bounds the idle entries one insertion removes, so no
+	// query pays for a large sweep.
+	packedTrimBatch = 8
+)
 
 // packedCache keeps cluster replies in wire form (lower-case question, no
 // OPT), so that a cluster answer on the reader is a copy and a patch, like a
-// cache hit, instead of a pack. Bounded by entries.
+// cache hit, instead of a pack. Bounded by entries and by bytes, and
+// entries idle for packedIdle are dropped.
 type packedCache struct {
-	seed   maphash.Seed
-	shards [packedShards]*lru.Cache[packedKey, packedEntry]
+	seed      maphash.Seed
+	shardCost int64 // byte budget per shard
+	shards    [packedShards]packedShard
 }
 
-func newPackedCache(entries int) *packedCache {
-	p := &packedCache{seed: maphash.MakeSeed()}
+type packedShard struct {
+	lru   *lru.Cache[packedKey, *packedEntry]
+	bytes atomic.Int64
+}
+
+// newPackedCache bounds the cache at entries entries and budget bytes.
+func newPackedCache(entries int, budget int64) *packedCache {
+	p := &packedCache{seed: maphash.MakeSeed(), shardCost: max(budget/packedShards, maxPackedReply)}
 	for i := range p.shards {
-		c, err := lru.New[packedKey, packedEntry](max(entries/packedShards, 1))
+		sh := &p.shards[i]
+		c, err := lru.NewWithEvict(max(entries/packedShards, 1), func(k packedKey, e *packedEntry) {
+			sh.bytes.Add(-e.cost(k))
+		})
 		if err != nil {
 			panic(err) // size >= 1 always
 		}
-		p.shards[i] = c
+		sh.lru = c
 	}
 	return p
 }
 
-func (p *packedCache) shard(name string) *lru.Cache[packedKey, packedEntry] {
-	return p.shards[maphash.String(p.seed, name)%packedShards]
+func (p *packedCache) shard(name string) *packedShard {
+	return &p.shards[maphash.String(p.seed, name)%packedShards]
+}
+
+// len is the number of entries, for tests.
+func (p *packedCache) len() int {
+	n := 0
+	for i := range p.shards {
+		n += p.shards[i].lru.Len()
+	}
+	return n
+}
+
+// bytes is the cost of all entries, for tests.
+func (p *packedCache) bytes() int64 {
+	var n int64
+	for i := range p.shards {
+		n += p.shards[i].bytes.Load()
+	}
+	return n
+}
+
+// get returns the wire reply for k if it was packed from m, marking it used
+// at now.
+func (sh *packedShard) get(k packedKey, m *dns.Msg, now int64) ([]byte, bool) {
+	e, ok := sh.lru.Get(k)
+	if !ok || e.m != m {
+		return nil, false
+	}
+	e.used.Store(now)
+	return e.wire, true
+}
+
+// add keeps wire (packed from m) for k. Idle entries at the old end go
+// first, then the oldest while the shard is over its byte budget.
+func (sh *packedShard) add(k packedKey, m *dns.Msg, wire []byte, now int64, budget int64) {
+	e := &packedEntry{m: m, wire: wire}
+	e.used.Store(now)
+	idleBefore := now - int64(packedIdle)
+	for i := 0; i < packedTrimBatch; i++ {
+		_, old, ok := sh.lru.GetOldest()
+		if !ok || old.used.Load() >= idleBefore {
+			break
+		}
+		sh.lru.RemoveOldest()
+	}
+	// Add does not report a replaced value to the evict callback; Remove
+	// does, so the old version's cost leaves the budget.
+	sh.lru.Remove(k)
+	sh.bytes.Add(e.cost(k))
+	sh.lru.Add(k, e)
+	for sh.bytes.Load() > budget && sh.lru.Len() > 1 {
+		sh.lru.RemoveOldest()
+	}
 }
 
 // sendCluster appends the reply to r for the cluster's message m.
@@ -62,8 +147,9 @@ func (s *Server) sendCluster(dst []byte, r *request, m *dns.Msg) []byte {
 	start := len(dst)
 	k := packedKey{name: r.q.Name, qtype: r.q.Type}
 	sh := s.packed.shard(k.name)
-	if e, ok := sh.Get(k); ok && e.m == m {
-		dst = append(dst, e.wire...)
+	now := r.start.UnixNano()
+	if wire, ok := sh.get(k, m, now); ok {
+		dst = append(dst, wire...)
 	} else {
 		var err error
 		if dst, err = s.pack(dst, r, m); err != nil {
@@ -73,7 +159,7 @@ func (s *Server) sendCluster(dst []byte, r *request, m *dns.Msg) []byte {
 		if n := len(dst) - start; n <= maxPackedReply {
 			// The query's name lives in a reused buffer; the key outlives it.
 			k.name = strings.Clone(k.name)
-			sh.Add(k, packedEntry{m: m, wire: append([]byte(nil), dst[start:]...)})
+			sh.add(k, m, append([]byte(nil), dst[start:]...), now, s.packed.shardCost)
 		}
 	}
 	dst = s.finish(dst, start, r, m.Rcode)

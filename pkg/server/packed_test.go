@@ -1,0 +1,75 @@
+package server
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// TestPackedCacheBudget: whatever is added, the entries' cost stays within
+// the byte budget, and the accounting follows replacements and evictions.
+func TestPackedCacheBudget(t *testing.T) {
+	const budget = 64 << 10
+	p := newPackedCache(100000, budget)
+	now := time.Now().UnixNano()
+	m := new(dns.Msg)
+	wire := make([]byte, 1000)
+	for i := 0; i < 5000; i++ {
+		k := packedKey{name: fmt.Sprintf("svc-%d.ns.svc.cluster.local.", i), qtype: dns.TypeA}
+		p.shard(k.name).add(k, m, wire, now, p.shardCost)
+	}
+	if b := p.bytes(); b > budget || b <= 0 {
+		t.Fatalf("cost %d after 5000 adds of 1000 bytes, want in (0, %d]", b, budget)
+	}
+	if n := p.len(); n >= 5000 || n < budget/2/1200 {
+		t.Fatalf("%d entries, want about budget/entry size", n)
+	}
+
+	// One name replaced many times costs one entry.
+	q := newPackedCache(100, budget)
+	k := packedKey{name: "web.team-a.svc.cluster.local.", qtype: dns.TypeA}
+	for i := 0; i < 50; i++ {
+		q.shard(k.name).add(k, new(dns.Msg), wire, now, q.shardCost)
+	}
+	one := (&packedEntry{wire: wire}).cost(k)
+	if q.len() != 1 || q.bytes() != one {
+		t.Fatalf("after 50 replacements: %d entries costing %d, want 1 costing %d", q.len(), q.bytes(), one)
+	}
+}
+
+// TestPackedCacheIdle: entries nobody asked for within packedIdle leave as
+// new ones arrive (the names of deleted Services under churn), while
+// entries in use stay.
+func TestPackedCacheIdle(t *testing.T) {
+	p := newPackedCache(16384, 8<<20)
+	m := new(dns.Msg)
+	wire := make([]byte, 100)
+	t0 := time.Now().UnixNano()
+	key := func(prefix string, i int) packedKey {
+		return packedKey{name: fmt.Sprintf("%s-%d.ns.svc.cluster.local.", prefix, i), qtype: dns.TypeA}
+	}
+	for i := 0; i < 200; i++ {
+		k := key("old", i)
+		p.shard(k.name).add(k, m, wire, t0, p.shardCost)
+	}
+	hot := key("old", 7)
+	later := t0 + int64(packedIdle) + int64(time.Second)
+	if _, ok := p.shard(hot.name).get(hot, m, later-int64(time.Second)); !ok {
+		t.Fatal("entry just added is missing")
+	}
+	for i := 0; i < 200; i++ {
+		k := key("new", i)
+		p.shard(k.name).add(k, m, wire, later, p.shardCost)
+	}
+	if _, ok := p.shard(hot.name).get(hot, m, later); !ok {
+		t.Fatal("an entry in use was dropped as idle")
+	}
+	if n := p.len(); n != 201 {
+		t.Fatalf("%d entries, want the 200 new ones and the one in use", n)
+	}
+	if b, want := p.bytes(), 201*(&packedEntry{wire: wire}).cost(key("new", 100)); b < want-201*4 || b > want+201*4 {
+		t.Fatalf("cost %d, want about %d", b, want)
+	}
+}
