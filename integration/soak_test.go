@@ -445,6 +445,7 @@ func TestSoak(t *testing.T) {
 	for _, s := range samples {
 		fmt.Fprintf(&b, "%8v %10d %10d %8d %10d %8d %7d %10d\n", s.at, s.rssKB, s.liveKB, s.threads, s.goroutines, s.cacheEntries, s.panics, s.sent)
 	}
+	soakWindows(&b, samples, duration)
 	if len(examples) > 0 {
 		fmt.Fprintf(&b, "first failures:\n  %s\n", strings.Join(examples, "\n  "))
 	}
@@ -489,6 +490,43 @@ func (s *soakTotals) add(c *soakCounts) {
 	s.servfail += c.servfail.Load()
 	s.nxdomain += c.nxdomain.Load()
 	s.wrong += c.wrong.Load()
+}
+
+// soakWindows summarises memory over six equal windows: the smallest live
+// heap sample of each (a single sample swings with the GC cycle) and the
+// RSS range, then the live heap's change from the second window to the last
+// per minute.
+func soakWindows(b *strings.Builder, samples []soakSampleRow, duration time.Duration) {
+	const windows = 6
+	w := duration / windows
+	if w <= 0 {
+		return
+	}
+	fmt.Fprintf(b, "%-13s %12s %14s\n", "window", "min live_kb", "rss_kb")
+	mins := make([]int64, windows)
+	for i := range windows {
+		lo, hi := time.Duration(i)*w, time.Duration(i+1)*w
+		minLive, minRSS, maxRSS := int64(-1), int64(-1), int64(0)
+		for _, s := range samples {
+			if s.at < lo || s.at >= hi || s.liveKB == 0 {
+				continue
+			}
+			if minLive < 0 || s.liveKB < minLive {
+				minLive = s.liveKB
+			}
+			if minRSS < 0 || s.rssKB < minRSS {
+				minRSS = s.rssKB
+			}
+			maxRSS = max(maxRSS, s.rssKB)
+		}
+		mins[i] = minLive
+		fmt.Fprintf(b, "%-13s %12d %7d-%d\n", fmt.Sprintf("%v-%v", lo.Round(time.Second), hi.Round(time.Second)), minLive, minRSS, maxRSS)
+	}
+	if mins[1] > 0 && mins[windows-1] > 0 {
+		span := time.Duration(windows-2) * w
+		fmt.Fprintf(b, "live heap change, window 2 to window %d: %+d kB (%+.1f kB/min)\n", windows,
+			mins[windows-1]-mins[1], float64(mins[windows-1]-mins[1])/span.Minutes())
+	}
 }
 
 func maxRSS(rows []soakSampleRow) int64 {
