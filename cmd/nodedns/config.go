@@ -69,13 +69,27 @@ type Config struct {
 	searchSet bool
 }
 
-// defaultProcs is 1 unless the environment sets GOMAXPROCS: at the query
-// rates of a node, one scheduler thread plus the blocked reader threads
-// costs about half the CPU per query of one per core (idle Ps spin up
-// threads on every wake-up), and still serves ~90k QPS from one core.
-func defaultProcs() int {
-	if os.Getenv("GOMAXPROCS") != "" {
+// schedulerProcs is the GOMAXPROCS the agent runs with: --gomaxprocs when
+// given; else $GOMAXPROCS when set (0: leave it); else one P for each UDP
+// thread reader, which blocks holding its P (pkg/server/udpthread_linux.go),
+// plus one for the rest of the agent. More Ps than that measured dearer per
+// query: idle Ps spin threads up on every wake-up (bench/RESULTS.md).
+func (c *Config) schedulerProcs() int {
+	switch {
+	case c.GoMaxProcs > 0:
+		return c.GoMaxProcs
+	case os.Getenv("GOMAXPROCS") != "":
 		return 0
+	case c.UDPReaders == "threads":
+		return c.udpSockets()*len(listenAddrs(*c)) + 1
+	}
+	return 1
+}
+
+// udpSockets is the number of UDP sockets (and readers) per listen address.
+func (c *Config) udpSockets() int {
+	if c.UDPSockets > 0 {
+		return c.UDPSockets
 	}
 	return 1
 }
@@ -93,7 +107,6 @@ func defaultConfig() Config {
 		MaxTCPConns:    1000,
 		MaxUDPSize:     1232,
 		UDPReaders:     "threads",
-		GoMaxProcs:     defaultProcs(),
 		LoopCheck:      true,
 		ClusterDomain:  "cluster.local",
 		ClusterTTL:     Duration(5 * time.Second),
@@ -130,8 +143,8 @@ func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
 	fs.IntVar(&c.MaxClientInflight, "max-client-inflight", c.MaxClientInflight, "of those, at most this many for one client address (0: max-inflight/8, at least 16; -1: no per-client bound)")
 	fs.IntVar(&c.MaxTCPConns, "max-tcp-conns", c.MaxTCPConns, "open TCP connections at most")
 	fs.StringVar(&c.UDPReaders, "udp-readers", c.UDPReaders, "how UDP sockets are read: threads (an OS thread per socket blocking in recvmmsg) or poller (Go netpoller)")
-	fs.IntVar(&c.UDPSockets, "udp-sockets", c.UDPSockets, "SO_REUSEPORT UDP sockets (each with its own reader) per listen address; 0: GOMAXPROCS")
-	fs.IntVar(&c.GoMaxProcs, "gomaxprocs", c.GoMaxProcs, "Go scheduler threads (GOMAXPROCS); 1 measured cheapest per query (bench/RESULTS.md); 0 keeps Go's default. Default 1, or 0 when $GOMAXPROCS is set")
+	fs.IntVar(&c.UDPSockets, "udp-sockets", c.UDPSockets, "SO_REUSEPORT UDP sockets (each with its own reader) per listen address; 0: 1 (one reader serves about one core's worth of queries)")
+	fs.IntVar(&c.GoMaxProcs, "gomaxprocs", c.GoMaxProcs, "Go scheduler Ps (GOMAXPROCS); 0: $GOMAXPROCS when set, else one per UDP thread reader (sockets x listen addresses) plus one, measured cheapest per query (bench/RESULTS.md)")
 	fs.IntVar(&c.MaxUDPSize, "max-udp-size", c.MaxUDPSize, "largest UDP reply whatever the client advertises")
 	fs.BoolVar(&c.LoopCheck, "loop-check", c.LoopCheck, "at start, send a probe through the upstream and exit if it comes back (forwarding loop)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file (default: in-cluster config inside a pod, else no cluster zone)")

@@ -116,3 +116,35 @@ func TestRunVersionAndUnknown(t *testing.T) {
 		t.Fatalf("bad flag: exit %d, message %q (want one line)", code, errb.String())
 	}
 }
+
+// TestSchedulerProcs: by default one P per UDP thread reader (sockets x
+// listen addresses) plus one; --gomaxprocs and $GOMAXPROCS win.
+func TestSchedulerProcs(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "")
+	cases := []struct {
+		args []string
+		env  string
+		want int
+	}{
+		{[]string{"--local-ip", "169.254.20.10"}, "", 2},
+		{[]string{"--local-ip", "169.254.20.10,10.96.0.10"}, "", 3},
+		{[]string{"--local-ip", "169.254.20.10,10.96.0.10", "--udp-sockets", "2"}, "", 5},
+		{[]string{"--listen", "127.0.0.1:5353", "--udp-readers", "poller"}, "", 1},
+		{[]string{"--local-ip", "169.254.20.10", "--gomaxprocs", "4"}, "", 4},
+		{[]string{"--local-ip", "169.254.20.10"}, "3", 0},
+	}
+	for _, c := range cases {
+		if c.env != "" {
+			t.Setenv("GOMAXPROCS", c.env)
+		} else {
+			os.Unsetenv("GOMAXPROCS")
+		}
+		cfg, err := loadConfig(c.args, io.Discard)
+		if err != nil {
+			t.Fatalf("%q: %v", c.args, err)
+		}
+		if got := cfg.schedulerProcs(); got != c.want {
+			t.Errorf("%q with GOMAXPROCS=%q: %d Ps, want %d", c.args, c.env, got, c.want)
+		}
+	}
+}

@@ -65,8 +65,8 @@ func serve(args []string, stderr io.Writer) error {
 	}
 	log, level := newLogger(cfg.LogLevel, stderr)
 	slog.SetDefault(log)
-	if cfg.GoMaxProcs > 0 {
-		runtime.GOMAXPROCS(cfg.GoMaxProcs)
+	if n := cfg.schedulerProcs(); n > 0 {
+		runtime.GOMAXPROCS(n)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -208,7 +208,7 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 	}
 	listen := listenAddrs(cfg)
 	scfg := server.Config{Observer: a.rec, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
-		MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.UDPSockets, Logger: log}
+		MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.udpSockets(), Logger: log}
 	if err := a.wireCluster(&scfg); err != nil {
 		return nil, err
 	}

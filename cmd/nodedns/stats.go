@@ -261,7 +261,8 @@ func renderStats(w io.Writer, d *metrics.Document) {
 	r.line("Autopath", "%d shortcuts, %d upstream round trips saved (%d search-path steps walked by the agent)",
 		d.Autopath.Shortcuts, d.Autopath.Saved, d.Autopath.Steps)
 	if s := d.Server; s != nil {
-		r.line("Server", "%d in flight, %d TCP connections, %d overloaded, %d panics", s.InFlight, s.TCPConns, s.Overloaded, s.Panics)
+		r.line("Server", "%d in flight, %d TCP connections, %d overloaded, %d panics; %d UDP readers (%d holding a P)",
+			s.InFlight, s.TCPConns, s.Overloaded, s.Panics, s.UDPReaders, s.UDPReadersHoldingP)
 	}
 	r.blank()
 

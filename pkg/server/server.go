@@ -130,14 +130,17 @@ func (c *Config) defaults() error {
 type Server struct {
 	cfg   Config
 	log   *slog.Logger
-	udp   []*net.UDPConn
+	udp   []*udpSock
 	tcp   []*net.TCPListener
 	sem   chan struct{}  // slow-path queries in flight
 	fair  *clientLimiter // per-client share of sem; nil: none
 	conns chan struct{}  // open TCP connections
 	memo  *walkMemo
 	// packed holds cluster replies in wire form (see sendCluster).
-	packed  *packedCache
+	packed *packedCache
+	// heldPs counts this server's thread readers that block holding a P
+	// (udpthread_linux.go).
+	heldPs  atomic.Int32
 	walkSet atomic.Pointer[walkSettings]
 
 	wg       sync.WaitGroup // readers, acceptors, connections, slow-path queries
@@ -210,7 +213,7 @@ func (s *Server) Listen() error {
 			uc := pc.(*net.UDPConn)
 			// A deep receive buffer absorbs bursts while readers are busy.
 			_ = uc.SetReadBuffer(4 << 20)
-			s.udp = append(s.udp, uc)
+			s.udp = append(s.udp, s.udpSocket(uc))
 		}
 		l, err := lc.Listen(context.Background(), "tcp", addr)
 		if err != nil {
@@ -228,7 +231,7 @@ func (s *Server) Listen() error {
 func (s *Server) Addrs() []netip.AddrPort {
 	var out []netip.AddrPort
 	for i := 0; i < len(s.udp); i += s.cfg.SocketsPerAddr {
-		out = append(out, s.udp[i].LocalAddr().(*net.UDPAddr).AddrPort())
+		out = append(out, s.udp[i].local)
 	}
 	return out
 }
@@ -247,16 +250,13 @@ func (s *Server) Bound() bool { return s.bound.Load() && !s.closing.Load() && !s
 
 // Serve starts the readers and acceptors and returns at once.
 func (s *Server) Serve() {
-	for _, uc := range s.udp {
-		if s.cfg.UDPReaders != "poller" {
-			err := s.startThreadReader(uc)
-			if err == nil {
-				continue
-			}
-			s.log.Warn("thread reader unavailable, using the poller", "err", err)
+	for _, u := range s.udp {
+		if u.thread() {
+			s.startThreadReader(u)
+			continue
 		}
 		s.wg.Add(1)
-		go s.readUDP(uc)
+		go s.readUDP(u)
 	}
 	for _, l := range s.tcp {
 		s.wg.Add(1)
@@ -294,8 +294,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) closeListeners() {
-	for _, uc := range s.udp {
-		_ = uc.Close()
+	for _, u := range s.udp {
+		if err := u.close(); err != nil {
+			s.log.Debug("closing UDP socket", "addr", u.local, "err", err)
+		}
 	}
 	for _, l := range s.tcp {
 		_ = l.Close()
@@ -311,11 +313,16 @@ type Stats struct {
 	Panics        uint64 `json:"panics"`
 	InFlight      int    `json:"in_flight"`
 	TCPConns      int    `json:"tcp_conns"`
+	// UDPReaders counts the UDP sockets' readers; UDPReadersHoldingP those
+	// that block keeping their P (udpthread_linux.go).
+	UDPReaders         int `json:"udp_readers"`
+	UDPReadersHoldingP int `json:"udp_readers_holding_p"`
 }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
-	return Stats{Overloaded: s.overloads.Load(), ClientLimited: s.clientLimited.Load(), Panics: s.panics.Load(), InFlight: len(s.sem), TCPConns: len(s.conns)}
+	return Stats{Overloaded: s.overloads.Load(), ClientLimited: s.clientLimited.Load(), Panics: s.panics.Load(), InFlight: len(s.sem), TCPConns: len(s.conns),
+		UDPReaders: len(s.udp), UDPReadersHoldingP: int(s.heldPs.Load())}
 }
 
 // Drain stops new UDP traffic from reaching this server's sockets while
@@ -336,19 +343,46 @@ func (s *Server) Stats() Stats {
 func (s *Server) Drain(wait time.Duration) {
 	s.draining.Store(true)
 	s.stopAccepting()
-	for _, uc := range s.udp {
-		la := uc.LocalAddr().(*net.UDPAddr).AddrPort()
-		rc, err := uc.SyscallConn()
-		if err != nil {
-			s.log.Warn("drain: socket access", "addr", la, "err", err)
-			continue
-		}
-		var cerr error
-		if err := rc.Control(func(fd uintptr) { cerr = unix.Connect(int(fd), sockaddr(la)) }); err != nil || cerr != nil {
-			s.log.Warn("drain: connecting socket to itself", "addr", la, "err", errors.Join(err, cerr))
+	for _, u := range s.udp {
+		if err := u.connectSelf(); err != nil {
+			s.log.Warn("drain: connecting socket to itself", "addr", u.local, "err", err)
 		}
 	}
 	time.Sleep(wait)
+}
+
+// udpSocket wraps a bound socket: taken out of the netpoller for a thread
+// reader unless the poller was asked for (or the socket cannot be).
+func (s *Server) udpSocket(uc *net.UDPConn) *udpSock {
+	if s.cfg.UDPReaders != "poller" {
+		u, err := threadSocket(uc)
+		if err == nil {
+			return u
+		}
+		s.log.Warn("thread reader unavailable, using the poller", "err", err)
+	}
+	return &udpSock{local: uc.LocalAddr().(*net.UDPAddr).AddrPort(), uc: uc, fd: -1}
+}
+
+// connectSelf connects the socket to its own address (see Drain).
+func (u *udpSock) connectSelf() error {
+	if u.uc == nil {
+		u.mu.RLock()
+		defer u.mu.RUnlock()
+		if u.closed {
+			return net.ErrClosed
+		}
+		return unix.Connect(u.fd, sockaddr(u.local))
+	}
+	rc, err := u.uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cerr error
+	if err := rc.Control(func(fd uintptr) { cerr = unix.Connect(int(fd), sockaddr(u.local)) }); err != nil {
+		return err
+	}
+	return cerr
 }
 
 func sockaddr(ap netip.AddrPort) unix.Sockaddr {

@@ -15,7 +15,8 @@ import (
 // readUDP is one socket's reader. Cache hits and cluster answers are sent
 // from here without a goroutine or a copy of the packet; anything that has
 // to wait goes to a goroutine, bounded by MaxInflight.
-func (s *Server) readUDP(uc *net.UDPConn) {
+func (s *Server) readUDP(u *udpSock) {
+	uc := u.uc
 	defer s.wg.Done()
 	buf := make([]byte, dns.MaxMsgSize)
 	out := make([]byte, 0, 4096)
@@ -35,15 +36,15 @@ func (s *Server) readUDP(uc *net.UDPConn) {
 		resp, v := s.fast(out[:0], r)
 		switch v {
 		case verdictReply:
-			s.writeUDP(uc, resp, addr)
+			s.writeUDP(u, resp, addr)
 		case verdictSlow:
-			s.goSlowUDP(uc, r, addr, out[:0])
+			s.goSlowUDP(u, r, addr, out[:0])
 		}
 	}
 }
 
-func (s *Server) writeUDP(uc *net.UDPConn, b []byte, addr netip.AddrPort) {
-	if _, err := uc.WriteToUDPAddrPort(b, addr); err != nil && !errors.Is(err, net.ErrClosed) {
+func (s *Server) writeUDP(u *udpSock, b []byte, addr netip.AddrPort) {
+	if err := u.writeTo(b, addr); err != nil && !errors.Is(err, net.ErrClosed) {
 		s.log.Debug("UDP write failed", "client", addr, "err", err)
 	}
 }
@@ -68,9 +69,9 @@ func (s *Server) awaitInflight(ctx context.Context) {
 // goSlowUDP hands r to a goroutine, or answers SERVFAIL at once when
 // MaxInflight queries, or the client's share of them, are already being
 // resolved.
-func (s *Server) goSlowUDP(uc *net.UDPConn, r *request, addr netip.AddrPort, scratch []byte) {
+func (s *Server) goSlowUDP(u *udpSock, r *request, addr netip.AddrPort, scratch []byte) {
 	if !s.admit(r.client) {
-		s.writeUDP(uc, s.reply(scratch, r, dns.RcodeServerFailure, SourceLocal), addr)
+		s.writeUDP(u, s.reply(scratch, r, dns.RcodeServerFailure, SourceLocal), addr)
 		return
 	}
 	// The reader reuses its buffer: the goroutine gets its own copy, and
@@ -84,6 +85,6 @@ func (s *Server) goSlowUDP(uc *net.UDPConn, r *request, addr netip.AddrPort, scr
 		defer s.wg.Done()
 		defer s.leave(req.client)
 		out := s.slow(s.ctx, make([]byte, 0, 1024), &req)
-		s.writeUDP(uc, out, addr)
+		s.writeUDP(u, out, addr)
 	}()
 }

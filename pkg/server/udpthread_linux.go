@@ -5,9 +5,13 @@ package server
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
+	"strings"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -25,6 +29,20 @@ import (
 // sleeps in the kernel is woken by the packet itself. That is where a Go
 // server loses CPU per query against dnsmasq (bench/RESULTS.md has the
 // figures). Under load, one system call returns up to threadBatch packets.
+//
+// Holding the P: a reader that blocks through syscall.Syscall leaves its P
+// in the syscall state, and the runtime's monitor thread takes it back
+// whenever the wait outlasts a tick, then polls every 20 µs again; at a
+// few tens of thousands of packets a second that monitor, the hand-off
+// and the re-acquire on wake-up were about a fifth of the agent's CPU and
+// most of its p99. So when GOMAXPROCS leaves a P for the rest of the
+// agent, a reader blocks in a raw system call and keeps its P: the runtime
+// sees a running goroutine, takes nothing back and starts no thread for
+// it. The sockets carry receive and send timeouts, so a signal interrupts
+// the call (socket calls with a timeout are never restarted, signal(7)):
+// the runtime's preemption signal (garbage collector stop-the-world, or a
+// goroutine running 10 ms) returns EINTR, and the reader then yields with
+// runtime.Gosched. Without a spare P readers block the ordinary way.
 
 const (
 	// threadBatch is how many datagrams one recvmmsg may return.
@@ -40,28 +58,106 @@ const (
 // reader is used instead.
 var errNoThreads = errors.New("server: thread reader unavailable")
 
-// startThreadReader turns uc's socket blocking (with a receive timeout so
-// the reader notices Shutdown) and starts its reader.
-func (s *Server) startThreadReader(uc *net.UDPConn) error {
+// threadSocket takes uc's socket out of the Go netpoller for a thread
+// reader: a duplicate descriptor, blocking, with receive and send timeouts
+// (so a reader notices Shutdown, and a signal interrupts its calls); then
+// uc is closed, which removes the socket from the poller and closes the
+// original descriptor. The socket stays bound through the duplicate. On
+// error uc is left as it was.
+func threadSocket(uc *net.UDPConn) (*udpSock, error) {
+	local := uc.LocalAddr().(*net.UDPAddr).AddrPort()
 	rc, err := uc.SyscallConn()
 	if err != nil {
-		return errors.Join(errNoThreads, err)
+		return nil, errors.Join(errNoThreads, err)
 	}
-	var fd int
+	fd, family := -1, 0
 	var serr error
 	if err := rc.Control(func(f uintptr) {
-		fd = int(f)
+		if fd, serr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0); serr != nil {
+			return
+		}
 		tv := unix.NsecToTimeval(int64(threadWake))
 		if serr = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); serr != nil {
 			return
 		}
+		if serr = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv); serr != nil {
+			return
+		}
+		if family, serr = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); serr != nil {
+			return
+		}
+		// O_NONBLOCK belongs to the open file, which the duplicate shares:
+		// uc is closed below and never used again.
 		serr = unix.SetNonblock(fd, false)
 	}); err != nil || serr != nil {
-		return errors.Join(errNoThreads, err, serr)
+		if fd >= 0 {
+			_ = unix.Close(fd)
+		}
+		return nil, errors.Join(errNoThreads, err, serr)
+	}
+	if err := uc.Close(); err != nil {
+		_ = unix.Close(fd)
+		return nil, errors.Join(errNoThreads, fmt.Errorf("closing the poller's descriptor: %w", err))
+	}
+	return &udpSock{local: local, fd: fd, family: family}, nil
+}
+
+// startThreadReader starts u's reader on its own OS thread, holding a P
+// when one can be spared.
+func (s *Server) startThreadReader(u *udpSock) {
+	holdP := tryHoldP()
+	if holdP {
+		s.heldPs.Add(1)
 	}
 	s.threads.Add(1)
-	go s.readThread(uc, fd)
-	return nil
+	go s.readThread(u, holdP)
+}
+
+// fdSendTo sends b to addr from a socket of the family: an IPv6 socket
+// takes an IPv4 client as its mapped address.
+func fdSendTo(fd int, family int, b []byte, addr netip.AddrPort) error {
+	if family == unix.AF_INET6 {
+		return unix.Sendto(fd, b, 0, &unix.SockaddrInet6{Port: int(addr.Port()), Addr: addr.Addr().As16()})
+	}
+	return unix.Sendto(fd, b, 0, sockaddr(addr))
+}
+
+func fdClose(fd int) error { return unix.Close(fd) }
+
+var asyncPreemptOff = strings.Contains(os.Getenv("GODEBUG"), "asyncpreemptoff=1")
+
+// heldPs counts the thread readers of every Server in the process that
+// block holding their P.
+var heldPs atomic.Int32
+
+// tryHoldP reserves a P for a reader when at least one stays for the rest
+// of the process. Not with asynchronous preemption off: the runtime would
+// then not signal a blocked reader, and a stop-the-world would wait for
+// its next datagram or timeout.
+func tryHoldP() bool {
+	if asyncPreemptOff {
+		return false
+	}
+	for {
+		n := heldPs.Load()
+		if int(n)+1 >= runtime.GOMAXPROCS(0) {
+			return false
+		}
+		if heldPs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// syscall6 makes a system call for a reader: raw (keeping the P) when the
+// reader holds one, else through the runtime's syscall entry.
+func syscall6(holdP bool, trap, a1, a2, a3, a4 uintptr) (uintptr, unix.Errno) {
+	if holdP {
+		n, _, errno := unix.RawSyscall6(trap, a1, a2, a3, a4, 0, 0)
+		return n, errno
+	}
+	n, _, errno := unix.Syscall6(trap, a1, a2, a3, a4, 0, 0)
+	return n, errno
 }
 
 // threadBatchState is a reader's preallocated batch: buffers, addresses,
@@ -77,8 +173,15 @@ type threadBatchState struct {
 	smsgs [threadBatch]unix.Mmsghdr
 }
 
-func (s *Server) readThread(uc *net.UDPConn, fd int) {
+func (s *Server) readThread(u *udpSock, holdP bool) {
+	fd := u.fd
 	defer s.threads.Done()
+	if holdP {
+		defer func() {
+			heldPs.Add(-1)
+			s.heldPs.Add(-1)
+		}()
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	b := new(threadBatchState)
@@ -95,10 +198,15 @@ func (s *Server) readThread(uc *net.UDPConn, fd int) {
 			b.msgs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
 			b.msgs[i].Hdr.Flags = 0
 		}
-		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.msgs[0])),
-			threadBatch, unix.MSG_WAITFORONE, 0, 0)
+		n, errno := syscall6(holdP, unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.msgs[0])),
+			threadBatch, unix.MSG_WAITFORONE)
 		if errno != 0 {
 			if errno == unix.EAGAIN || errno == unix.EINTR {
+				if holdP {
+					// Woken by a signal or the timeout: let the runtime
+					// stop or reschedule us if it asked to.
+					runtime.Gosched()
+				}
 				continue
 			}
 			if !s.closing.Load() {
@@ -129,21 +237,24 @@ func (s *Server) readThread(uc *net.UDPConn, fd int) {
 					Iov: &b.siovs[sends], Iovlen: 1}
 				sends++
 			case verdictSlow:
-				s.goSlowUDP(uc, r, addr, b.outs[i][:0])
+				s.goSlowUDP(u, r, addr, b.outs[i][:0])
 			}
 		}
 		if sends > 0 {
-			s.sendBatch(fd, b.smsgs[:sends])
+			s.sendBatch(fd, b.smsgs[:sends], holdP)
 		}
 	}
 }
 
 // sendBatch sends every reply with sendmmsg, retrying the remainder after a
 // partial send; errors are per datagram and not fatal (a client gone away).
-func (s *Server) sendBatch(fd int, msgs []unix.Mmsghdr) {
+func (s *Server) sendBatch(fd int, msgs []unix.Mmsghdr, holdP bool) {
 	for len(msgs) > 0 {
-		n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), 0, 0, 0)
+		n, errno := syscall6(holdP, unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), 0)
 		if errno == unix.EINTR {
+			if holdP {
+				runtime.Gosched()
+			}
 			continue
 		}
 		if errno != 0 {

@@ -5,8 +5,15 @@ package server
 import (
 	"errors"
 	"net"
+	"net/netip"
 )
 
 var errNoThreads = errors.New("server: thread readers need Linux")
 
-func (s *Server) startThreadReader(*net.UDPConn) error { return errNoThreads }
+func threadSocket(*net.UDPConn) (*udpSock, error) { return nil, errNoThreads }
+
+func (s *Server) startThreadReader(*udpSock) {}
+
+func fdSendTo(int, int, []byte, netip.AddrPort) error { return errNoThreads }
+
+func fdClose(int) error { return errNoThreads }

@@ -1,0 +1,57 @@
+package server
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+)
+
+// udpSock is one bound UDP socket. A socket read through the Go netpoller
+// is a *net.UDPConn. A socket read by a thread reader is a raw blocking
+// descriptor taken out of the netpoller (udpthread_linux.go): left in it,
+// every datagram in and out would also wake the poller's thread for
+// nothing.
+type udpSock struct {
+	local netip.AddrPort
+	uc    *net.UDPConn // poller sockets; nil for thread sockets
+	fd    int          // thread sockets; -1 for poller ones
+	// family is the thread socket's address family (AF_INET6 sockets
+	// address IPv4 clients by their mapped addresses).
+	family int
+
+	// mu orders writes from goroutines (slow answers) against close, so
+	// that no answer goes out through a closed descriptor whose number
+	// the process has reused.
+	mu     sync.RWMutex
+	closed bool
+}
+
+func (u *udpSock) thread() bool { return u.fd >= 0 }
+
+// writeTo sends one datagram; net.ErrClosed once the socket is closed.
+func (u *udpSock) writeTo(b []byte, addr netip.AddrPort) error {
+	if u.uc != nil {
+		_, err := u.uc.WriteToUDPAddrPort(b, addr)
+		return err
+	}
+	u.mu.RLock()
+	defer u.mu.RUnlock()
+	if u.closed {
+		return net.ErrClosed
+	}
+	return fdSendTo(u.fd, u.family, b, addr)
+}
+
+// close closes the socket once.
+func (u *udpSock) close() error {
+	if u.uc != nil {
+		return u.uc.Close()
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return nil
+	}
+	u.closed = true
+	return fdClose(u.fd)
+}
