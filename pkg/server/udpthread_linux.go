@@ -40,9 +40,12 @@ import (
 // sees a running goroutine, takes nothing back and starts no thread for
 // it. The sockets carry receive and send timeouts, so a signal interrupts
 // the call (socket calls with a timeout are never restarted, signal(7)):
-// the runtime's preemption signal (garbage collector stop-the-world, or a
-// goroutine running 10 ms) returns EINTR, and the reader then yields with
-// runtime.Gosched. Without a spare P readers block the ordinary way.
+// the runtime's preemption signal (a stop-the-world, or a goroutine seen
+// running for 10 ms) returns EINTR. The reader then makes its next wait the
+// ordinary way, which gives the P up, until a datagram arrives: so a
+// stop-the-world gets the P at once, and an idle reader costs nothing (it
+// would otherwise be signalled every 10 ms). Without a spare P readers
+// always block the ordinary way.
 
 const (
 	// threadBatch is how many datagrams one recvmmsg may return.
@@ -149,10 +152,10 @@ func tryHoldP() bool {
 	}
 }
 
-// syscall6 makes a system call for a reader: raw (keeping the P) when the
-// reader holds one, else through the runtime's syscall entry.
-func syscall6(holdP bool, trap, a1, a2, a3, a4 uintptr) (uintptr, unix.Errno) {
-	if holdP {
+// syscall6 makes a system call for a reader: raw (keeping the P), or
+// through the runtime's syscall entry.
+func syscall6(raw bool, trap, a1, a2, a3, a4 uintptr) (uintptr, unix.Errno) {
+	if raw {
 		n, _, errno := unix.RawSyscall6(trap, a1, a2, a3, a4, 0, 0)
 		return n, errno
 	}
@@ -192,21 +195,21 @@ func (s *Server) readThread(u *udpSock, holdP bool) {
 		b.msgs[i].Hdr.Iovlen = 1
 		b.outs[i] = make([]byte, 0, 4096)
 	}
+	// raw: the next wait keeps the P (see the top of this file).
+	raw := holdP
 	for !s.closing.Load() {
 		for i := range b.msgs {
 			b.msgs[i].Hdr.Name = (*byte)(unsafe.Pointer(&b.addrs[i]))
 			b.msgs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
 			b.msgs[i].Hdr.Flags = 0
 		}
-		n, errno := syscall6(holdP, unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.msgs[0])),
+		n, errno := syscall6(raw, unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.msgs[0])),
 			threadBatch, unix.MSG_WAITFORONE)
 		if errno != 0 {
 			if errno == unix.EAGAIN || errno == unix.EINTR {
-				if holdP {
-					// Woken by a signal or the timeout: let the runtime
-					// stop or reschedule us if it asked to.
-					runtime.Gosched()
-				}
+				// Signalled or idle: wait the ordinary way (the P goes
+				// back to the runtime) until traffic comes back.
+				raw = false
 				continue
 			}
 			if !s.closing.Load() {
@@ -214,6 +217,7 @@ func (s *Server) readThread(u *udpSock, holdP bool) {
 			}
 			return
 		}
+		raw = holdP
 		sends := 0
 		now := time.Now()
 		for i := 0; i < int(n); i++ {
@@ -241,20 +245,18 @@ func (s *Server) readThread(u *udpSock, holdP bool) {
 			}
 		}
 		if sends > 0 {
-			s.sendBatch(fd, b.smsgs[:sends], holdP)
+			s.sendBatch(fd, b.smsgs[:sends], raw)
 		}
 	}
 }
 
 // sendBatch sends every reply with sendmmsg, retrying the remainder after a
 // partial send; errors are per datagram and not fatal (a client gone away).
-func (s *Server) sendBatch(fd int, msgs []unix.Mmsghdr, holdP bool) {
+func (s *Server) sendBatch(fd int, msgs []unix.Mmsghdr, raw bool) {
 	for len(msgs) > 0 {
-		n, errno := syscall6(holdP, unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), 0)
+		n, errno := syscall6(raw, unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), 0)
 		if errno == unix.EINTR {
-			if holdP {
-				runtime.Gosched()
-			}
+			raw = false // as in readThread: give the P up for the retry
 			continue
 		}
 		if errno != 0 {
