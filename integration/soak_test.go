@@ -136,7 +136,7 @@ func TestSoak(t *testing.T) {
 	// The upstream, on the root namespace's loopback.
 	up := &soakUpstream{}
 	up.mode.Store("ok")
-	up.srv = dnstest.Start(t, up.handle)
+	up.srv = dnstest.StartStable(t, up.handle)
 
 	// Pods: a netns each, a veth pair to the root namespace, a Pod on this
 	// node with the pod side's address.

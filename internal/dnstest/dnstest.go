@@ -11,7 +11,10 @@ package dnstest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -196,7 +199,12 @@ func (s *Server) Close() {
 // it back on the same address. Counters are kept.
 func (s *Server) Stop() { s.Close() }
 
-// Restart listens again on Addr after Stop.
+// Restart listens again on Addr after Stop, retrying for up to a second
+// while the address is busy. A failure is reported with t.Errorf (Restart
+// may run on a goroutine of the test's own), and the server stays stopped.
+// Start the server with StartStable when it will be restarted: a port
+// from the ephemeral range can be taken by some client's socket while the
+// server is down.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.life.Lock()
@@ -204,9 +212,48 @@ func (s *Server) Restart(t testing.TB) {
 	if s.running {
 		return
 	}
-	if err := s.listen(s.Addr); err != nil {
-		t.Fatalf("restarting test DNS server on %s: %v", s.Addr, err)
+	var err error
+	for deadline := time.Now().Add(time.Second); ; {
+		if err = s.listen(s.Addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
+	if err != nil {
+		t.Errorf("restarting test DNS server on %s: %v", s.Addr, err)
+	}
+}
+
+// StartStable is Start on a loopback port below the kernel's ephemeral
+// range, so that after Stop no client socket can be given the port as its
+// source port and Restart always gets it back.
+func StartStable(t testing.TB, h dns.HandlerFunc) *Server {
+	t.Helper()
+	lo := ephemeralLow()
+	var err error
+	for try := 0; try < 50; try++ {
+		port := 10000 + rand.IntN(max(lo-10000, 1))
+		var s *Server
+		if s, err = Listen(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), h); err == nil {
+			t.Cleanup(s.Close)
+			return s
+		}
+	}
+	t.Fatalf("starting test DNS server below port %d: %v", lo, err)
+	return nil
+}
+
+// ephemeralLow is the lowest port the kernel hands out as a source port.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 10100 {
+				return n
+			}
+		}
+	}
+	return 32768
 }
 
 // Zone answers like a small authoritative server for the test zone

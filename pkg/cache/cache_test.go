@@ -72,7 +72,7 @@ func newCache(t testing.TB, cfg cache.Config, clk *clock, up cache.Exchanger) *c
 // a cache on a fresh clock.
 func setup(t testing.TB, cfg cache.Config, h dns.HandlerFunc) (*cache.Cache, *dnstest.Server, *clock) {
 	t.Helper()
-	up := dnstest.Start(t, h)
+	up := dnstest.StartStable(t, h)
 	clk := newClock()
 	return newCache(t, cfg, clk, forwarder(t, up.Addr)), up, clk
 }

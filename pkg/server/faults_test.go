@@ -141,7 +141,7 @@ type stormRig struct {
 
 func newStormRig(t *testing.T) *stormRig {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	r := &stormRig{bad: newBadUpstream(t), good: dnstest.Start(t, dnstest.Zone(1)), budget: 1500 * time.Millisecond}
+	r := &stormRig{bad: newBadUpstream(t), good: dnstest.StartStable(t, dnstest.Zone(1)), budget: 1500 * time.Millisecond}
 	var err error
 	r.fwd, err = upstream.New(upstream.Config{Servers: []string{r.bad.raw.Addr, r.good.Addr}, Policy: upstream.Sequential,
 		TryTimeout: 300 * time.Millisecond, Budget: r.budget, MaxFails: 2, ProbeInterval: 100 * time.Millisecond, Logger: quiet})
