@@ -494,8 +494,7 @@ func (s *soakTotals) add(c *soakCounts) {
 
 // soakWindows summarises memory over six equal windows: the smallest live
 // heap sample of each (a single sample swings with the GC cycle) and the
-// RSS range, then the live heap's change from the second window to the last
-// per minute.
+// RSS range, then the live heap's change per minute over the second half.
 func soakWindows(b *strings.Builder, samples []soakSampleRow, duration time.Duration) {
 	const windows = 6
 	w := duration / windows
@@ -522,10 +521,11 @@ func soakWindows(b *strings.Builder, samples []soakSampleRow, duration time.Dura
 		mins[i] = minLive
 		fmt.Fprintf(b, "%-13s %12d %7d-%d\n", fmt.Sprintf("%v-%v", lo.Round(time.Second), hi.Round(time.Second)), minLive, minRSS, maxRSS)
 	}
-	if mins[1] > 0 && mins[windows-1] > 0 {
-		span := time.Duration(windows-2) * w
-		fmt.Fprintf(b, "live heap change, window 2 to window %d: %+d kB (%+.1f kB/min)\n", windows,
-			mins[windows-1]-mins[1], float64(mins[windows-1]-mins[1])/span.Minutes())
+	// The second half: the cache has long filled by then.
+	if h := windows / 2; mins[h] > 0 && mins[windows-1] > 0 {
+		span := time.Duration(windows-1-h) * w
+		fmt.Fprintf(b, "live heap change over the second half (window %d to %d): %+d kB (%+.1f kB/min)\n", h+1, windows,
+			mins[windows-1]-mins[h], float64(mins[windows-1]-mins[h])/span.Minutes())
 	}
 }
 
