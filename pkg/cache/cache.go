@@ -619,10 +619,13 @@ func pack(k Key, r *dns.Msg) ([]byte, []uint16, error) {
 		return out
 	}
 	m.Answer, m.Ns, m.Extra = lower(r.Answer), lower(r.Ns), lower(r.Extra)
-	wire, err := m.Pack()
+	packed, err := m.Pack()
 	if err != nil {
 		return nil, nil, fmt.Errorf("packing reply for %s: %w", k.Name, err)
 	}
+	// Pack's buffer is sized for the uncompressed message: keep an exact
+	// copy (about 30 bytes less per entry for a typical answer).
+	wire := append(make([]byte, 0, len(packed)), packed...)
 	// miekg/dns packs some records it unpacked into bytes it cannot read
 	// back (a record with empty RDATA, say). The hit path serves these
 	// bytes as they are, so they must parse: one unpack per stored entry,
