@@ -14,6 +14,7 @@ package cache
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -142,20 +143,35 @@ const (
 	kindServfail
 )
 
-// entry is immutable once stored, except for its counters.
+// entry is immutable once stored, except for its counters. It is laid
+// out to fit 64 bytes: a full cache holds a hundred thousand of them.
 type entry struct {
-	wire     []byte   // packed reply: ID 0, lower-case names, no OPT
-	ttlOffs  []uint16 // TTL fields in wire
-	kind     kind
-	rcode    int
+	// wire is the packed reply (ID 0, lower-case names, no OPT). Its spare
+	// capacity holds the offsets of its TTL fields, two bytes each (see
+	// ttlOffsets): one allocation and no second slice header.
+	wire     []byte
 	stored   int64 // unix nanoseconds
 	lifetime int64 // nanoseconds
-	hits     atomic.Uint32
-	// refreshing is set while one background refresh runs for this entry.
-	refreshing atomic.Bool
 	// staleUntil: after a failed refresh, stale answers are given at once
 	// until this time (unix nanoseconds).
 	staleUntil atomic.Int64
+	hits       atomic.Uint32
+	rcode      uint16 // up to 4095 with the extended bits
+	kind       kind
+	flags      uint8 // keyFlags of the key it was stored for
+	// refreshing is set while one background refresh runs for this entry.
+	refreshing atomic.Bool
+}
+
+// ttlOffsets returns the TTL offsets kept after the packed reply.
+func (e *entry) ttlOffsets() []byte { return e.wire[len(e.wire):cap(e.wire)] }
+
+// putTTLs writes ttl into every TTL field of m, a copy of e.wire.
+func (e *entry) putTTLs(m []byte, ttl uint32) {
+	offs := e.ttlOffsets()
+	for i := 0; i+1 < len(offs); i += 2 {
+		binary.BigEndian.PutUint32(m[binary.BigEndian.Uint16(offs[i:]):], ttl)
+	}
 }
 
 func (e *entry) expires() int64 { return e.stored + e.lifetime }
@@ -175,11 +191,16 @@ type Stats struct {
 type Cache struct {
 	// cfg and up change only through Reconfigure and SetExchanger; readers
 	// load them once per operation.
-	cfg    atomic.Pointer[Config]
-	log    *slog.Logger
-	up     atomic.Pointer[exchangerBox]
-	seed   maphash.Seed
-	shards []*lru.Cache[Key, *entry]
+	cfg  atomic.Pointer[Config]
+	log  *slog.Logger
+	up   atomic.Pointer[exchangerBox]
+	seed maphash.Seed
+	// shards hold entries by a 64-bit hash of their Key (slot); the
+	// entry's packed question and flags confirm the key on every lookup,
+	// so a collision is a miss, never a wrong answer. Keying by the hash
+	// instead of the Key saves the name string, and 16 bytes in each of
+	// the LRU's list element and map slot: about 90 bytes an entry.
+	shards []*lru.Cache[uint64, *entry]
 	// refreshSem bounds background refreshes (prefetch and stale refresh).
 	refreshSem chan struct{}
 	// bg is the context background refreshes run under; Close cancels it.
@@ -212,7 +233,7 @@ func New(cfg Config, up Exchanger) (*Cache, error) {
 		if i < cfg.Size%n {
 			size++
 		}
-		l, err := lru.NewWithEvict(size, func(Key, *entry) { c.evictions.Add(1) })
+		l, err := lru.NewWithEvict(size, func(uint64, *entry) { c.evictions.Add(1) })
 		if err != nil {
 			return nil, fmt.Errorf("creating cache shard of %d: %w", size, err)
 		}
@@ -278,11 +299,98 @@ func (c *Cache) background(f func()) bool {
 	return true
 }
 
-func (c *Cache) shard(k *Key) *lru.Cache[Key, *entry] {
+// slot returns k's shard and hash.
+func (c *Cache) slot(k *Key) (*lru.Cache[uint64, *entry], uint64) {
+	h := maphash.String(c.seed, k.Name)
+	// The rest of the key, spread by an odd multiplier (a bijection, so
+	// keys that differ only here always hash apart).
+	rest := uint64(k.Type)<<32 | uint64(k.Class)<<16 | uint64(keyFlags(k))
+	h ^= (rest + 1) * 0x9E3779B97F4A7C15
 	if len(c.shards) == 1 {
-		return c.shards[0]
+		return c.shards[0], h
 	}
-	return c.shards[maphash.String(c.seed, k.Name)%uint64(len(c.shards))]
+	return c.shards[(h>>32)%uint64(len(c.shards))], h
+}
+
+// get returns the entry for k, marking it recently used.
+func (c *Cache) get(k *Key) (*entry, bool) {
+	sh, h := c.slot(k)
+	e, ok := sh.Get(h)
+	if !ok || !e.is(k) {
+		return nil, false
+	}
+	return e, true
+}
+
+// peek is get without touching the recency.
+func (c *Cache) peek(k *Key) (*entry, bool) {
+	sh, h := c.slot(k)
+	e, ok := sh.Peek(h)
+	if !ok || !e.is(k) {
+		return nil, false
+	}
+	return e, true
+}
+
+func keyFlags(k *Key) uint8 {
+	var f uint8
+	if k.DO {
+		f |= 1
+	}
+	if k.CD {
+		f |= 2
+	}
+	return f
+}
+
+// is reports whether e was stored for k: the flags, and the question at
+// the start of e's packed reply (packed from k's lower-case name, so a
+// match is byte for byte).
+func (e *entry) is(k *Key) bool {
+	if e.flags != keyFlags(k) {
+		return false
+	}
+	end, ok := wireNameIs(e.wire, dnswire.HeaderLen, k.Name)
+	if !ok || end+4 > len(e.wire) {
+		return false
+	}
+	return binary.BigEndian.Uint16(e.wire[end:]) == k.Type && binary.BigEndian.Uint16(e.wire[end+2:]) == k.Class
+}
+
+// wireNameIs reports whether the uncompressed name at m[off:] spells name
+// (a fully qualified presentation name) exactly, and where it ends. A name
+// with escapes is packed and compared as bytes.
+func wireNameIs(m []byte, off int, name string) (int, bool) {
+	if strings.IndexByte(name, '\\') >= 0 {
+		var buf [256]byte
+		n, err := dns.PackDomainName(name, buf[:], 0, nil, false)
+		if err != nil || off+n > len(m) || string(m[off:off+n]) != string(buf[:n]) {
+			return 0, false
+		}
+		return off + n, true
+	}
+	if name == "." {
+		return off + 1, off < len(m) && m[off] == 0
+	}
+	i := 0
+	for {
+		if off >= len(m) {
+			return 0, false
+		}
+		l := int(m[off])
+		off++
+		if l == 0 {
+			return off, i == len(name)
+		}
+		// A dot inside a wire label is spelled "\." in a name, which the
+		// escape case above compares.
+		if l > 63 || off+l > len(m) || i+l >= len(name) || name[i+l] != '.' || string(m[off:off+l]) != name[i:i+l] ||
+			strings.IndexByte(name[i:i+l], '.') >= 0 {
+			return 0, false
+		}
+		off += l
+		i += l + 1
+	}
 }
 
 // Stats returns the cache's counters.
@@ -311,7 +419,7 @@ func (c *Cache) Len() int {
 // deals with it).
 func (c *Cache) AppendHit(dst []byte, name string, qtype, qclass uint16, do, cd bool) (out []byte, rcode int, ok bool) {
 	k := Key{Name: name, Type: qtype, Class: qclass, DO: do, CD: cd}
-	e, found := c.shard(&k).Get(k)
+	e, found := c.get(&k)
 	if !found {
 		return dst, 0, false
 	}
@@ -323,9 +431,9 @@ func (c *Cache) AppendHit(dst []byte, name string, qtype, qclass uint16, do, cd 
 	c.hits.Add(1)
 	start := len(dst)
 	dst = append(dst, e.wire...)
-	dnswire.PutTTLs(dst[start:], e.ttlOffs, ttlSeconds(remain))
+	e.putTTLs(dst[start:], ttlSeconds(remain))
 	c.maybePrefetch(k, e, remain)
-	return dst, e.rcode, true
+	return dst, int(e.rcode), true
 }
 
 // Peek returns the fresh entry for the key as a message with its TTLs
@@ -333,7 +441,7 @@ func (c *Cache) AppendHit(dst []byte, name string, qtype, qclass uint16, do, cd 
 // expired entry.
 func (c *Cache) Peek(name string, qtype, qclass uint16, do, cd bool) (*dns.Msg, bool) {
 	k := Key{Name: name, Type: qtype, Class: qclass, DO: do, CD: cd}
-	e, found := c.shard(&k).Get(k)
+	e, found := c.get(&k)
 	if !found {
 		return nil, false
 	}
@@ -366,8 +474,7 @@ func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCa
 		return nil, false, false, fmt.Errorf("cache: query has %d questions, want 1", len(q.Question))
 	}
 	k := KeyOf(q)
-	sh := c.shard(&k)
-	e, found := sh.Get(k)
+	e, found := c.get(&k)
 	now := c.conf().Now().UnixNano()
 	if found {
 		if remain := e.expires() - now; remain > 0 {
@@ -556,7 +663,7 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 	case r.Rcode == dns.RcodeServerFailure:
 		kd = kindServfail
 		life = c.conf().ServfailTTL
-		if old, ok := c.shard(&k).Peek(k); ok && c.keeps(old, now.UnixNano()) {
+		if old, ok := c.peek(&k); ok && c.keeps(old, now.UnixNano()) {
 			return 0, false
 		}
 	default:
@@ -565,13 +672,14 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 	if life <= 0 {
 		return 0, false
 	}
-	wire, offs, err := pack(k, r)
+	wire, err := pack(k, r)
 	if err != nil {
 		c.log.Debug("not caching unpackable reply", "name", k.Name, "type", k.Type, "err", err)
 		return 0, false
 	}
-	e := &entry{wire: wire, ttlOffs: offs, kind: kd, rcode: r.Rcode, stored: now.UnixNano(), lifetime: int64(life)}
-	c.shard(&k).Add(k, e)
+	e := &entry{wire: wire, kind: kd, flags: keyFlags(&k), rcode: uint16(r.Rcode), stored: now.UnixNano(), lifetime: int64(life)}
+	sh, h := c.slot(&k)
+	sh.Add(h, e)
 	return life, true
 }
 
@@ -602,7 +710,7 @@ func findSOA(r *dns.Msg) *dns.SOA {
 // pack stores r in wire form: ID 0, lower-case question and owner names (so
 // owners equal to the question compress against it and take the client's
 // case when the server patches the question), no OPT.
-func pack(k Key, r *dns.Msg) ([]byte, []uint16, error) {
+func pack(k Key, r *dns.Msg) ([]byte, error) {
 	m := &dns.Msg{MsgHdr: r.MsgHdr, Compress: true}
 	m.Id = 0
 	m.Question = []dns.Question{{Name: k.Name, Qtype: k.Type, Qclass: k.Class}}
@@ -621,30 +729,34 @@ func pack(k Key, r *dns.Msg) ([]byte, []uint16, error) {
 	m.Answer, m.Ns, m.Extra = lower(r.Answer), lower(r.Ns), lower(r.Extra)
 	packed, err := m.Pack()
 	if err != nil {
-		return nil, nil, fmt.Errorf("packing reply for %s: %w", k.Name, err)
+		return nil, fmt.Errorf("packing reply for %s: %w", k.Name, err)
 	}
-	// Pack's buffer is sized for the uncompressed message: keep an exact
-	// copy (about 30 bytes less per entry for a typical answer).
-	wire := append(make([]byte, 0, len(packed)), packed...)
 	// miekg/dns packs some records it unpacked into bytes it cannot read
 	// back (a record with empty RDATA, say). The hit path serves these
 	// bytes as they are, so they must parse: one unpack per stored entry,
 	// off the hit path. Found by FuzzAppendHit.
-	if err := new(dns.Msg).Unpack(wire); err != nil {
-		return nil, nil, fmt.Errorf("reply for %s packs into bytes that do not unpack: %w", k.Name, err)
+	if err := new(dns.Msg).Unpack(packed); err != nil {
+		return nil, fmt.Errorf("reply for %s packs into bytes that do not unpack: %w", k.Name, err)
 	}
-	offs, err := dnswire.TTLOffsets(wire)
+	offs, err := dnswire.TTLOffsets(packed)
 	if err != nil {
-		return nil, nil, fmt.Errorf("indexing TTLs of reply for %s: %w", k.Name, err)
+		return nil, fmt.Errorf("indexing TTLs of reply for %s: %w", k.Name, err)
 	}
-	return wire, offs, nil
+	// One exact allocation (Pack's buffer is sized for the uncompressed
+	// message): the reply, then its TTL offsets in the spare capacity.
+	buf := make([]byte, len(packed), len(packed)+2*len(offs))
+	copy(buf, packed)
+	for _, o := range offs {
+		buf = binary.BigEndian.AppendUint16(buf, o)
+	}
+	return buf[:len(packed)], nil
 }
 
 // msg unpacks the entry with every TTL set to ttl.
 func (e *entry) msg(id uint16, ttl uint32) (*dns.Msg, error) {
 	b := make([]byte, len(e.wire))
 	copy(b, e.wire)
-	dnswire.PutTTLs(b, e.ttlOffs, ttl)
+	e.putTTLs(b, ttl)
 	m := new(dns.Msg)
 	if err := m.Unpack(b); err != nil {
 		return nil, fmt.Errorf("cache: unpacking stored reply: %w", err)
