@@ -313,19 +313,20 @@ func (c *Cache) slot(k *Key) (*lru.Cache[uint64, *entry], uint64) {
 }
 
 // get returns the entry for k, marking it recently used.
-func (c *Cache) get(k *Key) (*entry, bool) {
-	sh, h := c.slot(k)
-	e, ok := sh.Get(h)
-	if !ok || !e.is(k) {
-		return nil, false
-	}
-	return e, true
-}
+func (c *Cache) get(k *Key) (*entry, bool) { return c.lookup(k, true) }
 
 // peek is get without touching the recency.
-func (c *Cache) peek(k *Key) (*entry, bool) {
+func (c *Cache) peek(k *Key) (*entry, bool) { return c.lookup(k, false) }
+
+func (c *Cache) lookup(k *Key, touch bool) (*entry, bool) {
 	sh, h := c.slot(k)
-	e, ok := sh.Peek(h)
+	var e *entry
+	var ok bool
+	if touch {
+		e, ok = sh.Get(h)
+	} else {
+		e, ok = sh.Peek(h)
+	}
 	if !ok || !e.is(k) {
 		return nil, false
 	}

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"net"
 	"net/netip"
 	"testing"
@@ -16,19 +15,7 @@ import (
 // and TCP. The agent never binds a wildcard address.
 func TestListensOnlyOnConfiguredAddresses(t *testing.T) {
 	res := &fakeResolver{}
-	s, err := New(Config{Listen: []string{"127.0.0.2:0"}, Resolver: res, SocketsPerAddr: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	s.Serve()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
+	s, _ := startOn(t, "127.0.0.2:0", Config{Resolver: res, SocketsPerAddr: 2})
 	for _, a := range append(s.Addrs(), s.TCPAddrs()...) {
 		if a.Addr() != netip.MustParseAddr("127.0.0.2") {
 			t.Fatalf("bound %s, configured 127.0.0.2", a)

@@ -90,24 +90,6 @@ func (p *packedCache) shard(name string) *packedShard {
 	return &p.shards[maphash.String(p.seed, name)%packedShards]
 }
 
-// len is the number of entries, for tests.
-func (p *packedCache) len() int {
-	n := 0
-	for i := range p.shards {
-		n += p.shards[i].lru.Len()
-	}
-	return n
-}
-
-// bytes is the cost of all entries, for tests.
-func (p *packedCache) bytes() int64 {
-	var n int64
-	for i := range p.shards {
-		n += p.shards[i].bytes.Load()
-	}
-	return n
-}
-
 // get returns the wire reply for k if it was packed from m, marking it used
 // at now.
 func (sh *packedShard) get(k packedKey, m *dns.Msg, now int64) ([]byte, bool) {

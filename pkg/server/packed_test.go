@@ -73,3 +73,21 @@ func TestPackedCacheIdle(t *testing.T) {
 		t.Fatalf("cost %d, want about %d", b, want)
 	}
 }
+
+// len is the number of entries, for tests.
+func (p *packedCache) len() int {
+	n := 0
+	for i := range p.shards {
+		n += p.shards[i].lru.Len()
+	}
+	return n
+}
+
+// bytes is the cost of all entries, for tests.
+func (p *packedCache) bytes() int64 {
+	var n int64
+	for i := range p.shards {
+		n += p.shards[i].bytes.Load()
+	}
+	return n
+}

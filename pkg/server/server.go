@@ -351,40 +351,6 @@ func (s *Server) Drain(wait time.Duration) {
 	time.Sleep(wait)
 }
 
-// udpSocket wraps a bound socket: taken out of the netpoller for a thread
-// reader unless the poller was asked for (or the socket cannot be).
-func (s *Server) udpSocket(uc *net.UDPConn) *udpSock {
-	if s.cfg.UDPReaders != "poller" {
-		u, err := threadSocket(uc)
-		if err == nil {
-			return u
-		}
-		s.log.Warn("thread reader unavailable, using the poller", "err", err)
-	}
-	return &udpSock{local: uc.LocalAddr().(*net.UDPAddr).AddrPort(), uc: uc, fd: -1}
-}
-
-// connectSelf connects the socket to its own address (see Drain).
-func (u *udpSock) connectSelf() error {
-	if u.uc == nil {
-		u.mu.RLock()
-		defer u.mu.RUnlock()
-		if u.closed {
-			return net.ErrClosed
-		}
-		return unix.Connect(u.fd, sockaddr(u.local))
-	}
-	rc, err := u.uc.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var cerr error
-	if err := rc.Control(func(fd uintptr) { cerr = unix.Connect(int(fd), sockaddr(u.local)) }); err != nil {
-		return err
-	}
-	return cerr
-}
-
 func sockaddr(ap netip.AddrPort) unix.Sockaddr {
 	if ap.Addr().Is4() || ap.Addr().Is4In6() {
 		return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().Unmap().As4()}

@@ -57,7 +57,14 @@ func mustRR(format string, args ...any) dns.RR {
 // start runs a server on 127.0.0.1:0 and stops it at test end.
 func start(t *testing.T, cfg Config) (*Server, string) {
 	t.Helper()
-	cfg.Listen = []string{"127.0.0.1:0"}
+	return startOn(t, "127.0.0.1:0", cfg)
+}
+
+// startOn runs a server on listen and stops it at test end (a Shutdown
+// the test made itself first is fine).
+func startOn(t *testing.T, listen string, cfg Config) (*Server, string) {
+	t.Helper()
+	cfg.Listen = []string{listen}
 	if cfg.SocketsPerAddr == 0 {
 		cfg.SocketsPerAddr = 1
 	}

@@ -24,18 +24,10 @@ func TestThreadReaderHoldsP(t *testing.T) {
 	before := heldPs.Load()
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(int(before) + 2))
 	res := &fakeResolver{}
-	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, Resolver: res, SocketsPerAddr: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	s.Serve()
+	s, addr := start(t, Config{Resolver: res})
 	if st := s.Stats(); st.UDPReaders != 1 || st.UDPReadersHoldingP != 1 {
 		t.Fatalf("%d readers, %d holding a P; want 1 and 1", st.UDPReaders, st.UDPReadersHoldingP)
 	}
-	addr := s.Addrs()[0].String()
 	// The reader blocks from here on; without the signal the collector
 	// would wait threadWake for it.
 	time.Sleep(50 * time.Millisecond)
@@ -144,22 +136,7 @@ func epollTargets(t *testing.T) map[int]bool {
 // TestThreadSocketIPv6MappedClient: a thread socket bound to [::] answers
 // an IPv4 client from a goroutine (sendto with the mapped address).
 func TestThreadSocketIPv6MappedClient(t *testing.T) {
-	res := &fakeResolver{}
-	s, err := New(Config{Listen: []string{"[::]:0"}, Resolver: res, SocketsPerAddr: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatalf("binding [::]: %v", err)
-	}
-	s.Serve()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	s, _ := startOn(t, "[::]:0", Config{Resolver: &fakeResolver{}})
 	if !s.udp[0].thread() {
 		t.Fatal("socket not read by a thread reader")
 	}
