@@ -1,22 +1,43 @@
 # nodedns image: a static nodedns binary on Debian 12 (bookworm) slim with
 # iptables, which carries both backends (iptables-nft and iptables-legacy,
 # and their -save and ip6tables variants); the agent picks the one the
-# node's kube-proxy uses. Build:
+# node's kube-proxy uses.
 #
-#   docker build --build-arg VERSION=$(git describe --always) -t REGISTRY/nodedns:TAG .
+# Multi-architecture (amd64, arm64, anything Go and Debian both support):
+# the build stage runs on the builder's own platform and cross-compiles for
+# the target, so no emulation is needed:
 #
-# scripts/check-image.sh checks what can be checked without a Docker engine:
-# the binary is static and every iptables path the agent runs exists in
-# bookworm's iptables package.
-FROM golang:1.26-bookworm AS build
+#   docker buildx build --platform linux/amd64,linux/arm64 \
+#     --build-arg VERSION=$(git describe --always --dirty) \
+#     -t REGISTRY/nodedns:TAG --push .
+#
+# Base images: release builds pin them by digest, which a registry resolves
+# and this repository cannot (no registry is reachable where it is tested):
+#
+#   --build-arg GO_IMAGE=golang:1.26-bookworm@sha256:<digest> \
+#   --build-arg BASE_IMAGE=debian:bookworm-slim@sha256:<digest>
+#
+# (`docker buildx imagetools inspect debian:bookworm-slim` prints the
+# digest of the multi-architecture index to pin.)
+#
+# This file is the one description of the image: scripts/image.sh builds
+# the same image without a Docker engine by reading it (internal/imagebuild
+# refuses any instruction it cannot reproduce), and a test compares the
+# built image with this file.
+ARG GO_IMAGE=golang:1.26-bookworm
+ARG BASE_IMAGE=debian:bookworm-slim
+
+FROM --platform=$BUILDPLATFORM ${GO_IMAGE} AS build
+ARG TARGETOS
+ARG TARGETARCH
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/nodedns ./cmd/nodedns
+RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/nodedns ./cmd/nodedns
 
-FROM debian:bookworm-slim
+FROM ${BASE_IMAGE}
 RUN apt-get update \
  && apt-get install -y --no-install-recommends iptables \
  && rm -rf /var/lib/apt/lists/*
