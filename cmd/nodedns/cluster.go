@@ -75,6 +75,50 @@ func (a *agent) startCluster(ctx context.Context) {
 	}()
 }
 
+// awaitClusterSync holds the listeners back until the cluster index has
+// synced, so that a socket of this agent never answers a cluster name with
+// SERVFAIL for want of the index:
+//   - When another server already answers on our addresses (the agent this
+//     one replaces in a rolling update; its sockets share the port), it
+//     carries the traffic meanwhile: wait for the sync however long it
+//     takes. Until then /ready is false and the rollout does not proceed.
+//   - Otherwise nobody answers pods yet: wait at most --cluster-sync-wait
+//     (CoreDNS's kubernetes plugin also delays serving up to 5 s), then
+//     serve external names and answer cluster names SERVFAIL (or from
+//     --cluster-dns) until the sync.
+func (a *agent) awaitClusterSync(ctx context.Context) {
+	if a.ix == nil || a.ix.Synced() {
+		return
+	}
+	start := time.Now()
+	other, busy := server.Answering(ctx, listenAddrs(a.cfg), 300*time.Millisecond)
+	limit := time.Duration(a.cfg.ClusterSyncWait)
+	if busy {
+		a.log.Info("another DNS server answers on our address: waiting for the cluster index before sharing its traffic", "addr", other)
+		limit = 0
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	nextLog := start.Add(10 * time.Second)
+	for !a.ix.Synced() {
+		if limit > 0 && time.Since(start) >= limit || limit == 0 && !busy {
+			a.log.Warn("serving before the cluster index synced: cluster names get SERVFAIL (or the answer of --cluster-dns) until it does",
+				"waited", time.Since(start).Round(time.Millisecond).String())
+			return
+		}
+		if now := time.Now(); now.After(nextLog) {
+			a.log.Warn("still waiting for the cluster index to sync before serving", "waited", now.Sub(start).Round(time.Second).String())
+			nextLog = now.Add(10 * time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+	a.log.Info("cluster index synced before serving", "waited", time.Since(start).Round(time.Millisecond).String())
+}
+
 // clusterReady is the /ready condition for the cluster zone: synced once.
 // It stays true through a later API-server outage: the agent keeps
 // answering from the last known state, which is what pods need; turning

@@ -49,7 +49,10 @@ type Config struct {
 	ClusterDNS    string   `json:"cluster-dns"`
 	NodeName      string   `json:"node-name"`
 	Autopath      bool     `json:"autopath"`
-	Search        List     `json:"search"`
+	// ClusterSyncWait bounds how long the listeners wait for the cluster
+	// index at start when no other agent serves our addresses.
+	ClusterSyncWait Duration `json:"cluster-sync-wait"`
+	Search          List     `json:"search"`
 
 	LocalIP        List     `json:"local-ip"`
 	Interface      string   `json:"interface"`
@@ -96,30 +99,31 @@ func (c *Config) udpSockets() int {
 
 func defaultConfig() Config {
 	return Config{
-		Admin:          "127.0.0.1:9253",
-		Policy:         "random",
-		CacheSize:      10000,
-		MaxTTL:         Duration(time.Hour),
-		MaxNegativeTTL: Duration(30 * time.Minute),
-		ServeStale:     Duration(time.Hour),
-		Prefetch:       2,
-		MaxInflight:    2000,
-		MaxTCPConns:    1000,
-		MaxUDPSize:     1232,
-		UDPReaders:     "threads",
-		LoopCheck:      true,
-		ClusterDomain:  "cluster.local",
-		ClusterTTL:     Duration(5 * time.Second),
-		Pods:           "insecure",
-		NodeName:       os.Getenv("NODE_NAME"),
-		Autopath:       true,
-		Interface:      "nodelocaldns",
-		SetupInterface: true,
-		SetupIptables:  true,
-		SyncInterval:   Duration(60 * time.Second),
-		Teardown:       true,
-		Lameduck:       Duration(5 * time.Second),
-		LogLevel:       "info",
+		Admin:           "127.0.0.1:9253",
+		Policy:          "random",
+		CacheSize:       10000,
+		MaxTTL:          Duration(time.Hour),
+		MaxNegativeTTL:  Duration(30 * time.Minute),
+		ServeStale:      Duration(time.Hour),
+		Prefetch:        2,
+		MaxInflight:     2000,
+		MaxTCPConns:     1000,
+		MaxUDPSize:      1232,
+		UDPReaders:      "threads",
+		LoopCheck:       true,
+		ClusterDomain:   "cluster.local",
+		ClusterTTL:      Duration(5 * time.Second),
+		Pods:            "insecure",
+		NodeName:        os.Getenv("NODE_NAME"),
+		Autopath:        true,
+		ClusterSyncWait: Duration(5 * time.Second),
+		Interface:       "nodelocaldns",
+		SetupInterface:  true,
+		SetupIptables:   true,
+		SyncInterval:    Duration(60 * time.Second),
+		Teardown:        true,
+		Lameduck:        Duration(5 * time.Second),
+		LogLevel:        "info",
 	}
 }
 
@@ -154,6 +158,7 @@ func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
 	fs.StringVar(&c.ClusterDNS, "cluster-dns", c.ClusterDNS, "ip[:port] of the central cluster DNS, asked for cluster names only until the informers have synced")
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "this node's name (default $NODE_NAME); its pods are watched for the search-path walk")
 	fs.BoolVar(&c.Autopath, "autopath", c.Autopath, "walk pods' search lists on the server (one round trip instead of several)")
+	fs.Var(&c.ClusterSyncWait, "cluster-sync-wait", "at start, how long to wait for the cluster index before serving when no other agent answers on our addresses (one that does keeps serving until we synced)")
 	fs.Var(&c.Search, "search", "comma-separated extra search domains pods inherit (default: those after the cluster's in /etc/resolv.conf)")
 	fs.Var(&c.LocalIP, "local-ip", "comma-separated addresses to intercept (e.g. 169.254.20.10 and the kube-dns ClusterIP); enables the link and rules")
 	fs.StringVar(&c.Interface, "interface", c.Interface, "link that holds the local IPs")
@@ -267,6 +272,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--cluster-ttl %s: want 0s to 1h", c.ClusterTTL)
 	case c.SyncInterval <= 0:
 		return fmt.Errorf("--sync-interval %s: want a positive duration", c.SyncInterval)
+	case c.ClusterSyncWait < 0:
+		return fmt.Errorf("--cluster-sync-wait %s: want a duration >= 0", c.ClusterSyncWait)
 	case c.Lameduck < 0:
 		return fmt.Errorf("--lameduck %s: want a duration >= 0", c.Lameduck)
 	case c.LogQueries < 0 || c.LogQueries > 1:

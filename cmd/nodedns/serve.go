@@ -244,6 +244,7 @@ func (a *agent) run(ctx context.Context) error {
 			return err
 		}
 	}
+	a.awaitClusterSync(ctx)
 	if err := a.srv.Listen(); err != nil {
 		return err
 	}
