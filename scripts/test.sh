@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Runs every test of nodedns on a fresh Debian machine with Go, as root:
 # installs the Debian packages it needs, builds (and caches) kube-apiserver,
-# then runs go vet, staticcheck, the unit tests with -race and the
+# then runs go vet, staticcheck, the unit tests with -race, the
 # integration suite (real kube-apiserver + etcd on loopback, network
-# namespaces, iptables nft and legacy, real resolvers).
+# namespaces, iptables nft and legacy, real resolvers) and the end-to-end
+# test on a real single-node cluster (scripts/e2e.sh: the DaemonSet, kubelet,
+# kube-proxy, containerd, rolling updates under load).
 #
 #   scripts/test.sh            everything
 #   scripts/test.sh unit       vet, staticcheck and unit tests only
 #   scripts/test.sh integration
+#   scripts/test.sh e2e
+#
+# The exit status is non-zero when any step fails (each step's own status,
+# not a search of its log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,7 +42,19 @@ if [[ $what == all || $what == integration ]]; then
   NODEDNS_KUBE_APISERVER=$(scripts/kube-apiserver.sh | tail -n 1)
   export NODEDNS_KUBE_APISERVER
   echo "== integration tests"
-  go test -tags integration -count=1 -timeout 40m -v ./integration/ 2>&1 | tee /tmp/nodedns-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go:[0-9]+' || true
-  # The pipe above hides go test's exit status; the log's last line has it.
-  tail -n 1 /tmp/nodedns-integration.log | grep -q '^ok' || { echo "integration tests failed (full log: /tmp/nodedns-integration.log)"; tail -n 60 /tmp/nodedns-integration.log; exit 1; }
+  log=/tmp/nodedns-integration.log
+  set +e
+  go test -tags integration -count=1 -timeout 40m -v ./integration/ 2>&1 | tee "$log" | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go:[0-9]+'
+  rc=${PIPESTATUS[0]}
+  set -e
+  if ((rc != 0)); then
+    echo "integration tests failed: go test exited $rc (full log: $log)"
+    tail -n 60 "$log"
+    exit "$rc"
+  fi
+fi
+
+if [[ $what == all || $what == e2e ]]; then
+  echo "== end-to-end on a real single-node cluster (scripts/e2e.sh)"
+  scripts/e2e.sh
 fi
