@@ -128,22 +128,32 @@ start() {
 	echo $! >"$(pidfile "$name")"
 }
 
-# stop NAME: SIGTERM, then SIGKILL after a grace period.
+# stop NAME...: SIGTERM to each, then SIGKILL to those still running after
+# a grace period; the components stop in parallel.
 stop() {
-	local name=$1 pf pid i
-	pf=$(pidfile "$name")
-	[[ -f "$pf" ]] || return 0
-	pid=$(<"$pf")
-	if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
-		log "stopping ${name}"
-		kill -TERM "$pid" 2>/dev/null || true
-		for i in $(seq 1 100); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
+	local name pf pid pids=() i
+	for name in "$@"; do
+		pf=$(pidfile "$name")
+		[[ -f "$pf" ]] || continue
+		pid=$(<"$pf")
+		if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+			log "stopping ${name}"
+			kill -TERM "$pid" 2>/dev/null || true
+			pids+=("$pid")
+		fi
+		rm -f "$pf"
+	done
+	for i in $(seq 1 100); do
+		local alive=0
+		for pid in "${pids[@]}"; do
+			kill -0 "$pid" 2>/dev/null && alive=1
 		done
+		((alive)) || return 0
+		sleep 0.1
+	done
+	for pid in "${pids[@]}"; do
 		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	rm -f "$pf"
+	done
 }
 
 # wait_for WHAT SECONDS CMD...: poll CMD until it succeeds.
@@ -658,11 +668,9 @@ down() {
 		return 0
 	fi
 	KUBE_BIN="${CACHE}/kubernetes-${KUBE_VERSION:-v1.34.4}/bin"
-	stop kube-controller-manager
-	stop kube-scheduler
+	stop kube-controller-manager kube-scheduler
 	stop_pods
-	stop kubelet
-	stop kube-proxy
+	stop kubelet kube-proxy
 	stop kube-apiserver
 	stop etcd
 	stop_pods
