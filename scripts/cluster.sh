@@ -373,6 +373,12 @@ start_controllers() {
 		--bind-address=127.0.0.1 --leader-elect=false --profiling=false --v=1
 }
 
+# cgroup_driver is the driver kubelet and runc must share: systemd when it
+# is PID 1 (it owns the cgroup tree), else cgroupfs.
+cgroup_driver() {
+	if [[ $(cat /proc/1/comm 2>/dev/null) == systemd ]]; then echo systemd; else echo cgroupfs; fi
+}
+
 start_containerd() {
 	local c="${STATE}/containerd.toml"
 	mkdir -p "${STATE}/containerd" "${RUN}/containerd" "${STATE}/cni/net.d" "${STATE}/cni/networks"
@@ -397,7 +403,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
+        SystemdCgroup = $([[ $(cgroup_driver) == systemd ]] && echo true || echo false)
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "${STATE}/cni/net.d"
@@ -436,7 +442,8 @@ start_kubelet() {
 	local k="${STATE}/kubelet.yaml"
 	mkdir -p "${STATE}/kubelet"
 	printf 'nameserver %s\n' "$NODE_RESOLVER" >"${STATE}/resolv.conf"
-	local driver=cgroupfs
+	local driver
+	driver=$(cgroup_driver)
 	cat >"$k" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
