@@ -4,7 +4,8 @@
 # kube-scheduler, kube-proxy (iptables mode) and kubelet run as ordinary
 # processes, with containerd, runc and the CNI plugins from Debian.
 #
-#   scripts/cluster.sh up            start (idempotent); waits for the node to
+#   scripts/cluster.sh up [--cluster-dns IP]
+#                                    start (idempotent); waits for the node to
 #                                    be Ready; last line: the kubeconfig path
 #   scripts/cluster.sh kubectl ARGS  the cached kubectl against it
 #   scripts/cluster.sh down          stop everything it started and remove all
@@ -696,7 +697,9 @@ down() {
 	# An agent killed without its teardown leaves the link and rules behind.
 	if [[ -x "$(command -v ip)" ]] && ip link show nodelocaldns >/dev/null 2>&1; then
 		log "removing the nodedns link and rules left by a killed agent"
-		(cd "$REPO" && go run ./cmd/nodedns cleanup --local-ip "${CLUSTER_DNS},169.254.128.10") >&2 || true
+		local ips
+		ips=$(ip -o addr show dev nodelocaldns | awk '{print $4}' | cut -d/ -f1 | paste -sd, -)
+		(cd "$REPO" && go run ./cmd/nodedns cleanup --local-ip "${ips:-$CLUSTER_DNS}") >&2 || true
 	fi
 	local l
 	for l in "$CNI_BRIDGE" "$NODE_LINK" $(ip -o link show type veth 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep '^veth' || true); do
@@ -733,7 +736,18 @@ status() {
 }
 
 case "${1:-}" in
-up) up ;;
+up)
+	shift
+	while (($#)); do
+		case "$1" in
+		--cluster-dns=*) CLUSTER_DNS=${1#*=} ;;
+		--cluster-dns) CLUSTER_DNS=${2:?--cluster-dns needs an IP}; shift ;;
+		*) die "up: unknown argument $1 (want --cluster-dns IP)" ;;
+		esac
+		shift
+	done
+	up
+	;;
 down) down ;;
 status) status ;;
 kubectl)
