@@ -443,8 +443,9 @@ start_kubelet() {
 	local k="${STATE}/kubelet.yaml"
 	mkdir -p "${STATE}/kubelet"
 	printf 'nameserver %s\n' "$NODE_RESOLVER" >"${STATE}/resolv.conf"
-	local driver
+	local driver old=""
 	driver=$(cgroup_driver)
+	[[ -f "$k" ]] && old=$(<"$k")
 	cat >"$k" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -475,6 +476,10 @@ serializeImagePulls: false
 registerNode: true
 maxPods: 110
 EOF
+	if [[ -n "$old" && "$old" != "$(<"$k")" ]] && running kubelet; then
+		log "kubelet configuration changed (cluster DNS ${CLUSTER_DNS}): restarting kubelet"
+		stop kubelet
+	fi
 	start kubelet "$(bin kubelet)" --config="$k" --kubeconfig="${STATE}/kubelet.kubeconfig" \
 		--root-dir="${STATE}/kubelet" --cert-dir="${STATE}/kubelet/pki" \
 		--hostname-override="$NODE_NAME" --node-ip="${NODE_IP6}" --v=1
