@@ -140,10 +140,6 @@ func split(r io.Reader) ([]instruction, error) {
 	return out, nil
 }
 
-// platformArgs are the automatic platform ARGs BuildKit defines; a build
-// without a Docker engine builds for this machine's platform unless told.
-var platformArgs = []string{"BUILDPLATFORM", "TARGETPLATFORM", "TARGETOS", "TARGETARCH", "BUILDOS", "BUILDARCH"}
-
 type parser struct {
 	given  map[string]string
 	global map[string]string // ARGs before the first FROM

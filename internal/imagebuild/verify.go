@@ -3,8 +3,8 @@ package imagebuild
 import (
 	"archive/tar"
 	"bytes"
-	"debug/elf"
 	"debug/buildinfo"
+	"debug/elf"
 	"fmt"
 	"io"
 	"os"
