@@ -300,6 +300,14 @@ func (ix *Index) Run(ctx context.Context) error {
 				return cl.CoreV1().Pods("").Watch(ctx, o)
 			}))
 	}
+	if ix.cfg.IgnoreEmptyService && ix.cfg.NoEndpoints {
+		ix.log.Warn("ignore-empty-service with no-endpoints: no Service has endpoints, so every ClusterIP Service is NXDOMAIN (as in CoreDNS)")
+	}
+	for _, z := range reverseZones {
+		if !ix.fallsThrough(z) {
+			ix.log.Info("fallthrough does not cover all of a reverse zone: PTR queries there for addresses the cluster does not know get NXDOMAIN", "zone", z, "fallthrough", ix.cfg.Fallthrough)
+		}
+	}
 	ix.log.Info("starting informers", "zones", ix.zones, "pods", string(ix.cfg.Pods), "node", ix.cfg.NodeName,
 		"endpoints", !ix.cfg.NoEndpoints, "endpointPodNames", ix.cfg.EndpointPodNames,
 		"ignoreEmptyService", ix.cfg.IgnoreEmptyService, "namespaces", ix.cfg.Namespaces,
