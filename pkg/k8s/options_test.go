@@ -440,3 +440,33 @@ func TestOptionsValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestOptionsAllocs: the options keep the hot paths at zero allocations:
+// bare names in a second zone, namespace-filtered and ignored names, and
+// name errors that fall through or are answered in the reverse zones.
+func TestOptionsAllocs(t *testing.T) {
+	objs := append(nsFixture(), clusterIPSvc("ns1", "empty", []string{"10.96.0.30"}, svcPort("http", corev1.ProtocolTCP, 80)),
+		slice("ns1", "web-x", "web", discoveryv1.AddressTypeIPv4, nil, ep{ips: []string{"10.244.1.1"}}))
+	ix, _ := startIndex(t, Config{TTL: 5, Zones: []string{"cluster.local", "example.internal"}, NamespaceLabels: "dns=yes",
+		IgnoreEmptyService: true, Fallthrough: []string{"svc.example.internal"}}, objs...)
+	for _, q := range []struct {
+		name  string
+		qtype uint16
+		ok    bool
+	}{
+		{"web.ns1.svc.example.internal.", dns.TypeA, true},
+		{"web.ns1.svc.cluster.local.", dns.TypeA, true},
+		{"web.ns2.svc.cluster.local.", dns.TypeA, true},            // hidden namespace
+		{"empty.ns1.svc.cluster.local.", dns.TypeA, true},          // ignored empty service
+		{"missing.ns1.svc.example.internal.", dns.TypeA, false},    // falls through
+		{"9.9.9.9.in-addr.arpa.", dns.TypePTR, true},               // NXDOMAIN in the reverse zone
+		{"example.com.ns1.svc.cluster.local.", dns.TypeAAAA, true}, // a search-path expansion
+	} {
+		if _, ok := ix.Lookup(q.name, q.qtype); ok != q.ok {
+			t.Fatalf("%s: ok=%v", q.name, ok)
+		}
+		if n := testing.AllocsPerRun(100, func() { ix.Lookup(q.name, q.qtype) }); n != 0 {
+			t.Errorf("%s %s: %v allocs per lookup", q.name, dns.TypeToString[q.qtype], n)
+		}
+	}
+}
