@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test of nodedns on a fresh Debian machine with Go, as root:
-# installs the Debian packages it needs, builds (and caches) kube-apiserver,
-# then runs go vet, staticcheck, the unit tests with -race, the
+# installs the Debian packages it needs, builds (and caches) kube-apiserver
+# and CoreDNS, then runs go vet, staticcheck, the unit tests with -race, the
 # integration suite (real kube-apiserver + etcd on loopback, network
-# namespaces, iptables nft and legacy, real resolvers) and the end-to-end
-# test on a real single-node cluster (scripts/e2e.sh: the DaemonSet, kubelet,
-# kube-proxy, containerd, rolling updates under load).
+# namespaces, iptables nft and legacy, real resolvers, CoreDNS as the
+# reference for the cluster zone) and the end-to-end test on a real
+# single-node cluster (scripts/e2e.sh: the DaemonSet, kubelet, kube-proxy,
+# containerd, rolling updates under load).
 #
 #   scripts/test.sh            everything
 #   scripts/test.sh unit       vet, staticcheck and unit tests only
@@ -41,6 +42,9 @@ if [[ $what == all || $what == integration ]]; then
   echo "== kube-apiserver (cached in $NODEDNS_CACHE)"
   NODEDNS_KUBE_APISERVER=$(scripts/kube-apiserver.sh | tail -n 1)
   export NODEDNS_KUBE_APISERVER
+  echo "== CoreDNS (cached in $NODEDNS_CACHE), the reference of the differential tests"
+  NODEDNS_COREDNS=$(scripts/coredns.sh | tail -n 1)
+  export NODEDNS_COREDNS
   echo "== integration tests"
   log=/tmp/nodedns-integration.log
   set +e

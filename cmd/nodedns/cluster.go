@@ -39,8 +39,9 @@ func (a *agent) wireCluster(scfg *server.Config) error {
 	if err != nil {
 		return fmt.Errorf("creating Kubernetes client: %w", err)
 	}
-	a.ix, err = k8s.New(client, k8s.Config{Zone: a.cfg.ClusterDomain, TTL: uint32(time.Duration(a.cfg.ClusterTTL) / time.Second),
-		Pods: k8s.PodMode(a.cfg.Pods), NodeName: a.cfg.NodeName, Logger: a.log})
+	kc := clusterConfig(a.cfg)
+	kc.Logger = a.log
+	a.ix, err = k8s.New(client, kc)
 	if err != nil {
 		return err
 	}
@@ -61,6 +62,26 @@ func (a *agent) wireCluster(scfg *server.Config) error {
 		scfg.ClusterDNS = fwd
 	}
 	return nil
+}
+
+// clusterConfig maps cfg onto the cluster index's settings.
+func clusterConfig(cfg Config) k8s.Config {
+	fall := []string(cfg.Fallthrough)
+	if fall == nil {
+		fall = []string{} // emptied on purpose: no fallthrough at all
+	}
+	return k8s.Config{
+		Zones:              cfg.ClusterDomain,
+		TTL:                uint32(time.Duration(cfg.ClusterTTL) / time.Second),
+		Pods:               k8s.PodMode(cfg.Pods),
+		NodeName:           cfg.NodeName,
+		EndpointPodNames:   cfg.EndpointPodNames,
+		IgnoreEmptyService: cfg.IgnoreEmptyService,
+		NoEndpoints:        cfg.NoEndpoints,
+		Namespaces:         cfg.Namespaces,
+		NamespaceLabels:    cfg.NamespaceLabels,
+		Fallthrough:        fall,
+	}
 }
 
 // startCluster runs the informers until ctx is done.

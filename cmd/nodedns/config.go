@@ -42,8 +42,10 @@ type Config struct {
 	GoMaxProcs        int    `json:"gomaxprocs"`
 	LoopCheck         bool   `json:"loop-check"`
 
-	Kubeconfig    string   `json:"kubeconfig"`
-	ClusterDomain string   `json:"cluster-domain"`
+	Kubeconfig string `json:"kubeconfig"`
+	// ClusterDomain lists the cluster's zones, the primary first: a
+	// string or a list in the file, a repeatable flag.
+	ClusterDomain List     `json:"cluster-domain"`
 	ClusterTTL    Duration `json:"cluster-ttl"`
 	Pods          string   `json:"pods"`
 	ClusterDNS    string   `json:"cluster-dns"`
@@ -53,6 +55,16 @@ type Config struct {
 	// index at start when no other agent serves our addresses.
 	ClusterSyncWait Duration `json:"cluster-sync-wait"`
 	Search          List     `json:"search"`
+
+	// Cluster zone options of CoreDNS's kubernetes plugin (pkg/k8s.Config).
+	EndpointPodNames   bool   `json:"endpoint-pod-names"`
+	IgnoreEmptyService bool   `json:"ignore-empty-service"`
+	NoEndpoints        bool   `json:"no-endpoints"`
+	Namespaces         List   `json:"namespaces"`
+	NamespaceLabels    string `json:"namespace-labels"`
+	// Fallthrough: an empty list (`--fallthrough=`, `fallthrough: []`)
+	// means none; the default is the reverse zones.
+	Fallthrough List `json:"fallthrough"`
 
 	LocalIP        List     `json:"local-ip"`
 	Interface      string   `json:"interface"`
@@ -111,7 +123,8 @@ func defaultConfig() Config {
 		MaxUDPSize:      1232,
 		UDPReaders:      "threads",
 		LoopCheck:       true,
-		ClusterDomain:   "cluster.local",
+		ClusterDomain:   List{"cluster.local"},
+		Fallthrough:     List{"in-addr.arpa", "ip6.arpa"},
 		ClusterTTL:      Duration(5 * time.Second),
 		Pods:            "insecure",
 		NodeName:        os.Getenv("NODE_NAME"),
@@ -152,7 +165,7 @@ func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
 	fs.IntVar(&c.MaxUDPSize, "max-udp-size", c.MaxUDPSize, "largest UDP reply whatever the client advertises")
 	fs.BoolVar(&c.LoopCheck, "loop-check", c.LoopCheck, "at start, send a probe through the upstream and exit if it comes back (forwarding loop)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file (default: in-cluster config inside a pod, else no cluster zone)")
-	fs.StringVar(&c.ClusterDomain, "cluster-domain", c.ClusterDomain, "the cluster's DNS domain")
+	fs.Var(&repeatList{l: &c.ClusterDomain}, "cluster-domain", "the cluster's DNS domain; repeat (or separate by commas) to answer several zones from one index, the first primary (PTR targets, search-path walk)")
 	fs.Var(&c.ClusterTTL, "cluster-ttl", "TTL of cluster answers (0s-3600s)")
 	fs.StringVar(&c.Pods, "pods", c.Pods, "pod records: disabled, insecure or verified")
 	fs.StringVar(&c.ClusterDNS, "cluster-dns", c.ClusterDNS, "ip[:port] of the central cluster DNS, asked for cluster names only until the informers have synced")
@@ -160,6 +173,12 @@ func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
 	fs.BoolVar(&c.Autopath, "autopath", c.Autopath, "walk pods' search lists on the server (one round trip instead of several)")
 	fs.Var(&c.ClusterSyncWait, "cluster-sync-wait", "at start, how long to wait for the cluster index before serving when no other agent answers on our addresses (one that does keeps serving until we synced)")
 	fs.Var(&c.Search, "search", "comma-separated extra search domains pods inherit (default: those after the cluster's in /etc/resolv.conf)")
+	fs.BoolVar(&c.EndpointPodNames, "endpoint-pod-names", c.EndpointPodNames, "name endpoints without a hostname after their pod (targetRef) instead of their address, as CoreDNS endpoint_pod_names")
+	fs.BoolVar(&c.IgnoreEmptyService, "ignore-empty-service", c.IgnoreEmptyService, "NXDOMAIN for a ClusterIP Service without ready endpoints, as CoreDNS `ignore empty_service`")
+	fs.BoolVar(&c.NoEndpoints, "no-endpoints", c.NoEndpoints, "do not watch EndpointSlices: headless and endpoint names are NXDOMAIN, as CoreDNS noendpoints")
+	fs.Var(&c.Namespaces, "namespaces", "comma-separated namespaces whose names exist; names in others are NXDOMAIN (default: all), as CoreDNS namespaces")
+	fs.StringVar(&c.NamespaceLabels, "namespace-labels", c.NamespaceLabels, "label selector (kubectl -l syntax): only namespaces it matches are exposed, as CoreDNS namespace_labels")
+	fs.Var(&c.Fallthrough, "fallthrough", "comma-separated zones (or CIDRs) where a cluster NXDOMAIN goes on to cache and upstream instead; '.' is every zone, empty none; replaces the default, as CoreDNS fallthrough")
 	fs.Var(&c.LocalIP, "local-ip", "comma-separated addresses to intercept (e.g. 169.254.20.10 and the kube-dns ClusterIP); enables the link and rules")
 	fs.StringVar(&c.Interface, "interface", c.Interface, "link that holds the local IPs")
 	fs.BoolVar(&c.SetupInterface, "setup-interface", c.SetupInterface, "create and maintain the link (with --local-ip)")
@@ -294,6 +313,12 @@ func (c *Config) validate() error {
 	default:
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
 	}
+	if len(c.ClusterDomain) == 0 {
+		return errors.New("--cluster-domain: want at least one domain")
+	}
+	if err := clusterConfig(*c).Validate(); err != nil {
+		return err
+	}
 	if len(c.Listen) == 0 && len(c.LocalIP) == 0 {
 		return errors.New("nothing to listen on: give --listen or --local-ip")
 	}
@@ -343,6 +368,29 @@ func (l *List) append(s string) error {
 	}
 	*l = append(*l, one...)
 	return nil
+}
+
+// repeatList is a List flag that may be repeated: its first use on a
+// command line replaces the value (the default, or the file's), later uses
+// add to it. Each use may also hold a comma-separated list.
+type repeatList struct {
+	l    *List
+	used bool
+}
+
+func (r *repeatList) String() string {
+	if r.l == nil {
+		return ""
+	}
+	return r.l.String()
+}
+
+// Set implements flag.Value.
+func (r *repeatList) Set(s string) error {
+	if !r.used {
+		*r.l, r.used = nil, true
+	}
+	return r.l.append(s)
 }
 
 // Duration is a time.Duration written as a Go duration string ("60s") in

@@ -27,7 +27,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 	if time.Duration(cfg.MaxTTL) != 10*time.Minute || len(cfg.Upstream) != 2 || cfg.Stubs["corp.example"][0] != "192.0.2.53" {
 		t.Errorf("file values not applied: %+v", cfg)
 	}
-	if cfg.ClusterDomain != "cluster.local" || !cfg.Autopath {
+	if cfg.ClusterDomain.String() != "cluster.local" || !cfg.Autopath {
 		t.Errorf("defaults lost: %+v", cfg)
 	}
 }

@@ -94,6 +94,8 @@ func (a *agent) reload(old Config) Config {
 	cfg.Interface, cfg.SetupInterface, cfg.SetupIptables, cfg.SyncInterval = old.Interface, old.SetupInterface, old.SetupIptables, old.SyncInterval
 	cfg.MaxInflight, cfg.MaxTCPConns, cfg.MaxUDPSize = old.MaxInflight, old.MaxTCPConns, old.MaxUDPSize
 	cfg.MaxClientInflight = old.MaxClientInflight
+	cfg.EndpointPodNames, cfg.IgnoreEmptyService, cfg.NoEndpoints = old.EndpointPodNames, old.IgnoreEmptyService, old.NoEndpoints
+	cfg.Namespaces, cfg.NamespaceLabels, cfg.Fallthrough = old.Namespaces, old.NamespaceLabels, old.Fallthrough
 	a.log.Info("configuration reloaded", "file", cfg.path)
 	return cfg
 }
@@ -125,6 +127,10 @@ func restartOnly(a, b Config) []string {
 		{"setup-iptables", a.SetupIptables, b.SetupIptables}, {"sync-interval", a.SyncInterval, b.SyncInterval},
 		{"max-inflight", a.MaxInflight, b.MaxInflight}, {"max-tcp-conns", a.MaxTCPConns, b.MaxTCPConns},
 		{"max-udp-size", a.MaxUDPSize, b.MaxUDPSize}, {"max-client-inflight", a.MaxClientInflight, b.MaxClientInflight},
+		{"endpoint-pod-names", a.EndpointPodNames, b.EndpointPodNames},
+		{"ignore-empty-service", a.IgnoreEmptyService, b.IgnoreEmptyService},
+		{"no-endpoints", a.NoEndpoints, b.NoEndpoints}, {"namespaces", a.Namespaces, b.Namespaces},
+		{"namespace-labels", a.NamespaceLabels, b.NamespaceLabels}, {"fallthrough", a.Fallthrough, b.Fallthrough},
 	}
 	var out []string
 	for _, p := range pairs {

@@ -46,7 +46,7 @@ func synthetic(tb testing.TB, nsvc, eps int) *Index {
 			list = append(list, e)
 		}
 		sl := slice(nsName, name+"-abcde", name, discoveryv1.AddressTypeIPv4, []discoveryv1.EndpointPort{slicePort("http", tcp, 8080)}, list...)
-		ix.onSlice(nil, newEndpointSlice(sl))
+		ix.onSlice(nil, newEndpointSlice(sl, false))
 	}
 	ix.synced.Store(true)
 	return ix

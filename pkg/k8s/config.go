@@ -6,9 +6,12 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/miekg/dns"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -40,11 +43,30 @@ const (
 	DefaultDNSService = "kube-system/kube-dns"
 )
 
+// DefaultFallthrough are the zones whose NXDOMAIN goes on to the cache and
+// the upstream when Config.Fallthrough is nil: the reverse zones, as in
+// kubeadm's Corefile (`fallthrough in-addr.arpa ip6.arpa`), so PTR queries
+// for addresses the cluster does not know are answered by the upstream.
+var DefaultFallthrough = []string{"in-addr.arpa.", "ip6.arpa."}
+
+// reverseZones are the reverse zones the index answers PTR queries in.
+var reverseZones = [...]string{"in-addr.arpa.", "ip6.arpa."}
+
 // Config configures an Index. The zero value of each optional field selects
 // its default; TTL is used as given (0 is valid: answers are not cached),
 // so callers set DefaultTTL explicitly when they have no value.
+//
+// The options below Pods follow the CoreDNS kubernetes plugin's options of
+// the same meaning (named in each comment).
 type Config struct {
-	Zone     string  // cluster domain, e.g. "cluster.local" (with or without trailing dot)
+	Zone string // cluster domain, e.g. "cluster.local" (with or without trailing dot)
+	// Zones lists every cluster domain the index answers, from one set of
+	// records (CoreDNS: several zones on the kubernetes line). The first
+	// is the primary zone: PTR targets name it and the search-path walk
+	// uses it. Answers in the other zones name the zone asked (SRV
+	// targets, the apex NS), as CoreDNS does. Empty means [Zone]; when
+	// both are set, Zone must be Zones[0].
+	Zones    []string
 	TTL      uint32  // TTL of every cluster record, 0-3600 (flag default DefaultTTL)
 	Pods     PodMode // "" means PodsInsecure
 	NodeName string  // this node; when set, pods on this node are watched for PodNamespace
@@ -57,6 +79,39 @@ type Config struct {
 	// DNSService does not exist (CoreDNS uses its own addresses there).
 	// Optional.
 	NSAddrs []netip.Addr
+
+	// EndpointPodNames names endpoints without a hostname after the pod
+	// in their targetRef instead of their address
+	// (`endpoint_pod_names`). A pod name that is not a DNS label (longer
+	// than 63 bytes, or with a dot) keeps the address label.
+	EndpointPodNames bool
+	// IgnoreEmptyService answers NXDOMAIN for every name of a ClusterIP
+	// Service (NodePort, LoadBalancer) without ready endpoints
+	// (`ignore empty_service`). PTR of its ClusterIP still answers.
+	IgnoreEmptyService bool
+	// NoEndpoints runs without the EndpointSlice watch (`noendpoints`):
+	// headless Services and endpoint names are NXDOMAIN, SRV of a
+	// ClusterIP Service still answers, endpoint addresses get no PTR.
+	NoEndpoints bool
+	// Namespaces, when set, are the only namespaces whose names exist
+	// (`namespaces`); the others' names are NXDOMAIN and their addresses
+	// get no PTR.
+	Namespaces []string
+	// NamespaceLabels is a label selector (`namespace_labels`, the syntax
+	// of kubectl -l): only namespaces whose labels match are exposed, as
+	// with Namespaces. The two cannot both be set (as in CoreDNS).
+	NamespaceLabels string
+	// Fallthrough lists the zones in which a name the index would answer
+	// NXDOMAIN goes on to the cache and the upstream instead
+	// (`fallthrough`). Entries are domain names or CIDRs (10.0.0.0/8 is
+	// 10.in-addr.arpa.); "." is every zone. nil means DefaultFallthrough;
+	// an empty, non-nil list means none: the index is then authoritative
+	// for every PTR query in the reverse zones.
+	Fallthrough []string
+
+	// Set by normalize.
+	nsSet map[string]struct{}
+	nsSel labels.Selector
 }
 
 // ErrConfig is wrapped by every validation error of New.
@@ -64,18 +119,27 @@ var ErrConfig = errors.New("invalid cluster zone configuration")
 
 // normalize validates c and fills in defaults.
 func (c Config) normalize() (Config, error) {
-	z := strings.ToLower(strings.TrimSpace(c.Zone))
-	if z == "" {
-		z = DefaultZone
+	zones := c.Zones
+	if len(zones) == 0 {
+		zones = []string{c.Zone}
 	}
-	z = dns.Fqdn(z)
-	if z == "." {
-		return c, fmt.Errorf("%w: zone %q: the root zone cannot be the cluster zone", ErrConfig, c.Zone)
+	norm := make([]string, 0, len(zones))
+	for _, raw := range zones {
+		z, err := normalizeZone(raw)
+		if err != nil {
+			return c, err
+		}
+		if slices.Contains(norm, z) {
+			return c, fmt.Errorf("%w: cluster-domain %q given twice", ErrConfig, raw)
+		}
+		norm = append(norm, z)
 	}
-	if _, ok := dns.IsDomainName(z); !ok {
-		return c, fmt.Errorf("%w: zone %q is not a domain name", ErrConfig, c.Zone)
+	if c.Zone != "" && len(c.Zones) > 0 {
+		if z, err := normalizeZone(c.Zone); err != nil || z != norm[0] {
+			return c, fmt.Errorf("%w: zone %q is not the first of zones %q", ErrConfig, c.Zone, c.Zones)
+		}
 	}
-	c.Zone = z
+	c.Zone, c.Zones = norm[0], norm
 	if c.TTL > MaxTTL {
 		return c, fmt.Errorf("%w: ttl %d out of range 0-%d", ErrConfig, c.TTL, MaxTTL)
 	}
@@ -100,7 +164,191 @@ func (c Config) normalize() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if err := c.normalizeNamespaces(); err != nil {
+		return c, err
+	}
+	fall, err := normalizeFallthrough(c.Fallthrough, c.Zones)
+	if err != nil {
+		return c, err
+	}
+	c.Fallthrough = fall
 	return c, nil
+}
+
+// Validate reports whether New would accept c, with an error naming the
+// bad value.
+func (c Config) Validate() error {
+	_, err := c.normalize()
+	return err
+}
+
+// normalizeZone returns z as a lower-case FQDN, checked for use as a
+// cluster domain. "" is DefaultZone.
+func normalizeZone(raw string) (string, error) {
+	z := strings.ToLower(strings.TrimSpace(raw))
+	if z == "" {
+		z = DefaultZone
+	}
+	z = dns.Fqdn(z)
+	if z == "." {
+		return "", fmt.Errorf("%w: zone %q: the root zone cannot be the cluster zone", ErrConfig, raw)
+	}
+	if _, ok := dns.IsDomainName(z); !ok || strings.Contains(z, "..") {
+		return "", fmt.Errorf("%w: zone %q is not a domain name", ErrConfig, raw)
+	}
+	for _, r := range reverseZones {
+		if dns.IsSubDomain(r, z) {
+			return "", fmt.Errorf("%w: zone %q: a reverse zone cannot be a cluster domain (PTR queries are always answered for the addresses the cluster knows)", ErrConfig, raw)
+		}
+	}
+	return z, nil
+}
+
+// normalizeNamespaces checks Namespaces and NamespaceLabels and prepares
+// their lookup forms.
+func (c *Config) normalizeNamespaces() error {
+	if len(c.Namespaces) > 0 && strings.TrimSpace(c.NamespaceLabels) != "" {
+		return fmt.Errorf("%w: namespaces %q and namespace-labels %q cannot both be set (as in CoreDNS): pick one", ErrConfig, c.Namespaces, c.NamespaceLabels)
+	}
+	c.nsSet, c.nsSel = nil, nil
+	if len(c.Namespaces) > 0 {
+		c.nsSet = make(map[string]struct{}, len(c.Namespaces))
+		for _, n := range c.Namespaces {
+			if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
+				return fmt.Errorf("%w: namespaces: %q is not a namespace name: %s", ErrConfig, n, errs[0])
+			}
+			c.nsSet[n] = struct{}{}
+		}
+	}
+	if sel := strings.TrimSpace(c.NamespaceLabels); sel != "" {
+		// kubectl's syntax: every expression CoreDNS's namespace_labels
+		// accepts, and also != (which CoreDNS's parser refuses).
+		var err error
+		if c.nsSel, err = labels.Parse(sel); err != nil {
+			return fmt.Errorf("%w: namespace-labels %q is not a label selector: %v", ErrConfig, c.NamespaceLabels, err)
+		}
+	}
+	return nil
+}
+
+// filtersNamespaces reports whether only some namespaces are exposed.
+func (c *Config) filtersNamespaces() bool { return c.nsSet != nil || c.nsSel != nil }
+
+// exposes reports whether names in namespace n (with labels lbl) exist.
+func (c *Config) exposes(n string, lbl map[string]string) bool {
+	if c.nsSet != nil {
+		if _, ok := c.nsSet[n]; !ok {
+			return false
+		}
+	}
+	return c.nsSel == nil || c.nsSel.Matches(labels.Set(lbl))
+}
+
+// normalizeFallthrough returns the fallthrough zones as lower-case FQDNs:
+// DefaultFallthrough for nil, CIDRs turned into their reverse zones.
+// Zones that can contain no name the index answers are refused: they
+// would do nothing.
+func normalizeFallthrough(in, zones []string) ([]string, error) {
+	if in == nil {
+		return slices.Clone(DefaultFallthrough), nil
+	}
+	out := make([]string, 0, len(in))
+	for _, raw := range in {
+		s := strings.ToLower(strings.TrimSpace(raw))
+		var add []string
+		if strings.Contains(s, "/") {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return nil, fmt.Errorf("%w: fallthrough %q: not a zone or a CIDR: %v", ErrConfig, raw, err)
+			}
+			add = reverseZonesOf(p)
+		} else {
+			z := dns.Fqdn(s)
+			if _, ok := dns.IsDomainName(z); !ok || s == "" || strings.Contains(z, "..") {
+				return nil, fmt.Errorf("%w: fallthrough %q is not a domain name", ErrConfig, raw)
+			}
+			add = []string{z}
+		}
+		for _, z := range add {
+			if !related(z, zones) {
+				return nil, fmt.Errorf("%w: fallthrough %q: no name the cluster zone answers is under it (zones %s)",
+					ErrConfig, raw, strings.Join(append(slices.Clone(zones), reverseZones[:]...), " "))
+			}
+			if !slices.Contains(out, z) {
+				out = append(out, z)
+			}
+		}
+	}
+	return out, nil
+}
+
+// related reports whether zone z overlaps a zone the index answers: it is
+// one of them, above one (it holds all its names) or below one.
+func related(z string, zones []string) bool {
+	for _, a := range append(slices.Clone(zones), reverseZones[:]...) {
+		if dns.IsSubDomain(z, a) || dns.IsSubDomain(a, z) {
+			return true
+		}
+	}
+	return false
+}
+
+// reverseZonesOf returns the reverse zones that cover prefix p exactly:
+// one on an octet (IPv4) or nibble (IPv6) boundary, else every zone of the
+// next boundary inside p, as CoreDNS expands a CIDR zone.
+func reverseZonesOf(p netip.Prefix) []string {
+	p = p.Masked()
+	unit := 8
+	if p.Addr().Is6() {
+		unit = 4
+	}
+	bits := (p.Bits() + unit - 1) / unit * unit
+	n := 1 << (bits - p.Bits())
+	out := make([]string, 0, n)
+	a := p.Addr()
+	for i := 0; i < n; i++ {
+		out = append(out, reverseZone(a, bits))
+		a = addAt(a, bits, 1)
+	}
+	return out
+}
+
+// reverseZone is the reverse name of the first bits of a.
+func reverseZone(a netip.Addr, bits int) string {
+	var b strings.Builder
+	if a.Is4() {
+		o := a.As4()
+		for i := bits/8 - 1; i >= 0; i-- {
+			fmt.Fprintf(&b, "%d.", o[i])
+		}
+		b.WriteString("in-addr.arpa.")
+		return b.String()
+	}
+	o := a.As16()
+	for i := bits/4 - 1; i >= 0; i-- {
+		nib := o[i/2] >> 4
+		if i%2 == 1 {
+			nib = o[i/2] & 0xf
+		}
+		fmt.Fprintf(&b, "%x.", nib)
+	}
+	b.WriteString("ip6.arpa.")
+	return b.String()
+}
+
+// addAt adds n at bit position bits (counted from the left) of a.
+func addAt(a netip.Addr, bits int, n int) netip.Addr {
+	b := a.AsSlice()
+	// The unit that ends at bit position bits.
+	pos := bits - 1
+	carry := n << (7 - pos%8)
+	for i := pos / 8; i >= 0 && carry > 0; i-- {
+		v := int(b[i]) + carry
+		b[i] = byte(v)
+		carry = v >> 8
+	}
+	out, _ := netip.AddrFromSlice(b)
+	return out
 }
 
 // RESTConfig returns the client configuration for kubeconfig, a kubeconfig

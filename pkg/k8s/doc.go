@@ -19,10 +19,16 @@
 // the Kubernetes DNS specification v1.1.0; comments mark each deliberate
 // difference.
 //
+// The options of CoreDNS's kubernetes plugin that change answers are
+// Config fields with the plugin's semantics: several zones from one index,
+// endpoint_pod_names, ignore empty_service, noendpoints, namespaces,
+// namespace_labels and fallthrough.
+//
 // Limits:
-//   - One zone. Multicluster (ServiceImport), zonal names, wildcards
-//     (removed from CoreDNS in 1.9), `endpoint_pod_names` and namespace
-//     filters are not implemented.
+//   - Multicluster (ServiceImport), zonal names, wildcards (removed from
+//     CoreDNS in 1.9) and the `labels` Service filter are not implemented.
+//   - In the reverse zones only PTR queries are answered; other types go
+//     to the upstream.
 //   - In verified pod mode every pod of the cluster is watched, as in
 //     CoreDNS: about 100 bytes per pod, and an API watch that grows with
 //     the cluster. The default, insecure, watches only this node's pods.

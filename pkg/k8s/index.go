@@ -37,7 +37,8 @@ import (
 // the answer from immutable views.
 type Index struct {
 	cfg       Config
-	zone      string // lower-case FQDN
+	zone      string   // primary zone, lower-case FQDN
+	zones     []string // every cluster zone, zones[0] == zone
 	ttl       uint32
 	client    kubernetes.Interface
 	log       *slog.Logger
@@ -46,7 +47,7 @@ type Index struct {
 
 	started atomic.Bool
 	synced  atomic.Bool
-	zoneMsg atomic.Pointer[zoneMsgs]
+	zoneMsg atomic.Pointer[zoneSet]
 
 	// Writer side: touched only by informer handlers, under wmu.
 	wmu        sync.Mutex
@@ -54,7 +55,7 @@ type Index struct {
 	bySvc      map[string][]*endpointSlice    // key "name.ns", sorted by slice name
 	sliceByKey map[string]*endpointSlice      // key "ns/name"
 	podByKey   map[string]*pod                // key "ns/name"
-	nsCount    int                            // namespaces known
+	nsCount    int                            // namespaces exposed
 	endpoints  int                            // ready addresses indexed
 	lastChange time.Time                      // SOA serial source
 	syncedAt   time.Time                      // zero until synced
@@ -65,7 +66,7 @@ type Index struct {
 	// Reader side: guarded by mu.
 	mu         sync.RWMutex
 	views      map[string]*svcView // key "name.ns": services and their records
-	nss        map[string]struct{} // namespaces that exist
+	nss        map[string]struct{} // namespaces that exist and are exposed
 	clusterIPs addrIndex[string]   // ClusterIP -> service keys (PTR)
 	epIPs      epIndex             // ready endpoint IP -> endpoints (PTR, IP labels)
 	podIPs     addrIndex[*pod]     // verified mode: pod IP -> pods, cluster-wide
@@ -194,6 +195,7 @@ func New(client kubernetes.Interface, cfg Config) (*Index, error) {
 	ix := &Index{
 		cfg:        c,
 		zone:       c.Zone,
+		zones:      c.Zones,
 		ttl:        c.TTL,
 		client:     client,
 		log:        c.Logger.With("component", "k8s"),
@@ -216,8 +218,12 @@ func New(client kubernetes.Interface, cfg Config) (*Index, error) {
 	return ix, nil
 }
 
-// Zone returns the cluster domain as a lower-case FQDN ("cluster.local.").
+// Zone returns the primary cluster domain as a lower-case FQDN
+// ("cluster.local."): the zone of PTR targets and of the search-path walk.
 func (ix *Index) Zone() string { return ix.zone }
+
+// Zones returns every cluster domain the index answers, the primary first.
+func (ix *Index) Zones() []string { return slices.Clone(ix.zones) }
 
 // Synced reports whether every informer has delivered its initial list.
 // It never goes back to false: after an API server outage the last state is
@@ -256,9 +262,20 @@ func (ix *Index) Run(ctx context.Context) error {
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return cl.CoreV1().Services("").Watch(ctx, o)
 			}),
+		ix.informer(&corev1.Namespace{}, namespaceTransform(ix.cfg.nsSel != nil), ix.onNamespace,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return cl.CoreV1().Namespaces().List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return cl.CoreV1().Namespaces().Watch(ctx, o)
+			}),
+	}
+	if !ix.cfg.NoEndpoints {
 		// Only slices that belong to a Service: the label is how CoreDNS
-		// ties a slice to its service, and unlabelled slices cannot be named.
-		ix.informer(&discoveryv1.EndpointSlice{}, transformEndpointSlice, ix.onSlice,
+		// ties a slice to its service, and unlabelled slices cannot be
+		// named. With NoEndpoints there is no slice watch at all, as with
+		// CoreDNS's noendpoints.
+		ctrls = append(ctrls, ix.informer(&discoveryv1.EndpointSlice{}, endpointSliceTransform(ix.cfg.EndpointPodNames), ix.onSlice,
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				o.LabelSelector = discoveryv1.LabelServiceName
 				return cl.DiscoveryV1().EndpointSlices("").List(ctx, o)
@@ -266,14 +283,7 @@ func (ix *Index) Run(ctx context.Context) error {
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				o.LabelSelector = discoveryv1.LabelServiceName
 				return cl.DiscoveryV1().EndpointSlices("").Watch(ctx, o)
-			}),
-		ix.informer(&corev1.Namespace{}, transformNamespace, ix.onNamespace,
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return cl.CoreV1().Namespaces().List(ctx, o)
-			},
-			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return cl.CoreV1().Namespaces().Watch(ctx, o)
-			}),
+			}))
 	}
 	if watchPods, clusterWide := ix.watchesPods(); watchPods {
 		sel := ""
@@ -290,7 +300,18 @@ func (ix *Index) Run(ctx context.Context) error {
 				return cl.CoreV1().Pods("").Watch(ctx, o)
 			}))
 	}
-	ix.log.Info("starting informers", "zone", ix.zone, "pods", string(ix.cfg.Pods), "node", ix.cfg.NodeName)
+	if ix.cfg.IgnoreEmptyService && ix.cfg.NoEndpoints {
+		ix.log.Warn("ignore-empty-service with no-endpoints: no Service has endpoints, so every ClusterIP Service is NXDOMAIN (as in CoreDNS)")
+	}
+	for _, z := range reverseZones {
+		if !ix.fallsThrough(z) {
+			ix.log.Info("fallthrough does not cover all of a reverse zone: PTR queries there for addresses the cluster does not know get NXDOMAIN", "zone", z, "fallthrough", ix.cfg.Fallthrough)
+		}
+	}
+	ix.log.Info("starting informers", "zones", ix.zones, "pods", string(ix.cfg.Pods), "node", ix.cfg.NodeName,
+		"endpoints", !ix.cfg.NoEndpoints, "endpointPodNames", ix.cfg.EndpointPodNames,
+		"ignoreEmptyService", ix.cfg.IgnoreEmptyService, "namespaces", ix.cfg.Namespaces,
+		"namespaceLabels", ix.cfg.NamespaceLabels, "fallthrough", ix.cfg.Fallthrough)
 
 	var wg sync.WaitGroup
 	for _, c := range ctrls {
@@ -524,19 +545,22 @@ func removeSlice(s []*endpointSlice, e *endpointSlice) []*endpointSlice {
 	return out
 }
 
-// onNamespace applies a Namespace event. A namespace's existence decides
-// between NXDOMAIN and an answer at query time, so nothing is rebuilt.
+// onNamespace applies a Namespace event. Whether a namespace exists and
+// is exposed (Namespaces, NamespaceLabels) decides between NXDOMAIN and an
+// answer at query time, so nothing is rebuilt.
 func (ix *Index) onNamespace(old, cur any) {
 	n, _ := cur.(*namespace)
 	o, _ := old.(*namespace)
-	if n != nil && o != nil {
-		return // only existence matters
+	if n != nil && o != nil && ix.cfg.nsSel == nil {
+		return // only existence matters; labels are not kept
 	}
 	ix.wmu.Lock()
 	defer ix.wmu.Unlock()
 	ix.mu.Lock()
-	if n != nil {
+	if n != nil && ix.cfg.exposes(n.name, n.labels) {
 		ix.nss[n.name] = struct{}{}
+	} else if n != nil {
+		delete(ix.nss, n.name) // its labels no longer match
 	} else if o != nil {
 		delete(ix.nss, o.name)
 	}
@@ -632,7 +656,7 @@ type Stats struct {
 	Synced         bool
 	Services       int
 	EndpointSlices int
-	Namespaces     int
+	Namespaces     int       // namespaces that exist and are exposed (Config.Namespaces, NamespaceLabels)
 	Pods           int       // pods watched (this node's, or all in verified mode)
 	Endpoints      int       // ready endpoint addresses indexed
 	Events         int       // informer events that changed the index
@@ -666,14 +690,28 @@ func (ix *Index) Stats() Stats {
 	return st
 }
 
-// zoneMsgs are the answers shared by the whole zone. They carry the SOA,
-// whose serial moves with every change, so they are rebuilt as one value
-// and swapped atomically.
+// zoneMsgs are the answers shared by one zone. They carry the SOA, whose
+// serial moves with every change, so they are rebuilt together and
+// swapped atomically as a zoneSet.
 type zoneMsgs struct {
-	serial           uint32
+	zone             string // lower-case FQDN
+	idx              int    // position in Index.zones
 	nxdomain, nodata *dns.Msg
 	soa, ns, txt     *dns.Msg
 	nsA, nsAAAA      *dns.Msg // ns.dns.<zone> A/AAAA, nil: NODATA
+}
+
+// zoneSet holds the shared answers of every zone.
+type zoneSet struct {
+	serial uint32
+	z      []*zoneMsgs // as Index.zones
+	// revNX are the NXDOMAIN answers of the reverse zones (in-addr.arpa.,
+	// ip6.arpa.), with their SOA, for PTR queries that do not fall
+	// through.
+	revNX [len(reverseZones)]*dns.Msg
+	// revNoData answer other names of the reverse zones that exist (their
+	// apexes).
+	revNoData [len(reverseZones)]*dns.Msg
 }
 
 // dnsVersion is the Kubernetes DNS schema version the zone follows, served
@@ -686,42 +724,62 @@ func (ix *Index) rebuildZone() {
 	if ix.lastChange.IsZero() {
 		serial = 0
 	}
-	soa := &dns.SOA{
-		Hdr:     dns.RR_Header{Name: ix.zone, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: min(ix.ttl, 300)},
-		Ns:      "ns.dns." + ix.zone,
-		Mbox:    "hostmaster." + ix.zone,
+	zs := &zoneSet{serial: serial, z: make([]*zoneMsgs, len(ix.zones))}
+	for i, z := range ix.zones {
+		zs.z[i] = ix.buildZoneMsgs(z, i, serial)
+	}
+	for i, z := range reverseZones {
+		soa := ix.soa(z, serial)
+		zs.revNX[i] = &dns.Msg{MsgHdr: dns.MsgHdr{Authoritative: true, Rcode: dns.RcodeNameError}, Ns: []dns.RR{soa}}
+		zs.revNoData[i] = &dns.Msg{MsgHdr: dns.MsgHdr{Authoritative: true}, Ns: []dns.RR{soa}}
+	}
+	ix.zoneMsg.Store(zs)
+}
+
+// soa is the SOA record of zone, as CoreDNS writes it.
+func (ix *Index) soa(zone string, serial uint32) *dns.SOA {
+	return &dns.SOA{
+		Hdr:     dns.RR_Header{Name: zone, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: min(ix.ttl, 300)},
+		Ns:      "ns.dns." + zone,
+		Mbox:    "hostmaster." + zone,
 		Serial:  serial,
 		Refresh: 7200,
 		Retry:   1800,
 		Expire:  86400,
 		Minttl:  ix.ttl,
 	}
+}
+
+func (ix *Index) buildZoneMsgs(zone string, idx int, serial uint32) *zoneMsgs {
+	soa := ix.soa(zone, serial)
 	zm := &zoneMsgs{
-		serial:   serial,
+		zone:     zone,
+		idx:      idx,
 		nxdomain: &dns.Msg{MsgHdr: dns.MsgHdr{Authoritative: true, Rcode: dns.RcodeNameError}, Ns: []dns.RR{soa}},
 		nodata:   &dns.Msg{MsgHdr: dns.MsgHdr{Authoritative: true}, Ns: []dns.RR{soa}},
 		soa:      ix.answer([]dns.RR{soa}, nil),
 		txt: ix.answer([]dns.RR{&dns.TXT{
-			Hdr: dns.RR_Header{Name: "dns-version." + ix.zone, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 28800},
+			Hdr: dns.RR_Header{Name: "dns-version." + zone, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 28800},
 			Txt: []string{dnsVersion},
 		}}, nil),
 	}
 
 	// NS: the cluster DNS Service by name with its ClusterIPs as glue, as
 	// CoreDNS answers with its own Service; without that Service,
-	// ns.dns.<zone> with the configured addresses.
-	target, addrs := "ns.dns."+ix.zone, ix.cfg.NSAddrs
+	// ns.dns.<zone> with the configured addresses. The target is in the
+	// zone asked, as in CoreDNS.
+	target, addrs := "ns.dns."+zone, ix.cfg.NSAddrs
 	if s := ix.svcs[ix.dnsSvcKey]; s != nil && s.kind == kindClusterIP && len(s.ips) > 0 {
-		target, addrs = s.name+"."+s.namespace+".svc."+ix.zone, s.ips
+		target, addrs = s.name+"."+s.namespace+".svc."+zone, s.ips
 	}
-	ns := &dns.NS{Hdr: ix.hdr(ix.zone, dns.TypeNS), Ns: target}
+	ns := &dns.NS{Hdr: ix.hdr(zone, dns.TypeNS), Ns: target}
 	var glue, a, aaaa []dns.RR
 	for _, ip := range addrs {
 		glue = append(glue, ix.addrRR(target, ip))
 		if ip.Is4() {
-			a = append(a, ix.addrRR("ns.dns."+ix.zone, ip))
+			a = append(a, ix.addrRR("ns.dns."+zone, ip))
 		} else {
-			aaaa = append(aaaa, ix.addrRR("ns.dns."+ix.zone, ip))
+			aaaa = append(aaaa, ix.addrRR("ns.dns."+zone, ip))
 		}
 	}
 	zm.ns = ix.answer([]dns.RR{ns}, glue)
@@ -731,7 +789,7 @@ func (ix *Index) rebuildZone() {
 	if len(aaaa) > 0 {
 		zm.nsAAAA = ix.answer(aaaa, nil)
 	}
-	ix.zoneMsg.Store(zm)
+	return zm
 }
 
 // strippedLister wraps a List call so that each page is stripped before it

@@ -37,15 +37,18 @@ const maxChain = 10
 
 // Lookup answers (name, qtype). name must be a lower-case FQDN; it is not
 // retained (it may live in the caller's reused buffer). ok is false
-// when the name is not the index's to answer: outside the zone and not the
-// reverse name of an IP it knows, or a non-PTR query for a reverse name.
+// when the name is not the index's to answer: outside the zones and not
+// the reverse name of an IP it knows, a non-PTR query for a reverse name,
+// or a name that does not exist in a Config.Fallthrough zone.
 //
-// Semantics follow CoreDNS's kubernetes plugin (with `fallthrough
+// Semantics follow CoreDNS's kubernetes plugin (with the cluster zones and
+// in-addr.arpa and ip6.arpa on its line, and by default `fallthrough
 // in-addr.arpa ip6.arpa`), which implements the Kubernetes DNS
 // specification v1.1.0; the comments below mark where we deliberately
 // differ.
 func (ix *Index) Lookup(name string, qtype uint16) (Result, bool) {
-	if !ix.inZone(name) {
+	zi := ix.zoneIndex(name)
+	if zi < 0 {
 		return ix.lookupReverse(name, qtype)
 	}
 	if qtype == dns.TypeAXFR || qtype == dns.TypeIXFR {
@@ -55,19 +58,45 @@ func (ix *Index) Lookup(name string, qtype uint16) (Result, bool) {
 		// Never a false NXDOMAIN before the informers have synced.
 		return Result{Msg: servfailMsg, NotSynced: true}, true
 	}
-	zm := ix.zoneMsg.Load()
+	zm := ix.zoneMsg.Load().z[zi]
 	ix.mu.RLock()
 	m, ext := ix.resolve(zm, name, qtype, 0)
 	ix.mu.RUnlock()
+	if m == zm.nxdomain && ix.fallsThrough(name) {
+		return Result{}, false
+	}
 	return Result{Msg: m, ExternalTarget: ext}, true
 }
 
-func (ix *Index) inZone(name string) bool {
-	z := ix.zone
+// zoneIndex returns the position in ix.zones of the zone name is in, the
+// longest when zones nest (as CoreDNS matches zones), or -1.
+func (ix *Index) zoneIndex(name string) int {
+	best := -1
+	for i, z := range ix.zones {
+		if inZone(name, z) && (best < 0 || len(z) > len(ix.zones[best])) {
+			best = i
+		}
+	}
+	return best
+}
+
+// inZone reports whether name is z or below it; both lower-case FQDNs.
+func inZone(name, z string) bool {
 	if len(name) == len(z) {
 		return name == z
 	}
 	return len(name) > len(z) && name[len(name)-len(z)-1] == '.' && strings.HasSuffix(name, z)
+}
+
+// fallsThrough reports whether a name error for name goes on to the cache
+// and upstream (Config.Fallthrough).
+func (ix *Index) fallsThrough(name string) bool {
+	for _, z := range ix.cfg.Fallthrough {
+		if z == "." || inZone(name, z) {
+			return true
+		}
+	}
+	return false
 }
 
 // maxLabels is the longest name below the zone with a meaning:
@@ -77,7 +106,7 @@ const maxLabels = 5
 // resolve answers an in-zone name. depth counts the CNAMEs already in an
 // ExternalName chain. Called with mu read-locked.
 func (ix *Index) resolve(zm *zoneMsgs, name string, qtype uint16, depth int) (*dns.Msg, string) {
-	if name == ix.zone {
+	if name == zm.zone {
 		switch qtype {
 		case dns.TypeSOA:
 			return zm.soa, ""
@@ -93,7 +122,7 @@ func (ix *Index) resolve(zm *zoneMsgs, name string, qtype uint16, depth int) (*d
 		// other name of the zone, existing or not.
 		return zm.nodata, ""
 	}
-	rel := name[:len(name)-len(ix.zone)-1]
+	rel := name[:len(name)-len(zm.zone)-1]
 
 	// Labels right to left, without allocating: lab[0] is "svc"/"pod".
 	var lab [maxLabels]string
@@ -164,7 +193,10 @@ func (ix *Index) resolveSvc(zm *zoneMsgs, name, rel string, lab *[maxLabels]stri
 	end := len(rel) - len(lab[0]) - 1
 	key := rel[end-len(lab[1])-1-len(lab[2]) : end]
 	v := ix.views[key]
-	if v == nil {
+	if v == nil || !v.exists {
+		// Also every name below a service that does not exist (an
+		// empty headless service, an ignored empty one): CoreDNS skips
+		// such a service for every name under it.
 		return zm.nxdomain, ""
 	}
 	if n == 3 && (qtype != dns.TypeSRV || v.svc.kind == kindExternal) {
@@ -204,10 +236,11 @@ func (ix *Index) resolveBare(zm *zoneMsgs, v *svcView, name string, qtype uint16
 	if !v.exists {
 		return zm.nxdomain, ""
 	}
+	vz := v.in(zm.idx)
 	if v.svc.kind == kindExternal {
 		switch qtype {
 		case dns.TypeCNAME:
-			return v.cname, ""
+			return vz.cname, ""
 		case dns.TypeA, dns.TypeAAAA:
 			return ix.chase(zm, v, name, qtype, depth)
 		}
@@ -217,15 +250,15 @@ func (ix *Index) resolveBare(zm *zoneMsgs, v *svcView, name string, qtype uint16
 	}
 	switch qtype {
 	case dns.TypeA:
-		return orNodata(v.a, zm), ""
+		return orNodata(vz.a, zm), ""
 	case dns.TypeAAAA:
-		return orNodata(v.aaaa, zm), ""
+		return orNodata(vz.aaaa, zm), ""
 	case dns.TypeSRV:
 		var entries []srvEntry
 		if v.svc.kind == kindClusterIP {
-			entries = ix.clusterSRV(v, "", "", nil)
+			entries = ix.clusterSRV(v, zm.idx, "", "", nil)
 		} else {
-			entries = ix.headlessSRV(v, "", "", nil)
+			entries = ix.headlessSRV(v, zm.idx, "", "", nil)
 		}
 		if len(entries) == 0 {
 			return zm.nodata, ""
@@ -236,15 +269,17 @@ func (ix *Index) resolveBare(zm *zoneMsgs, v *svcView, name string, qtype uint16
 }
 
 // chase answers A/AAAA for an ExternalName service: the CNAME, and either
-// the target's answer when the target is in the zone, or ExternalTarget
-// for the caller to resolve.
+// the target's answer when the target is in the zone asked, or
+// ExternalTarget for the caller to resolve (as CoreDNS, which looks a
+// target in another of its zones up through the server).
 func (ix *Index) chase(zm *zoneMsgs, v *svcView, name string, qtype uint16, depth int) (*dns.Msg, string) {
 	target := v.svc.external
 	if target == name || depth > maxChain {
 		return zm.nodata, "" // x CNAME x, or a chain too long: CoreDNS drops it
 	}
-	if !ix.inZone(target) {
-		return v.cname, target
+	cname := v.in(zm.idx).cname
+	if !inZone(target, zm.zone) {
+		return cname, target
 	}
 	m, ext := ix.resolve(zm, target, qtype, depth+1)
 	if m.Rcode != dns.RcodeSuccess || len(m.Answer) == 0 {
@@ -252,16 +287,16 @@ func (ix *Index) chase(zm *zoneMsgs, v *svcView, name string, qtype uint16, dept
 		return zm.nodata, ""
 	}
 	ans := make([]dns.RR, 0, 1+len(m.Answer))
-	ans = append(ans, v.cname.Answer[0])
+	ans = append(ans, cname.Answer[0])
 	ans = append(ans, m.Answer...)
 	return ix.answer(ans, nil), ext
 }
 
 // headlessSRV appends the SRV entries of a service's endpoints: every ready
 // address times every port of its slice that matches (qport, qproto),
-// targeting <endpoint>.<svc>.<ns>.svc. label, when set, keeps only the
-// endpoints with that label.
-func (ix *Index) headlessSRV(v *svcView, qport, qproto string, out []srvEntry) []srvEntry {
+// targeting <endpoint>.<svc>.<ns>.svc.<zone zi>.
+func (ix *Index) headlessSRV(v *svcView, zi int, qport, qproto string, out []srvEntry) []srvEntry {
+	fqdn := v.in(zi).fqdn
 	for _, e := range v.slices {
 		for i := range e.len() {
 			var target string
@@ -270,7 +305,7 @@ func (ix *Index) headlessSRV(v *svcView, qport, qproto string, out []srvEntry) [
 					continue
 				}
 				if target == "" {
-					target = e.label(i) + "." + v.fqdn
+					target = e.label(i) + "." + fqdn
 				}
 				out = append(out, srvEntry{target: target, ip: e.ip(i), port: p.port})
 			}
@@ -298,9 +333,9 @@ func (ix *Index) resolvePort(zm *zoneMsgs, v *svcView, name, qport, qproto strin
 		if qtype != dns.TypeSRV {
 			return ix.addrAnswer(zm, name, qtype, v.svc.ips)
 		}
-		entries = ix.clusterSRV(v, qport, qproto, nil)
+		entries = ix.clusterSRV(v, zm.idx, qport, qproto, nil)
 	} else {
-		entries = ix.headlessSRV(v, qport, qproto, nil)
+		entries = ix.headlessSRV(v, zm.idx, qport, qproto, nil)
 		if len(entries) == 0 {
 			return zm.nxdomain
 		}
@@ -493,42 +528,92 @@ func (ix *Index) resolvePod(zm *zoneMsgs, name string, lab *[maxLabels]string, n
 
 // lookupReverse answers PTR queries for the addresses the index knows:
 // a ClusterIP gets one PTR to its service, an endpoint address one PTR per
-// endpoint. Everything else in the reverse zones goes upstream (ok false),
-// as with CoreDNS's `fallthrough in-addr.arpa ip6.arpa`; so does every
-// reverse name before the informers have synced.
+// endpoint, both named in the primary zone. Other PTR queries in the
+// reverse zones are name errors, which go upstream (ok false) when a
+// Config.Fallthrough zone holds them (by default the reverse zones, as
+// with CoreDNS's `fallthrough in-addr.arpa ip6.arpa`) and are NXDOMAIN
+// otherwise. Other query types in the reverse zones always go upstream:
+// the index only holds PTR records there (CoreDNS also answers SOA and NS
+// at in-addr.arpa. itself). Before the informers have synced every
+// reverse name goes upstream.
 func (ix *Index) lookupReverse(name string, qtype uint16) (Result, bool) {
 	if qtype != dns.TypePTR || !ix.synced.Load() {
 		return Result{}, false
 	}
-	ip, ok := parseReverse(name)
-	if !ok {
+	ri := -1
+	for i, z := range reverseZones {
+		if inZone(name, z) {
+			ri = i
+			break
+		}
+	}
+	if ri < 0 {
 		return Result{}, false
 	}
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	name = strings.Clone(name) // the caller's string may live in a reused buffer
-	if keys := ix.clusterIPs[ip]; len(keys) > 0 {
-		if v := ix.views[keys[0]]; v != nil {
-			return Result{Msg: ix.answer([]dns.RR{ix.ptr(name, v.fqdn)}, nil)}, true
+	if name == reverseZones[ri] {
+		// The apex exists: NODATA, not a name error (as CoreDNS).
+		return Result{Msg: ix.zoneMsg.Load().revNoData[ri]}, true
+	}
+	if ip, ok := parseReverse(name); ok {
+		ix.mu.RLock()
+		m := ix.reverse(name, ip)
+		ix.mu.RUnlock()
+		if m != nil {
+			return Result{Msg: m}, true
 		}
+	}
+	if ix.fallsThrough(name) {
+		return Result{}, false
+	}
+	return Result{Msg: ix.zoneMsg.Load().revNX[ri]}, true
+}
+
+// reverse returns the PTR answer for ip, nil when no exposed Service or
+// endpoint has it. Called with mu read-locked.
+func (ix *Index) reverse(name string, ip netip.Addr) *dns.Msg {
+	// With a namespace filter, addresses in hidden namespaces get no PTR.
+	// (CoreDNS filters PTR by `namespaces` but not by namespace_labels,
+	// which lets a PTR name a service whose own name is NXDOMAIN; we hide
+	// both.)
+	filter := ix.cfg.filtersNamespaces()
+	for _, key := range ix.clusterIPs[ip] {
+		v := ix.views[key]
+		if v == nil {
+			continue
+		}
+		if _, ok := ix.nss[v.svc.namespace]; filter && !ok {
+			continue
+		}
+		// The first Service with the address, as CoreDNS.
+		return ix.answer([]dns.RR{ix.ptr(strings.Clone(name), v.primary.fqdn)}, nil)
 	}
 	var buf [4]epRef
 	refs := ix.epIPs.get(ip, buf[:0])
 	if len(refs) == 0 {
-		return Result{}, false
+		return nil
 	}
-	ans := make([]dns.RR, 0, len(refs))
+	var ans []dns.RR
 outer:
 	for _, r := range refs {
+		if _, ok := ix.nss[r.sl.namespace]; filter && !ok {
+			continue
+		}
 		target := r.sl.label(int(r.i)) + "." + r.sl.service + "." + r.sl.namespace + ".svc." + ix.zone
 		for _, rr := range ans {
 			if rr.(*dns.PTR).Ptr == target {
 				continue outer
 			}
 		}
+		if ans == nil {
+			ans = make([]dns.RR, 0, len(refs))
+			name = strings.Clone(name) // the caller's string may live in a reused buffer
+		}
 		ans = append(ans, ix.ptr(name, target))
 	}
-	return Result{Msg: ix.answer(ans, nil)}, true
+	if ans == nil {
+		return nil
+	}
+	return ix.answer(ans, nil)
 }
 
 func (ix *Index) ptr(name, target string) dns.RR {

@@ -3,6 +3,7 @@ package k8s
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -60,6 +61,10 @@ type service struct {
 // addresses after the first). Endpoint addresses are most of a large
 // cluster, so they are packed: a slice has one address family, and most
 // have no hostnames, so an IPv4 entry costs 4 bytes.
+//
+// hosts holds each entry's name label when it has one: the endpoint's
+// hostname or, with Config.EndpointPodNames, the name of the pod in its
+// targetRef. An entry without one is named by its address.
 type endpointSlice struct {
 	objStub
 	name, namespace string
@@ -67,7 +72,7 @@ type endpointSlice struct {
 	ports           []port   // noPorts when the slice lists none
 	v6              bool     // addressType IPv6: 16 bytes an entry, else 4
 	ips             []byte   // the entries' addresses, packed
-	hosts           []string // the entries' hostnames; nil when none has one
+	hosts           []string // the entries' name labels; nil when none has one
 	total           int      // addresses in the slice, ready or not (stats)
 }
 
@@ -104,7 +109,8 @@ func (e *endpointSlice) label(i int) string {
 
 type namespace struct {
 	objStub
-	name string
+	name   string
+	labels map[string]string // kept only when Config.NamespaceLabels is set
 }
 
 type pod struct {
@@ -211,17 +217,53 @@ func (s *service) equal(o *service) bool {
 		slices.Equal(s.ips, o.ips) && slices.Equal(s.ports, o.ports)
 }
 
-func transformEndpointSlice(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *endpointSlice:
-		return o, nil
-	case *discoveryv1.EndpointSlice:
-		return newEndpointSlice(o), nil
+// endpointSliceTransform returns the transform for EndpointSlices;
+// podNames names endpoints without a hostname after their targetRef.
+func endpointSliceTransform(podNames bool) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		switch o := obj.(type) {
+		case *endpointSlice:
+			return o, nil
+		case *discoveryv1.EndpointSlice:
+			return newEndpointSlice(o, podNames), nil
+		}
+		return nil, fmt.Errorf("endpointslice transform: unexpected %T", obj)
 	}
-	return nil, fmt.Errorf("endpointslice transform: unexpected %T", obj)
 }
 
-func newEndpointSlice(o *discoveryv1.EndpointSlice) *endpointSlice {
+// endpointLabel is the name label of an endpoint, "" when it is named by
+// its address: its hostname, else with podNames the name of its targetRef
+// (CoreDNS's endpoint_pod_names takes the targetRef whatever its kind).
+// CoreDNS skips names longer than 63 bytes; we also skip names that are
+// not one DNS label (a pod name may hold dots): CoreDNS would use them and
+// give SRV and PTR targets that do not resolve.
+func endpointLabel(e *discoveryv1.Endpoint, podNames bool) string {
+	if e.Hostname != nil && *e.Hostname != "" {
+		return strings.ToLower(*e.Hostname)
+	}
+	if podNames && e.TargetRef != nil && isLabel(e.TargetRef.Name) {
+		return e.TargetRef.Name
+	}
+	return ""
+}
+
+// isLabel reports whether s is a DNS-1123 label (what a pod's generated
+// name and a hostname are): 1-63 of [a-z0-9-], not starting or ending
+// with '-'.
+func isLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func newEndpointSlice(o *discoveryv1.EndpointSlice, podNames bool) *endpointSlice {
 	e := &endpointSlice{
 		name: o.Name, namespace: o.Namespace,
 		service: o.Labels[discoveryv1.LabelServiceName],
@@ -259,7 +301,7 @@ func newEndpointSlice(o *discoveryv1.EndpointSlice) *endpointSlice {
 		// ignored, as in CoreDNS.
 		if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
 			n += len(ep.Addresses)
-			hosts = hosts || (ep.Hostname != nil && *ep.Hostname != "")
+			hosts = hosts || endpointLabel(&ep, podNames) != ""
 		}
 	}
 	if n == 0 {
@@ -277,10 +319,7 @@ func newEndpointSlice(o *discoveryv1.EndpointSlice) *endpointSlice {
 		if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
 			continue
 		}
-		host := ""
-		if ep.Hostname != nil {
-			host = strings.ToLower(*ep.Hostname)
-		}
+		host := endpointLabel(&ep, podNames)
 		for _, a := range ep.Addresses {
 			ip, err := netip.ParseAddr(a)
 			if err != nil || ip.Zone() != "" {
@@ -310,14 +349,22 @@ func (e *endpointSlice) equal(o *endpointSlice) bool {
 		bytes.Equal(e.ips, o.ips) && slices.Equal(e.hosts, o.hosts)
 }
 
-func transformNamespace(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *namespace:
-		return o, nil
-	case *corev1.Namespace:
-		return &namespace{name: o.Name}, nil
+// namespaceTransform returns the transform for Namespaces; keepLabels
+// keeps their labels, which NamespaceLabels is matched against.
+func namespaceTransform(keepLabels bool) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		switch o := obj.(type) {
+		case *namespace:
+			return o, nil
+		case *corev1.Namespace:
+			n := &namespace{name: o.Name}
+			if keepLabels && len(o.Labels) > 0 {
+				n.labels = maps.Clone(o.Labels)
+			}
+			return n, nil
+		}
+		return nil, fmt.Errorf("namespace transform: unexpected %T", obj)
 	}
-	return nil, fmt.Errorf("namespace transform: unexpected %T", obj)
 }
 
 // podTransform returns the transform for Pods; node is this node's name.

@@ -21,19 +21,38 @@ import (
 // asked.
 type svcView struct {
 	svc    *service
-	fqdn   string             // "name.ns.svc.<zone>"
 	slices []*endpointSlice   // the service's slices, by name
-	hosts  map[string][]epRef // endpoint hostname -> endpoints; nil when none has one
-	exists bool               // false: the name is NXDOMAIN (headless without ready endpoints, ExternalName with an IP)
+	hosts  map[string][]epRef // endpoint name label -> endpoints; nil when none has one
+	// exists is false when every name of the service is NXDOMAIN: headless
+	// without ready endpoints, ExternalName with an IP, and with
+	// IgnoreEmptyService a ClusterIP service without ready endpoints.
+	exists bool
 
-	a, aaaa *dns.Msg // bare name; nil: NODATA
-	cname   *dns.Msg // ExternalName: the CNAME alone
+	// The service's name and prebuilt answers in each zone: primary for
+	// the first zone, more for the others (nil with one zone).
+	primary viewZone
+	more    []viewZone
 
 	// memo keeps the positive answers assembled per query for this view's
 	// names (endpoint and port names, SRV). Bounded by the names the
 	// service has, not by traffic: negative answers are never kept.
 	memoMu sync.Mutex
 	memo   map[memoKey]*dns.Msg
+}
+
+// viewZone is a service's name and bare-name answers in one zone.
+type viewZone struct {
+	fqdn    string   // "name.ns.svc.<zone>"
+	a, aaaa *dns.Msg // bare name; nil: NODATA
+	cname   *dns.Msg // ExternalName: the CNAME alone
+}
+
+// in returns the service's names and answers in zone zi (Index.zones).
+func (v *svcView) in(zi int) *viewZone {
+	if zi == 0 {
+		return &v.primary
+	}
+	return &v.more[zi-1]
 }
 
 type memoKey struct {
@@ -69,10 +88,23 @@ func (v *svcView) memoPut(qtype uint16, m *dns.Msg) {
 func (ix *Index) buildView(s *service, sl []*endpointSlice, prev *svcView) *svcView {
 	ix.counters.rebuilds++
 	v := &svcView{svc: s, slices: sl}
-	if prev != nil && prev.svc == s {
-		v.fqdn = prev.fqdn
-	} else {
-		v.fqdn = s.name + "." + s.namespace + ".svc." + ix.zone
+	if len(ix.zones) > 1 {
+		v.more = make([]viewZone, len(ix.zones)-1)
+	}
+	same := prev != nil && prev.svc == s
+	for zi, zone := range ix.zones {
+		vz := v.in(zi)
+		if same {
+			vz.fqdn = prev.in(zi).fqdn
+		} else {
+			vz.fqdn = s.name + "." + s.namespace + ".svc." + zone
+		}
+	}
+	ready := false
+	for _, e := range sl {
+		if e.len() > 0 {
+			ready = true
+		}
 	}
 	if s.kind != kindExternal {
 		for _, e := range sl {
@@ -90,54 +122,70 @@ func (ix *Index) buildView(s *service, sl []*endpointSlice, prev *svcView) *svcV
 	case kindExternal:
 		v.exists = !s.externalIsIP
 		if v.exists {
-			v.cname = ix.answer([]dns.RR{&dns.CNAME{Hdr: ix.hdr(v.fqdn, dns.TypeCNAME), Target: s.external}}, nil)
+			for zi := range ix.zones {
+				vz := v.in(zi)
+				vz.cname = ix.answer([]dns.RR{&dns.CNAME{Hdr: ix.hdr(vz.fqdn, dns.TypeCNAME), Target: s.external}}, nil)
+			}
 		}
 	case kindClusterIP:
 		// A ClusterIP name exists even without endpoints (every service
-		// has at least CoreDNS's sentinel port).
-		v.exists = true
-		if prev != nil && prev.svc == s {
-			v.a, v.aaaa = prev.a, prev.aaaa
-			break
-		}
-		var a, aaaa []dns.RR
-		for _, ip := range s.ips {
-			if ip.Is4() {
-				a = append(a, ix.addrRR(v.fqdn, ip))
-			} else {
-				aaaa = append(aaaa, ix.addrRR(v.fqdn, ip))
+		// has at least CoreDNS's sentinel port), unless
+		// IgnoreEmptyService hides it: CoreDNS counts the ready addresses
+		// of the service's slices.
+		v.exists = ready || !ix.cfg.IgnoreEmptyService
+		for zi := range ix.zones {
+			vz := v.in(zi)
+			if same {
+				pz := prev.in(zi)
+				vz.a, vz.aaaa = pz.a, pz.aaaa
+				continue
+			}
+			var a, aaaa []dns.RR
+			for _, ip := range s.ips {
+				if ip.Is4() {
+					a = append(a, ix.addrRR(vz.fqdn, ip))
+				} else {
+					aaaa = append(aaaa, ix.addrRR(vz.fqdn, ip))
+				}
+			}
+			if len(a) > 0 {
+				vz.a = ix.answer(a, nil)
+			}
+			if len(aaaa) > 0 {
+				vz.aaaa = ix.answer(aaaa, nil)
 			}
 		}
-		if len(a) > 0 {
-			v.a = ix.answer(a, nil)
-		}
-		if len(aaaa) > 0 {
-			v.aaaa = ix.answer(aaaa, nil)
-		}
 	case kindHeadless:
+		v.exists = ready
 		// Deduplicated by address across all slices, in slice-name order.
-		var a, aaaa []dns.RR
+		var ips []netip.Addr
 		seen := make(map[netip.Addr]struct{})
 		for _, e := range sl {
 			for i := range e.len() {
 				ip := e.ip(i)
-				v.exists = true
 				if _, dup := seen[ip]; dup {
 					continue
 				}
 				seen[ip] = struct{}{}
-				if ip.Is4() {
-					a = append(a, ix.addrRR(v.fqdn, ip))
-				} else {
-					aaaa = append(aaaa, ix.addrRR(v.fqdn, ip))
-				}
+				ips = append(ips, ip)
 			}
 		}
-		if len(a) > 0 {
-			v.a = ix.answer(a, nil)
-		}
-		if len(aaaa) > 0 {
-			v.aaaa = ix.answer(aaaa, nil)
+		for zi := range ix.zones {
+			vz := v.in(zi)
+			var a, aaaa []dns.RR
+			for _, ip := range ips {
+				if ip.Is4() {
+					a = append(a, ix.addrRR(vz.fqdn, ip))
+				} else {
+					aaaa = append(aaaa, ix.addrRR(vz.fqdn, ip))
+				}
+			}
+			if len(a) > 0 {
+				vz.a = ix.answer(a, nil)
+			}
+			if len(aaaa) > 0 {
+				vz.aaaa = ix.answer(aaaa, nil)
+			}
 		}
 	}
 	return v
@@ -220,14 +268,15 @@ func matchPort(qport, qproto string, p port) bool {
 
 // clusterSRV appends the SRV entries of a ClusterIP service for the ports
 // matching (qport, qproto): every matching port times every ClusterIP,
-// targeting the service name.
-func (ix *Index) clusterSRV(v *svcView, qport, qproto string, out []srvEntry) []srvEntry {
+// targeting the service name in zone zi.
+func (ix *Index) clusterSRV(v *svcView, zi int, qport, qproto string, out []srvEntry) []srvEntry {
+	target := v.in(zi).fqdn
 	for _, p := range v.svc.ports {
 		if !matchPort(qport, qproto, p) {
 			continue
 		}
 		for _, ip := range v.svc.ips {
-			out = append(out, srvEntry{target: v.fqdn, ip: ip, port: p.port})
+			out = append(out, srvEntry{target: target, ip: ip, port: p.port})
 		}
 	}
 	return out
