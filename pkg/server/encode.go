@@ -26,6 +26,9 @@ type request struct {
 	parsed bool
 	// raw is the packet; rawQuestion reads the question bytes from it.
 	raw []byte
+	// listener is the index in Config.Listen of the address the query
+	// came in on.
+	listener int
 }
 
 func (r *request) setMaxSize(maxUDP int) {

@@ -203,7 +203,7 @@ func reusePort(network, address string, c syscall.RawConn) error {
 // Listen binds every socket. On error nothing stays bound.
 func (s *Server) Listen() error {
 	lc := net.ListenConfig{Control: reusePort}
-	for _, addr := range s.cfg.Listen {
+	for li, addr := range s.cfg.Listen {
 		for i := 0; i < s.cfg.SocketsPerAddr; i++ {
 			pc, err := lc.ListenPacket(context.Background(), "udp", addr)
 			if err != nil {
@@ -213,7 +213,9 @@ func (s *Server) Listen() error {
 			uc := pc.(*net.UDPConn)
 			// A deep receive buffer absorbs bursts while readers are busy.
 			_ = uc.SetReadBuffer(4 << 20)
-			s.udp = append(s.udp, s.udpSocket(uc))
+			u := s.udpSocket(uc)
+			u.listener = li
+			s.udp = append(s.udp, u)
 		}
 		l, err := lc.Listen(context.Background(), "tcp", addr)
 		if err != nil {
@@ -258,9 +260,9 @@ func (s *Server) Serve() {
 		s.wg.Add(1)
 		go s.readUDP(u)
 	}
-	for _, l := range s.tcp {
+	for i, l := range s.tcp {
 		s.wg.Add(1)
-		go s.acceptTCP(l)
+		go s.acceptTCP(l, i)
 	}
 }
 

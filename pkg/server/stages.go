@@ -108,6 +108,14 @@ type Event struct {
 	// agent walked for the client; AutopathSaved how many client queries the
 	// shortcut saved.
 	AutopathSteps, AutopathSaved int
+	// Listener is the index in Config.Listen of the address the request
+	// came in on.
+	Listener int
+	// RequestSize and ResponseSize are the request's and the reply's
+	// length in bytes (DNS message only: without TCP's length prefix).
+	RequestSize, ResponseSize int
+	// DO is the request's DNSSEC OK bit.
+	DO bool
 }
 
 // Source says which stage produced an answer; it labels metrics and stats.

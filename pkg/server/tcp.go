@@ -40,7 +40,8 @@ func (s *Server) stopAccepting() {
 	s.tcpMu.Unlock()
 }
 
-func (s *Server) acceptTCP(l *net.TCPListener) {
+// acceptTCP serves the listener of Config.Listen[listener].
+func (s *Server) acceptTCP(l *net.TCPListener, listener int) {
 	defer s.wg.Done()
 	for {
 		c, err := l.AcceptTCP()
@@ -61,7 +62,7 @@ func (s *Server) acceptTCP(l *net.TCPListener) {
 			continue
 		}
 		s.wg.Add(1)
-		go s.serveTCP(c)
+		go s.serveTCP(c, listener)
 	}
 }
 
@@ -91,7 +92,7 @@ func (t *tcpConn) write(msg []byte) {
 	}
 }
 
-func (s *Server) serveTCP(c *net.TCPConn) {
+func (s *Server) serveTCP(c *net.TCPConn, listener int) {
 	defer s.wg.Done()
 	defer func() { <-s.conns }()
 	s.tcpMu.Lock()
@@ -130,7 +131,7 @@ func (s *Server) serveTCP(c *net.TCPConn) {
 		if _, err := io.ReadFull(c, pkt); err != nil {
 			return
 		}
-		r := &request{proto: "tcp", client: client, start: time.Now(), raw: pkt}
+		r := &request{proto: "tcp", listener: listener, client: client, start: time.Now(), raw: pkt}
 		resp, v := s.fast(make([]byte, 0, 512), r)
 		switch v {
 		case verdictDrop:

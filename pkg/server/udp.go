@@ -32,7 +32,7 @@ func (s *Server) readUDP(u *udpSock) {
 			s.log.Debug("UDP read failed", "err", err)
 			continue
 		}
-		*r = request{proto: "udp", client: addr.Addr().Unmap(), start: time.Now(), raw: buf[:n]}
+		*r = request{proto: "udp", listener: u.listener, client: addr.Addr().Unmap(), start: time.Now(), raw: buf[:n]}
 		resp, v := s.fast(out[:0], r)
 		switch v {
 		case verdictReply:

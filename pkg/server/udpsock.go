@@ -26,6 +26,9 @@ type udpSock struct {
 	// the process has reused.
 	mu     sync.RWMutex
 	closed bool
+
+	// listener is the index in Config.Listen of the address it serves.
+	listener int
 }
 
 func (u *udpSock) thread() bool { return u.fd >= 0 }

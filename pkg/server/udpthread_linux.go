@@ -226,7 +226,7 @@ func (s *Server) readThread(u *udpSock, holdP bool) {
 				continue
 			}
 			r := &b.reqs[i]
-			*r = request{proto: "udp", client: addr.Addr().Unmap(), start: now, raw: b.bufs[i][:b.msgs[i].Len]}
+			*r = request{proto: "udp", listener: u.listener, client: addr.Addr().Unmap(), start: now, raw: b.bufs[i][:b.msgs[i].Len]}
 			if b.msgs[i].Hdr.Flags&unix.MSG_TRUNC != 0 {
 				// Cut short: answer from the header alone.
 				r.raw = r.raw[:dnswire.HeaderLen]
