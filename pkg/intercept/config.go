@@ -139,4 +139,22 @@ type Status struct {
 	LastRepair time.Time
 	// LastError is the error of the last pass, empty when it succeeded.
 	LastError string
+	// Errors counts the failures met while putting the link and rules in
+	// place (at start and in every reconcile pass), by kind: ErrIptables,
+	// ErrIptablesLock, ErrInterfaceAdd, ErrInterfaceCheck (the error types
+	// of node-cache's coredns_nodecache_setup_errors_total). nil until the
+	// first failure.
+	Errors map[string]uint64
 }
+
+// Kinds of Status.Errors.
+const (
+	// ErrIptables: listing, checking, inserting or deduplicating a rule.
+	ErrIptables = "iptables"
+	// ErrIptablesLock: iptables gave up waiting for the xtables lock.
+	ErrIptablesLock = "iptables_lock"
+	// ErrInterfaceAdd: creating the link, adding an address, setting it up.
+	ErrInterfaceAdd = "interface_add"
+	// ErrInterfaceCheck: looking the link or its addresses up.
+	ErrInterfaceCheck = "interface_check"
+)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -311,6 +312,7 @@ func (ic *Interceptor) Status() Status {
 	defer ic.stMu.Unlock()
 	st := ic.st
 	st.IPs = slices.Clone(ic.st.IPs)
+	st.Errors = maps.Clone(ic.st.Errors)
 	return st
 }
 
@@ -334,19 +336,19 @@ func (ic *Interceptor) ensureLink() ([]string, error) {
 	name := ic.cfg.Interface
 	info, ok, err := ic.links.Get(name)
 	if err != nil {
-		return nil, fmt.Errorf("looking up link %q: %w", name, err)
+		return nil, ic.countErr(ErrInterfaceCheck, fmt.Errorf("looking up link %q: %w", name, err))
 	}
 	var fixed []string
 	if !ok {
 		kind, created, err := ic.createLink(name)
 		if err != nil {
-			return nil, err
+			return nil, ic.countErr(ErrInterfaceAdd, err)
 		}
 		if created {
 			fixed = append(fixed, fmt.Sprintf("created %s link %s", kind, name))
 		}
 		if info, ok, err = ic.links.Get(name); err != nil || !ok {
-			return fixed, fmt.Errorf("looking up link %q after creating it: %w", name, errors.Join(err, fs.ErrNotExist))
+			return fixed, ic.countErr(ErrInterfaceCheck, fmt.Errorf("looking up link %q after creating it: %w", name, errors.Join(err, fs.ErrNotExist)))
 		}
 	}
 	ic.stMu.Lock()
@@ -355,7 +357,7 @@ func (ic *Interceptor) ensureLink() ([]string, error) {
 
 	have, err := ic.links.Addrs(name)
 	if err != nil {
-		return fixed, fmt.Errorf("listing addresses of link %q: %w", name, err)
+		return fixed, ic.countErr(ErrInterfaceCheck, fmt.Errorf("listing addresses of link %q: %w", name, err))
 	}
 	var errs []error
 	for _, ip := range ic.cfg.LocalIPs {
@@ -363,14 +365,14 @@ func (ic *Interceptor) ensureLink() ([]string, error) {
 			continue
 		}
 		if err := ic.links.AddAddr(name, ip); err != nil && !errors.Is(err, fs.ErrExist) {
-			errs = append(errs, fmt.Errorf("adding %s to link %q: %w", hostPrefix(ip), name, err))
+			errs = append(errs, ic.countErr(ErrInterfaceAdd, fmt.Errorf("adding %s to link %q: %w", hostPrefix(ip), name, err)))
 			continue
 		}
 		fixed = append(fixed, fmt.Sprintf("added %s to %s", hostPrefix(ip), name))
 	}
 	if !info.Up {
 		if err := ic.links.SetUp(name); err != nil {
-			errs = append(errs, fmt.Errorf("setting link %q up: %w", name, err))
+			errs = append(errs, ic.countErr(ErrInterfaceAdd, fmt.Errorf("setting link %q up: %w", name, err)))
 		} else {
 			fixed = append(fixed, "set "+name+" up")
 		}
@@ -463,7 +465,7 @@ func (ic *Interceptor) ensureRules(verify bool) (fixed []string, present int, er
 		if !ok {
 			lines, err = ops.List(r.table, r.chain)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("listing %s: %w", r.key(), err))
+				errs = append(errs, ic.countRuleErr(fmt.Errorf("listing %s: %w", r.key(), err)))
 				continue
 			}
 			lists[lkey] = lines
@@ -472,13 +474,13 @@ func (ic *Interceptor) ensureRules(verify bool) (fixed []string, present int, er
 		exists := copies > 0
 		if verify || !exists {
 			if exists, err = ops.Exists(r.table, r.chain, r.spec...); err != nil {
-				errs = append(errs, fmt.Errorf("checking rule %s: %w", r, err))
+				errs = append(errs, ic.countRuleErr(fmt.Errorf("checking rule %s: %w", r, err)))
 				continue
 			}
 		}
 		if !exists {
 			if err := ops.Insert(r.table, r.chain, 1, r.spec...); err != nil {
-				errs = append(errs, fmt.Errorf("inserting rule %s: %w", r, err))
+				errs = append(errs, ic.countRuleErr(fmt.Errorf("inserting rule %s: %w", r, err)))
 				continue
 			}
 			fixed = append(fixed, "inserted "+r.String())
@@ -490,7 +492,7 @@ func (ic *Interceptor) ensureRules(verify bool) (fixed []string, present int, er
 				fixed = append(fixed, "removed duplicate "+r.String())
 			}
 			if err != nil {
-				errs = append(errs, err)
+				errs = append(errs, ic.countRuleErr(err))
 				continue
 			}
 		}
@@ -596,6 +598,34 @@ func (ic *Interceptor) removeRules() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// countErr counts err (not nil) under kind in Status.Errors and returns it.
+func (ic *Interceptor) countErr(kind string, err error) error {
+	ic.stMu.Lock()
+	if ic.st.Errors == nil {
+		ic.st.Errors = map[string]uint64{}
+	}
+	ic.st.Errors[kind]++
+	ic.stMu.Unlock()
+	return err
+}
+
+// countRuleErr counts an iptables error: ErrIptablesLock when iptables gave
+// up waiting for the xtables lock, else ErrIptables.
+func (ic *Interceptor) countRuleErr(err error) error {
+	if isLocked(err) {
+		return ic.countErr(ErrIptablesLock, err)
+	}
+	return ic.countErr(ErrIptables, err)
+}
+
+// isLocked reports whether err is iptables exiting with status 4 (resource
+// problem), which is what it does when it waited for the xtables lock in
+// vain (the rules are run with a wait timeout).
+func isLocked(err error) bool {
+	var ee interface{ ExitStatus() int }
+	return errors.As(err, &ee) && ee.ExitStatus() == 4
 }
 
 // isNotExist reports whether err says the rule was not there.
