@@ -60,6 +60,7 @@ func (a *agent) wireCluster(scfg *server.Config) error {
 			return fmt.Errorf("--cluster-dns: %w", err)
 		}
 		scfg.ClusterDNS = fwd
+		a.clusterDNS = fwd
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -77,6 +78,11 @@ type Config struct {
 	LogLevel   string  `json:"log-level"`
 	LogQueries float64 `json:"log-queries"`
 
+	// MetricsCompat picks the compatibility series /metrics exports
+	// besides nodedns_*: coredns (CoreDNS 1.15 and node-cache names) or
+	// none.
+	MetricsCompat string `json:"metrics-compat"`
+
 	// path is the --config file, watched for live reload.
 	path string
 	// searchSet records whether --search was given, since an empty list
@@ -137,6 +143,7 @@ func defaultConfig() Config {
 		Teardown:        true,
 		Lameduck:        Duration(5 * time.Second),
 		LogLevel:        "info",
+		MetricsCompat:   "coredns",
 	}
 }
 
@@ -188,6 +195,7 @@ func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
 	fs.Var(&c.Lameduck, "lameduck", "on SIGTERM: report not ready and keep answering this long before exiting")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.Float64Var(&c.LogQueries, "log-queries", c.LogQueries, "fraction of queries to log (0 to 1)")
+	fs.StringVar(&c.MetricsCompat, "metrics-compat", c.MetricsCompat, "series /metrics exports besides nodedns_*: coredns (CoreDNS 1.15 and NodeLocal DNSCache names, for their dashboards and alerts) or none")
 }
 
 // loadConfig returns the configuration for args: defaults, then the
@@ -222,6 +230,7 @@ func loadConfig(args []string, stderr io.Writer) (Config, error) {
 		return Config{}, err
 	}
 	cfg.path = path
+	cfg.Admin = normalizeHostPort(cfg.Admin)
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "search" {
 			cfg.searchSet = true
@@ -276,6 +285,11 @@ func (c *Config) validate() error {
 			return fmt.Errorf("--admin %q: want ip:port", c.Admin)
 		}
 	}
+	switch c.MetricsCompat {
+	case "coredns", "none":
+	default:
+		return fmt.Errorf("--metrics-compat %q: want coredns or none", c.MetricsCompat)
+	}
 	switch {
 	case c.CacheSize < 1:
 		return fmt.Errorf("--cache-size %d: want at least 1", c.CacheSize)
@@ -323,6 +337,23 @@ func (c *Config) validate() error {
 		return errors.New("nothing to listen on: give --listen or --local-ip")
 	}
 	return nil
+}
+
+// normalizeHostPort rewrites "[v4]:port" as "v4:port", so that one form,
+// "[$(HOST_IP)]:9253" in a manifest, works whether the node's address is
+// IPv4 or IPv6; anything else is returned as it is (validate judges it).
+func normalizeHostPort(s string) string {
+	if !strings.HasPrefix(s, "[") {
+		return s
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return s
+	}
+	if a, err := netip.ParseAddr(host); err == nil && a.Is4() {
+		return net.JoinHostPort(host, port)
+	}
+	return s
 }
 
 // List is a comma-separated flag, or a YAML list (or comma-separated

@@ -1,23 +1,36 @@
 package main
 
 import (
+	"runtime/debug"
+	"slices"
+
 	"github.com/nodedns/nodedns/pkg/metrics"
 	"github.com/nodedns/nodedns/pkg/server"
 )
 
 // newRecorder wires the agent's figures into pkg/metrics. Every source is
 // a closure over the agent, read at scrape time, so a forwarder swapped by
-// a reload is the one reported.
+// a reload is the one reported. Call it after wireCluster: the plugins it
+// reports depend on whether the cluster zone is served.
 func (a *agent) newRecorder() (*metrics.Recorder, error) {
-	return metrics.New(metrics.Config{Version: version, LogQueries: a.cfg.LogQueries, Logger: a.log,
+	return metrics.New(metrics.Config{Version: version, Revision: vcsRevision(), LogQueries: a.cfg.LogQueries, Logger: a.log,
+		Compat: metrics.Compat(a.cfg.MetricsCompat), Listeners: listenAddrs(a.cfg), Zones: metricZones(a.cfg), Plugins: a.plugins(),
 		Sources: metrics.Sources{
 			Cache: func() metrics.CacheFigures { return metrics.CacheFigures(a.cache.Stats()) },
 			Upstreams: func() []metrics.UpstreamFigures {
 				var out []metrics.UpstreamFigures
-				for _, s := range a.fwd.Load().Servers() {
+				servers := a.fwd.Load().Servers()
+				if a.clusterDNS != nil {
+					servers = append(servers, a.clusterDNS.Servers()...)
+				}
+				for _, s := range servers {
 					out = append(out, metrics.UpstreamFigures(s.Stats()))
 				}
 				return out
+			},
+			Forwarder: func() metrics.ForwarderFigures {
+				f := a.fwd.Load()
+				return metrics.ForwarderFigures{Coalesced: f.Coalesced(), Overloaded: f.Overloaded(), AllDown: f.AllDown()}
 			},
 			Server: func() server.Stats { return a.srv.Stats() },
 			Intercept: func() metrics.InterceptFigures {
@@ -26,7 +39,8 @@ func (a *agent) newRecorder() (*metrics.Recorder, error) {
 				}
 				st := a.ic.Status()
 				return metrics.InterceptFigures{Enabled: true, Link: st.Link, LinkType: st.LinkType, IPs: st.IPs, Backend: st.Backend,
-					RulesPresent: st.RulesPresent, RulesWanted: st.RulesWanted, Repairs: st.Repairs, LastRepair: st.LastRepair, LastError: st.LastError}
+					RulesPresent: st.RulesPresent, RulesWanted: st.RulesWanted, Repairs: st.Repairs, LastRepair: st.LastRepair, LastError: st.LastError,
+					Errors: st.Errors}
 			},
 			Informers: func() metrics.InformerFigures {
 				if a.ix == nil {
@@ -37,5 +51,53 @@ func (a *agent) newRecorder() (*metrics.Recorder, error) {
 					"services": st.Services, "endpointslices": st.EndpointSlices, "namespaces": st.Namespaces,
 					"pods": st.Pods, "endpoints": st.Endpoints}}
 			},
+			ConfigErrors: a.reloadFailures.Load,
 		}})
+}
+
+// metricZones are the zones the CoreDNS-compatible series count queries
+// under besides ".": the server blocks of NodeLocal DNSCache's Corefile
+// (the cluster domains, the reverse zones) and one per stub domain.
+func metricZones(cfg Config) []string {
+	zones := append([]string{"in-addr.arpa.", "ip6.arpa."}, cfg.ClusterDomain...)
+	for z := range cfg.Stubs {
+		zones = append(zones, z)
+	}
+	slices.Sort(zones)
+	return zones
+}
+
+// plugins are the CoreDNS plugins whose work the agent does as configured
+// (coredns_plugin_enabled).
+func (a *agent) plugins() []string {
+	p := []string{"bind", "cache", "errors", "forward", "health", "prometheus", "ready"}
+	if a.ix != nil {
+		p = append(p, "kubernetes")
+		if a.cfg.Autopath && a.cfg.NodeName != "" {
+			p = append(p, "autopath")
+		}
+	}
+	if a.cfg.LoopCheck {
+		p = append(p, "loop")
+	}
+	if a.cfg.path != "" {
+		p = append(p, "reload")
+	}
+	if a.cfg.LogQueries > 0 {
+		p = append(p, "log")
+	}
+	slices.Sort(p)
+	return p
+}
+
+// vcsRevision is the VCS revision the binary was built from, if known.
+func vcsRevision() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return ""
 }

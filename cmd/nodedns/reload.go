@@ -63,18 +63,22 @@ func (a *agent) watchConfig(ctx context.Context) {
 func (a *agent) reload(old Config) Config {
 	cfg, err := loadConfig(a.args, io.Discard)
 	if err != nil {
+		a.reloadFailures.Add(1)
 		a.log.Error("config reload rejected; keeping the running configuration", "err", err)
 		return old
 	}
 	if !reflect.DeepEqual([]any{cfg.Upstream, cfg.Stubs, cfg.Policy}, []any{old.Upstream, old.Stubs, old.Policy}) {
 		fwd, err := newForwarder(cfg, a.log)
 		if err != nil {
+			a.reloadFailures.Add(1)
 			a.log.Error("config reload rejected; keeping the running configuration", "err", err)
 			return old
 		}
 		a.swapForwarder(fwd)
+		a.rec.SetZones(metricZones(cfg))
 	}
 	if err := a.cache.Reconfigure(cacheConfig(cfg, a.log)); err != nil {
+		a.reloadFailures.Add(1)
 		a.log.Error("config reload: cache settings rejected", "err", err)
 		return old
 	}
@@ -96,6 +100,7 @@ func (a *agent) reload(old Config) Config {
 	cfg.MaxClientInflight = old.MaxClientInflight
 	cfg.EndpointPodNames, cfg.IgnoreEmptyService, cfg.NoEndpoints = old.EndpointPodNames, old.IgnoreEmptyService, old.NoEndpoints
 	cfg.Namespaces, cfg.NamespaceLabels, cfg.Fallthrough = old.Namespaces, old.NamespaceLabels, old.Fallthrough
+	cfg.MetricsCompat = old.MetricsCompat
 	a.log.Info("configuration reloaded", "file", cfg.path)
 	return cfg
 }
@@ -131,6 +136,7 @@ func restartOnly(a, b Config) []string {
 		{"ignore-empty-service", a.IgnoreEmptyService, b.IgnoreEmptyService},
 		{"no-endpoints", a.NoEndpoints, b.NoEndpoints}, {"namespaces", a.Namespaces, b.Namespaces},
 		{"namespace-labels", a.NamespaceLabels, b.NamespaceLabels}, {"fallthrough", a.Fallthrough, b.Fallthrough},
+		{"metrics-compat", a.MetricsCompat, b.MetricsCompat},
 	}
 	var out []string
 	for _, p := range pairs {

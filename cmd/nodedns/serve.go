@@ -48,6 +48,10 @@ type agent struct {
 	// probes (both used by the reload goroutine only, after run set them).
 	runCtx  context.Context
 	stopFwd context.CancelFunc
+	// clusterDNS is the --cluster-dns forwarder (nil without one).
+	clusterDNS *upstream.Forwarder
+	// reloadFailures counts configuration reloads rejected.
+	reloadFailures atomic.Uint64
 }
 
 // newLogger returns a text logger at level (validated by the config);
@@ -203,15 +207,16 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	if a.rec, err = a.newRecorder(); err != nil {
-		return nil, err
-	}
 	listen := listenAddrs(cfg)
-	scfg := server.Config{Observer: a.rec, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
+	scfg := server.Config{Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
 		MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.udpSockets(), Logger: log}
 	if err := a.wireCluster(&scfg); err != nil {
 		return nil, err
 	}
+	if a.rec, err = a.newRecorder(); err != nil {
+		return nil, err
+	}
+	scfg.Observer = a.rec
 	a.srv, err = server.New(scfg)
 	if err != nil {
 		return nil, err

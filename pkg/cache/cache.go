@@ -176,6 +176,9 @@ func (e *entry) putTTLs(m []byte, ttl uint32) {
 
 func (e *entry) expires() int64 { return e.stored + e.lifetime }
 
+// denial reports whether e is a denial (NXDOMAIN, NODATA or SERVFAIL).
+func (e *entry) denial() bool { return e.kind != kindPositive }
+
 // Stats are the cache's counters.
 type Stats struct {
 	Entries     int    `json:"entries"`
@@ -185,6 +188,15 @@ type Stats struct {
 	Evictions   uint64 `json:"evictions"`
 	StaleServed uint64 `json:"stale_served"`
 	Prefetches  uint64 `json:"prefetches"`
+	// DenialEntries, DenialHits and DenialEvictions are the part of
+	// Entries, Hits and Evictions that are denials (NXDOMAIN, NODATA and
+	// cached SERVFAIL): CoreDNS's cache type "denial", the rest being
+	// "success". DenialEntries is counted as entries come and go, and may
+	// be off by one per race of two stores of one key with different
+	// kinds; it is clamped to [0, Entries].
+	DenialEntries   int    `json:"denial_entries"`
+	DenialHits      uint64 `json:"denial_hits"`
+	DenialEvictions uint64 `json:"denial_evictions"`
 }
 
 // Cache is safe for concurrent use.
@@ -212,6 +224,10 @@ type Cache struct {
 	wg     sync.WaitGroup
 
 	hits, misses, evictions, stale, prefetches atomic.Uint64
+	// denialHits and denialEvictions count the denial part of hits and
+	// evictions; denialEntries the denial entries stored (see Stats).
+	denialHits, denialEvictions atomic.Uint64
+	denialEntries               atomic.Int64
 }
 
 // New returns a cache in front of up.
@@ -233,7 +249,13 @@ func New(cfg Config, up Exchanger) (*Cache, error) {
 		if i < cfg.Size%n {
 			size++
 		}
-		l, err := lru.NewWithEvict(size, func(uint64, *entry) { c.evictions.Add(1) })
+		l, err := lru.NewWithEvict(size, func(_ uint64, e *entry) {
+			c.evictions.Add(1)
+			if e.denial() {
+				c.denialEvictions.Add(1)
+				c.denialEntries.Add(-1)
+			}
+		})
 		if err != nil {
 			return nil, fmt.Errorf("creating cache shard of %d: %w", size, err)
 		}
@@ -401,7 +423,17 @@ func (c *Cache) Stats() Stats {
 	for _, sh := range c.shards {
 		s.Entries += sh.Len()
 	}
+	s.DenialHits, s.DenialEvictions = c.denialHits.Load(), c.denialEvictions.Load()
+	s.DenialEntries = int(min(max(c.denialEntries.Load(), 0), int64(s.Entries)))
 	return s
+}
+
+// countHit counts a hit on e.
+func (c *Cache) countHit(e *entry) {
+	c.hits.Add(1)
+	if e.denial() {
+		c.denialHits.Add(1)
+	}
 }
 
 // Len is the number of entries.
@@ -429,7 +461,7 @@ func (c *Cache) AppendHit(dst []byte, name string, qtype, qclass uint16, do, cd 
 	if remain <= 0 {
 		return dst, 0, false
 	}
-	c.hits.Add(1)
+	c.countHit(e)
 	start := len(dst)
 	dst = append(dst, e.wire...)
 	e.putTTLs(dst[start:], ttlSeconds(remain))
@@ -454,7 +486,7 @@ func (c *Cache) Peek(name string, qtype, qclass uint16, do, cd bool) (*dns.Msg, 
 	if err != nil {
 		return nil, false
 	}
-	c.hits.Add(1)
+	c.countHit(e)
 	c.maybePrefetch(k, e, remain)
 	return m, true
 }
@@ -479,7 +511,7 @@ func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCa
 	now := c.conf().Now().UnixNano()
 	if found {
 		if remain := e.expires() - now; remain > 0 {
-			c.hits.Add(1)
+			c.countHit(e)
 			c.maybePrefetch(k, e, remain)
 			r, err := e.msg(q.Id, ttlSeconds(remain))
 			return r, true, false, err
@@ -680,6 +712,14 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 	}
 	e := &entry{wire: wire, kind: kd, flags: keyFlags(&k), rcode: uint16(r.Rcode), stored: now.UnixNano(), lifetime: int64(life)}
 	sh, h := c.slot(&k)
+	// Add replaces an entry without telling the evict callback: account
+	// for the one replaced here.
+	if old, ok := sh.Peek(h); ok && old.denial() {
+		c.denialEntries.Add(-1)
+	}
+	if e.denial() {
+		c.denialEntries.Add(1)
+	}
 	sh.Add(h, e)
 	return life, true
 }

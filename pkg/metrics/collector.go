@@ -24,15 +24,16 @@ type collector struct {
 	cacheEntries, cacheCapacity, cacheHits, cacheMisses *prometheus.Desc
 	cacheEvictions, cacheStale, cachePrefetches         *prometheus.Desc
 
-	upRequests, upFailures, upUp, upP50, upP99 *prometheus.Desc
+	upRequests, upFailures, upUp, upDuration, upProbeFailures *prometheus.Desc
+	upCoalesced, upOverloaded, upAllDown                      *prometheus.Desc
 
 	apShortcuts, apSteps, apSaved *prometheus.Desc
 
-	icEnabled, icRepairs, icPresent, icWanted *prometheus.Desc
+	icEnabled, icRepairs, icPresent, icWanted, icErrors *prometheus.Desc
 
 	infEnabled, infSynced, infObjects *prometheus.Desc
 
-	srvOverloaded, srvPanics, srvInflight, srvTCP *prometheus.Desc
+	srvOverloaded, srvClientLimited, srvPanics, srvInflight, srvTCP *prometheus.Desc
 }
 
 func newCollector(r *Recorder) *collector {
@@ -57,11 +58,13 @@ func newCollector(r *Recorder) *collector {
 		upRequests: d("upstream_requests_total", "Exchanges sent to an upstream server.", "upstream"),
 		upFailures: d("upstream_failures_total", "Exchanges with an upstream server that failed.", "upstream"),
 		upUp:       d("upstream_up", "1 when the upstream server is considered healthy, 0 when marked down.", "upstream"),
-		// pkg/upstream keeps log2 buckets for its own p50/p99, not
-		// Prometheus buckets: exported as the estimates they are (gauges,
-		// since a quantile label belongs to summaries only).
-		upP50: d("upstream_exchange_duration_p50_seconds", "Estimated median duration of successful exchanges with an upstream server (within a factor of two).", "upstream"),
-		upP99: d("upstream_exchange_duration_p99_seconds", "Estimated 99th percentile duration of successful exchanges with an upstream server (within a factor of two).", "upstream"),
+		// A histogram, not quantile gauges: buckets add up across nodes
+		// and upstreams, quantiles do not.
+		upDuration:      d("upstream_request_duration_seconds", "Duration of exchanges with an upstream server that got a reply, by the reply's rcode.", "upstream", "rcode"),
+		upProbeFailures: d("upstream_probe_failures_total", "Health probes of an upstream server marked down that failed.", "upstream"),
+		upCoalesced:     d("upstream_coalesced_total", "Queries answered by joining an identical exchange already in flight."),
+		upOverloaded:    d("upstream_overloaded_total", "Queries refused because the bound on upstream exchanges in flight was reached."),
+		upAllDown:       d("upstream_all_down_total", "Exchanges that found every upstream server of their zone marked down (and tried them anyway)."),
 
 		apShortcuts: d("autopath_shortcuts_total", "Search-path walks done by the agent that saved the client at least one query."),
 		apSteps:     d("autopath_steps_total", "Search-path expansions the agent resolved on behalf of clients."),
@@ -71,24 +74,27 @@ func newCollector(r *Recorder) *collector {
 		icRepairs: d("intercept_repairs_total", "Things put back by interception reconcile passes (link, address, rule)."),
 		icPresent: d("intercept_rules_present", "Interception rules found in place after the last reconcile pass."),
 		icWanted:  d("intercept_rules_wanted", "Interception rules the agent wants in place."),
+		icErrors:  d("intercept_errors_total", "Failures putting the interception link and rules in place, by kind (iptables, iptables_lock, interface_add, interface_check).", "kind"),
 
 		infEnabled: d("informer_enabled", "1 when the cluster zone is served from Kubernetes informers."),
 		infSynced:  d("informer_synced", "1 once the informers have synced and cluster answers are authoritative."),
 		infObjects: d("informer_objects", "Objects held by the cluster index, by kind.", "kind"),
 
-		srvOverloaded: d("server_overloaded_total", "Requests answered SERVFAIL at once because too many were in flight."),
-		srvPanics:     d("server_panics_total", "Panics recovered while answering a request."),
-		srvInflight:   d("server_inflight_requests", "Requests being resolved off the socket readers."),
-		srvTCP:        d("server_tcp_connections", "Open client TCP connections."),
+		srvOverloaded:    d("server_overloaded_total", "Requests answered SERVFAIL at once because too many were in flight."),
+		srvClientLimited: d("server_client_limited_total", "Requests answered SERVFAIL at once because their client held its share of the in-flight bound."),
+		srvPanics:        d("server_panics_total", "Panics recovered while answering a request."),
+		srvInflight:      d("server_inflight_requests", "Requests being resolved off the socket readers."),
+		srvTCP:           d("server_tcp_connections", "Open client TCP connections."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.buildInfo, c.requests, c.duration,
 		c.cacheEntries, c.cacheCapacity, c.cacheHits, c.cacheMisses, c.cacheEvictions, c.cacheStale, c.cachePrefetches,
-		c.upRequests, c.upFailures, c.upUp, c.upP50, c.upP99, c.apShortcuts, c.apSteps, c.apSaved,
-		c.icEnabled, c.icRepairs, c.icPresent, c.icWanted, c.infEnabled, c.infSynced, c.infObjects,
-		c.srvOverloaded, c.srvPanics, c.srvInflight, c.srvTCP} {
+		c.upRequests, c.upFailures, c.upUp, c.upDuration, c.upProbeFailures, c.upCoalesced, c.upOverloaded, c.upAllDown,
+		c.apShortcuts, c.apSteps, c.apSaved,
+		c.icEnabled, c.icRepairs, c.icPresent, c.icWanted, c.icErrors, c.infEnabled, c.infSynced, c.infObjects,
+		c.srvOverloaded, c.srvClientLimited, c.srvPanics, c.srvInflight, c.srvTCP} {
 		ch <- d
 	}
 }
@@ -131,20 +137,25 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.cachePrefetches, cf.Prefetches)
 	}
 	if src.Upstreams != nil {
-		seen := map[string]bool{}
-		for _, u := range src.Upstreams() {
-			// One series per address: the same server may sit in
-			// several groups (default and stub domains).
-			if seen[u.Addr] {
-				continue
-			}
-			seen[u.Addr] = true
+		for _, u := range uniqueUpstreams(src.Upstreams()) {
 			counter(c.upRequests, u.Requests, u.Addr)
 			counter(c.upFailures, u.Failures, u.Addr)
+			counter(c.upProbeFailures, u.ProbeFailures, u.Addr)
 			gauge(c.upUp, b2f(u.Up), u.Addr)
-			gauge(c.upP50, u.P50ms/1000, u.Addr)
-			gauge(c.upP99, u.P99ms/1000, u.Addr)
+			for rc, s := range u.Latency {
+				label := "OTHER"
+				if rc >= 0 {
+					label = rcodeName(rc)
+				}
+				ch <- prometheus.MustNewConstHistogram(c.upDuration, s.Count(), s.Sum, s.Cumulative(), u.Addr, label)
+			}
 		}
+	}
+	if src.Forwarder != nil {
+		fw := src.Forwarder()
+		counter(c.upCoalesced, fw.Coalesced)
+		counter(c.upOverloaded, fw.Overloaded)
+		counter(c.upAllDown, fw.AllDown)
 	}
 	if src.Intercept != nil {
 		ic := src.Intercept()
@@ -152,6 +163,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.icRepairs, ic.Repairs)
 		gauge(c.icPresent, float64(ic.RulesPresent))
 		gauge(c.icWanted, float64(ic.RulesWanted))
+		if ic.Enabled {
+			for _, k := range interceptErrorKinds {
+				counter(c.icErrors, ic.Errors[k], k)
+			}
+		}
 	}
 	if src.Informers != nil {
 		inf := src.Informers()
@@ -169,11 +185,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if src.Server != nil {
 		st := src.Server()
 		counter(c.srvOverloaded, st.Overloaded)
+		counter(c.srvClientLimited, st.ClientLimited)
 		counter(c.srvPanics, st.Panics)
 		gauge(c.srvInflight, float64(st.InFlight))
 		gauge(c.srvTCP, float64(st.TCPConns))
 	}
 }
+
+// interceptErrorKinds are the kinds of InterceptFigures.Errors, exported
+// from the start at zero.
+var interceptErrorKinds = []string{"iptables", "iptables_lock", "interface_add", "interface_check"}
 
 func b2f(b bool) float64 {
 	if b {

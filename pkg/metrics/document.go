@@ -27,6 +27,7 @@ type Document struct {
 	Cache     *CacheStats       `json:"cache,omitempty"`
 	Autopath  AutopathStats     `json:"autopath"`
 	Upstreams []UpstreamFigures `json:"upstreams,omitempty"`
+	Forwarder *ForwarderFigures `json:"forwarder,omitempty"`
 	Intercept *InterceptFigures `json:"intercept,omitempty"`
 	Informers *InformerFigures  `json:"informers,omitempty"`
 	Server    *server.Stats     `json:"server,omitempty"`
@@ -107,6 +108,10 @@ func (r *Recorder) Stats() Document {
 	}
 	if src.Upstreams != nil {
 		d.Upstreams = src.Upstreams()
+	}
+	if src.Forwarder != nil {
+		fw := src.Forwarder()
+		d.Forwarder = &fw
 	}
 	if src.Intercept != nil {
 		ic := src.Intercept()

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
+	"github.com/nodedns/nodedns/pkg/hist"
 	"github.com/nodedns/nodedns/pkg/server"
 )
 
@@ -269,23 +270,39 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
+// upstreamLatency is 98 NOERROR replies in 1-2 ms and 2 NXDOMAIN in 30 ms.
+func upstreamLatency() map[int]hist.Snapshot {
+	var ok, nx hist.Durations
+	for range 98 {
+		ok.Observe(1500 * time.Microsecond)
+	}
+	nx.Observe(30 * time.Millisecond)
+	nx.Observe(30 * time.Millisecond)
+	return map[int]hist.Snapshot{dns.RcodeSuccess: ok.Snapshot(), dns.RcodeNameError: nx.Snapshot()}
+}
+
 func fullSources() Sources {
 	return Sources{
 		Cache: func() CacheFigures {
-			return CacheFigures{Entries: 120, Capacity: 10000, Hits: 900, Misses: 100, Evictions: 7, StaleServed: 3, Prefetches: 11}
+			return CacheFigures{Entries: 120, Capacity: 10000, Hits: 900, Misses: 100, Evictions: 7, StaleServed: 3, Prefetches: 11,
+				DenialEntries: 20, DenialHits: 90, DenialEvictions: 1}
 		},
 		Upstreams: func() []UpstreamFigures {
 			return []UpstreamFigures{
-				{Addr: "169.254.0.53:53", Up: true, Requests: 100, Failures: 2, P50ms: 1.4, P99ms: 22.6},
-				{Addr: "[fd00::53]:53", Up: false, Requests: 9, Failures: 9, LastError: "reading from [fd00::53]:53: i/o timeout"},
+				{Addr: "169.254.0.53:53", Up: true, Requests: 100, Failures: 2, P50ms: 1.4, P99ms: 22.6, Latency: upstreamLatency()},
+				{Addr: "[fd00::53]:53", Up: false, Requests: 9, Failures: 9, LastError: "reading from [fd00::53]:53: i/o timeout", ProbeFailures: 5},
 				{Addr: "169.254.0.53:53", Up: true}, // also a stub domain's: reported once
 			}
 		},
-		Server: func() server.Stats { return server.Stats{Overloaded: 4, Panics: 1, InFlight: 2, TCPConns: 3} },
+		Server: func() server.Stats {
+			return server.Stats{Overloaded: 4, ClientLimited: 8, Panics: 1, InFlight: 2, TCPConns: 3}
+		},
+		Forwarder:    func() ForwarderFigures { return ForwarderFigures{Coalesced: 12, Overloaded: 13, AllDown: 14} },
+		ConfigErrors: func() uint64 { return 2 },
 		Intercept: func() InterceptFigures {
 			return InterceptFigures{Enabled: true, Link: "nodelocaldns", LinkType: "dummy", IPs: []string{"169.254.20.10"},
 				Backend: "nft", RulesPresent: 6, RulesWanted: 6, Repairs: 2,
-				LastRepair: time.Date(2025, 3, 1, 11, 0, 0, 0, time.UTC)}
+				LastRepair: time.Date(2025, 3, 1, 11, 0, 0, 0, time.UTC), Errors: map[string]uint64{"iptables_lock": 3}}
 		},
 		Informers: func() InformerFigures {
 			return InformerFigures{Enabled: true, Synced: true, Objects: map[string]int{"services": 40, "endpointslices": 45, "namespaces": 6, "pods": 12}}
@@ -331,7 +348,15 @@ func TestMetricsHandler(t *testing.T) {
 		`nodedns_upstream_failures_total{upstream="[fd00::53]:53"} 9`,
 		`nodedns_upstream_up{upstream="[fd00::53]:53"} 0`,
 		`nodedns_upstream_up{upstream="169.254.0.53:53"} 1`,
-		`nodedns_upstream_exchange_duration_p99_seconds{upstream="169.254.0.53:53"} 0.0226`,
+		`nodedns_upstream_request_duration_seconds_bucket{rcode="NOERROR",upstream="169.254.0.53:53",le="0.002"} 98`,
+		`nodedns_upstream_request_duration_seconds_count{rcode="NXDOMAIN",upstream="169.254.0.53:53"} 2`,
+		`nodedns_upstream_probe_failures_total{upstream="[fd00::53]:53"} 5`,
+		`nodedns_upstream_coalesced_total 12`,
+		`nodedns_upstream_overloaded_total 13`,
+		`nodedns_upstream_all_down_total 14`,
+		`nodedns_intercept_errors_total{kind="iptables_lock"} 3`,
+		`nodedns_intercept_errors_total{kind="interface_add"} 0`,
+		`nodedns_server_client_limited_total 8`,
 		`nodedns_autopath_shortcuts_total 1`,
 		`nodedns_autopath_steps_total 3`,
 		`nodedns_autopath_queries_saved_total 2`,
@@ -352,6 +377,9 @@ func TestMetricsHandler(t *testing.T) {
 	}
 	if strings.Contains(text, `source="stale"`) {
 		t.Error("a source never seen is exported")
+	}
+	if strings.Contains(text, "_p50_seconds") || strings.Contains(text, "_p99_seconds") {
+		t.Error("upstream latency exported as quantile gauges: they cannot be aggregated")
 	}
 	if strings.Contains(text, "promhttp_metric_handler_errors_total{cause") &&
 		!strings.Contains(text, `promhttp_metric_handler_errors_total{cause="gathering"} 0`) {
@@ -412,6 +440,9 @@ func TestStatsDocument(t *testing.T) {
 	var back Document
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
+	}
+	for i := range d.Upstreams {
+		d.Upstreams[i].Latency = nil // not in the document
 	}
 	if !reflect.DeepEqual(back, d) {
 		t.Errorf("round trip differs:\n got %+v\nwant %+v", back, d)

@@ -14,13 +14,27 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nodedns/nodedns/pkg/hist"
 	"github.com/nodedns/nodedns/pkg/server"
 )
 
 // Config configures a Recorder. Zero values take the defaults named.
 type Config struct {
-	// Version is reported in /stats and nodedns_build_info.
-	Version string
+	// Version is reported in /stats and nodedns_build_info; Revision (the
+	// VCS revision, may be empty) in coredns_build_info.
+	Version, Revision string
+	// Compat picks the compatibility series exported besides nodedns_*;
+	// default CompatCoreDNS.
+	Compat Compat
+	// Listeners are the listen addresses, in the server's order
+	// (server.Event.Listener indexes them): CoreDNS's server label.
+	Listeners []string
+	// Zones are the zones queries are counted under besides "." in the
+	// CoreDNS series (see SetZones).
+	Zones []string
+	// Plugins are the CoreDNS plugins whose work the agent does as
+	// configured (coredns_plugin_enabled).
+	Plugins []string
 	// Sources are read at scrape time and for /stats; nil funcs leave
 	// their figures out.
 	Sources Sources
@@ -50,6 +64,10 @@ type Sources struct {
 	Server    func() server.Stats
 	Intercept func() InterceptFigures
 	Informers func() InformerFigures
+	// Forwarder are the figures of the upstream forwarder as a whole.
+	Forwarder func() ForwarderFigures
+	// ConfigErrors counts configuration reloads rejected since start.
+	ConfigErrors func() uint64
 }
 
 // CacheFigures are the cache's counters. The fields match cache.Stats, so
@@ -62,18 +80,36 @@ type CacheFigures struct {
 	Evictions   uint64 `json:"evictions"`
 	StaleServed uint64 `json:"stale_served"`
 	Prefetches  uint64 `json:"prefetches"`
+	// The denial part of Entries, Hits and Evictions (NXDOMAIN, NODATA,
+	// cached SERVFAIL): CoreDNS's cache type "denial".
+	DenialEntries   int    `json:"denial_entries"`
+	DenialHits      uint64 `json:"denial_hits"`
+	DenialEvictions uint64 `json:"denial_evictions"`
 }
 
 // UpstreamFigures are one upstream server's figures. The fields match
 // upstream.ServerStats (convertible the same way).
 type UpstreamFigures struct {
-	Addr      string  `json:"addr"`
-	Up        bool    `json:"up"`
-	Requests  uint64  `json:"requests"`
-	Failures  uint64  `json:"failures"`
-	LastError string  `json:"last_error,omitempty"`
-	P50ms     float64 `json:"p50_ms"`
-	P99ms     float64 `json:"p99_ms"`
+	Addr          string  `json:"addr"`
+	Up            bool    `json:"up"`
+	Requests      uint64  `json:"requests"`
+	Failures      uint64  `json:"failures"`
+	LastError     string  `json:"last_error,omitempty"`
+	P50ms         float64 `json:"p50_ms"`
+	P99ms         float64 `json:"p99_ms"`
+	ProbeFailures uint64  `json:"probe_failures"`
+	// Latency are the durations of exchanges that got a reply, by the
+	// reply's rcode (-1: rcodes above 23). Not in /stats.
+	Latency map[int]hist.Snapshot `json:"-"`
+}
+
+// ForwarderFigures are the upstream forwarder's own counters: queries
+// that joined an identical exchange in flight, queries refused at its
+// in-flight bound, and exchanges that found every server marked down.
+type ForwarderFigures struct {
+	Coalesced  uint64 `json:"coalesced"`
+	Overloaded uint64 `json:"overloaded"`
+	AllDown    uint64 `json:"all_down"`
 }
 
 // InterceptFigures are the interception state. Enabled is false when the
@@ -89,6 +125,9 @@ type InterceptFigures struct {
 	Repairs      uint64    `json:"repairs"`
 	LastRepair   time.Time `json:"last_repair,omitzero"`
 	LastError    string    `json:"last_error,omitempty"`
+	// Errors counts setup failures by kind (iptables, iptables_lock,
+	// interface_add, interface_check).
+	Errors map[string]uint64 `json:"errors,omitempty"`
 }
 
 // InformerFigures are the state of the Kubernetes informers. Objects counts
@@ -175,6 +214,9 @@ type Recorder struct {
 	logEvery uint64 // log when count%logEvery == 0; 0: never
 	names    *topK[string]
 	clients  *topK[netip.Addr]
+
+	// compat counts for the CoreDNS series; nil with CompatNone.
+	compat *compat
 }
 
 // New returns a Recorder with its own Prometheus registry (the Go and
@@ -182,6 +224,13 @@ type Recorder struct {
 func New(cfg Config) (*Recorder, error) {
 	if cfg.LogQueries < 0 || cfg.LogQueries > 1 || math.IsNaN(cfg.LogQueries) {
 		return nil, fmt.Errorf("metrics: query log fraction %g: want 0 to 1", cfg.LogQueries)
+	}
+	switch cfg.Compat {
+	case "":
+		cfg.Compat = CompatCoreDNS
+	case CompatCoreDNS, CompatNone:
+	default:
+		return nil, fmt.Errorf("metrics: compatibility series %q: want %s or %s", cfg.Compat, CompatCoreDNS, CompatNone)
 	}
 	if cfg.TopK <= 0 {
 		cfg.TopK = 10
@@ -211,8 +260,15 @@ func New(cfg Config) (*Recorder, error) {
 	tracked := min(max(64, 8*cfg.TopK), 4096)
 	r.names = newTopK(tracked, strings.Clone)
 	r.clients = newTopK(tracked, func(a netip.Addr) netip.Addr { return a })
+	if cfg.Compat == CompatCoreDNS {
+		r.compat = newCompat(cfg.Listeners, cfg.Logger)
+		r.compat.setZones(cfg.Zones)
+	}
 	r.reg = prometheus.NewRegistry()
 	if err := r.registerCollectors(); err != nil {
+		return nil, err
+	}
+	if err := r.registerCompat(); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -227,9 +283,12 @@ func (r *Recorder) Observe(ev server.Event) {
 	if sec == 0 {
 		sec = r.second()
 	}
-	si := sourceIndex(ev.Source)
-	n := r.answers[si][rcodeIndex(ev.Rcode)].Add(1)
+	si, rc := sourceIndex(ev.Source), rcodeIndex(ev.Rcode)
+	n := r.answers[si][rc].Add(1)
 	r.durations[si].observe(ev.Duration)
+	if r.compat != nil {
+		r.compat.observe(&ev, si, rc)
+	}
 	r.qps.add(sec)
 	if ev.AutopathSteps > 0 || ev.AutopathSaved > 0 {
 		r.apSteps.Add(uint64(max(ev.AutopathSteps, 0)))

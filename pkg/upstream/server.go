@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/hist"
 )
 
 // maxIdleTCP bounds the idle TCP connections kept per server; idleTCP is how
@@ -31,7 +33,11 @@ type Server struct {
 	requests    atomic.Uint64
 	failures    atomic.Uint64
 	lastErr     atomic.Value // string
-	latency     Histogram
+	// probeFailures counts failed health probes while the server is down.
+	probeFailures atomic.Uint64
+	// latency holds the durations of exchanges that got a reply, by the
+	// reply's rcode (index maxRcode+1: every rcode above maxRcode).
+	latency [maxRcode + 2]hist.Durations
 
 	mu   sync.Mutex
 	idle []idleConn
@@ -49,26 +55,66 @@ func newServer(addr string, cfg *Config) *Server {
 // Down reports whether the server is marked down.
 func (s *Server) Down() bool { return s.down.Load() }
 
+// maxRcode is the largest rcode whose replies are counted apart; larger
+// ones (extended rcodes past BADCOOKIE, never seen in practice) share
+// OtherRcode.
+const maxRcode = 23
+
+// OtherRcode keys the replies with an rcode above 23 in ServerStats.Latency.
+const OtherRcode = -1
+
 // ServerStats is a snapshot of one server's figures.
 type ServerStats struct {
-	Addr      string  `json:"addr"`
-	Up        bool    `json:"up"`
-	Requests  uint64  `json:"requests"`
-	Failures  uint64  `json:"failures"`
-	LastError string  `json:"last_error,omitempty"`
-	P50ms     float64 `json:"p50_ms"`
-	P99ms     float64 `json:"p99_ms"`
+	Addr string `json:"addr"`
+	Up   bool   `json:"up"`
+	// Requests counts exchanges sent, Failures those that failed (no
+	// usable reply, or SERVFAIL).
+	Requests  uint64 `json:"requests"`
+	Failures  uint64 `json:"failures"`
+	LastError string `json:"last_error,omitempty"`
+	// P50ms and P99ms estimate the median and 99th percentile duration of
+	// exchanges that got a reply, from Latency's buckets.
+	P50ms float64 `json:"p50_ms"`
+	P99ms float64 `json:"p99_ms"`
+	// ProbeFailures counts health probes (sent while the server is marked
+	// down) that failed.
+	ProbeFailures uint64 `json:"probe_failures"`
+	// Latency are the durations of exchanges that got a reply, by the
+	// reply's rcode (OtherRcode for those above 23); only rcodes seen.
+	Latency map[int]hist.Snapshot `json:"-"`
 }
 
 // Stats returns a snapshot of the server's figures.
 func (s *Server) Stats() ServerStats {
-	st := ServerStats{Addr: s.Addr, Up: !s.Down(), Requests: s.requests.Load(), Failures: s.failures.Load()}
+	st := ServerStats{Addr: s.Addr, Up: !s.Down(), Requests: s.requests.Load(), Failures: s.failures.Load(),
+		ProbeFailures: s.probeFailures.Load(), Latency: map[int]hist.Snapshot{}}
 	if e, ok := s.lastErr.Load().(string); ok {
 		st.LastError = e
 	}
-	st.P50ms = s.latency.Quantile(0.50).Seconds() * 1000
-	st.P99ms = s.latency.Quantile(0.99).Seconds() * 1000
+	var all hist.Snapshot
+	for i := range s.latency {
+		snap := s.latency[i].Snapshot()
+		if snap.Count() == 0 {
+			continue
+		}
+		rc := i
+		if i > maxRcode {
+			rc = OtherRcode
+		}
+		st.Latency[rc] = snap
+		all.Merge(snap)
+	}
+	st.P50ms = all.Quantile(0.50) * 1000
+	st.P99ms = all.Quantile(0.99) * 1000
 	return st
+}
+
+// observe records an exchange that got a reply with rcode after d.
+func (s *Server) observe(rcode int, d time.Duration) {
+	if rcode < 0 || rcode > maxRcode {
+		rcode = maxRcode + 1
+	}
+	s.latency[rcode].Observe(d)
 }
 
 func (s *Server) fail(err error) {
@@ -93,6 +139,10 @@ func (s *Server) probe(ctx context.Context) {
 	r, err := s.exchangeOnce(ctx, q, s.cfg.TryTimeout/2)
 	if err == nil && r.Rcode != dns.RcodeServerFailure {
 		s.ok()
+		return
+	}
+	if ctx.Err() == nil {
+		s.probeFailures.Add(1)
 	}
 }
 
@@ -104,7 +154,7 @@ func (s *Server) exchange(ctx context.Context, q *dns.Msg, timeout time.Duration
 	start := time.Now()
 	r, err := s.exchangeOnce(ctx, q, timeout)
 	if err == nil {
-		s.latency.Observe(time.Since(start))
+		s.observe(r.Rcode, time.Since(start))
 	}
 	return r, err
 }

@@ -129,6 +129,9 @@ type Forwarder struct {
 
 	coalesced atomic.Uint64
 	overload  atomic.Uint64
+	// allDown counts exchanges that found every server of their group
+	// marked down (and tried them anyway).
+	allDown atomic.Uint64
 }
 
 type group struct {
@@ -245,6 +248,11 @@ func (f *Forwarder) Run(ctx context.Context) {
 func (f *Forwarder) Coalesced() uint64  { return f.coalesced.Load() }
 func (f *Forwarder) Overloaded() uint64 { return f.overload.Load() }
 
+// AllDown is how many exchanges found every server of their group marked
+// down: health checking had given up on all of them (CoreDNS counts this
+// as coredns_forward_healthcheck_broken_total).
+func (f *Forwarder) AllDown() uint64 { return f.allDown.Load() }
+
 func (f *Forwarder) groupFor(name string) *group {
 	for _, g := range f.groups {
 		if g.zone == "." || dns.IsSubDomain(g.zone, name) {
@@ -348,6 +356,9 @@ func (f *Forwarder) exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) 
 		return nil, ErrNoUpstream
 	}
 	order := f.order(g)
+	if !anyUp(order) {
+		f.allDown.Add(1)
+	}
 	var lastReply *dns.Msg
 	var errs []error
 	attempts := 2 * len(order)

@@ -694,32 +694,45 @@ func TestNormalizeAddr(t *testing.T) {
 	}
 }
 
-func TestHistogram(t *testing.T) {
-	var h upstream.Histogram
-	if h.Quantile(0.5) != 0 {
-		t.Fatal("empty histogram has a median")
+// The figures behind upstream metrics: exchange durations by the reply's
+// rcode, failed health probes, and exchanges that found every server down.
+func TestFigures(t *testing.T) {
+	a := dnstest.Start(t, dnstest.Zone(60))
+	f := newForwarder(t, upstream.Config{Servers: []string{a.Addr}, MaxFails: 1, ProbeInterval: 20 * time.Millisecond,
+		TryTimeout: 100 * time.Millisecond, Budget: 250 * time.Millisecond})
+	for range 3 {
+		exchange(t, f, "ok.example.test.", dns.TypeA)
 	}
-	for i := 0; i < 99; i++ {
-		h.Observe(time.Millisecond)
+	a.SetHandler(dnstest.Rcode(dns.RcodeNameError))
+	exchange(t, f, "nx.example.test.", dns.TypeA)
+	st := server(t, f, a.Addr).Stats()
+	if st.Latency[dns.RcodeSuccess].Count() != 3 || st.Latency[dns.RcodeNameError].Count() != 1 || len(st.Latency) != 2 {
+		t.Fatalf("latency by rcode: %+v", st.Latency)
 	}
-	h.Observe(time.Second)
-	within := func(got, want time.Duration) bool { return got >= want/2 && got <= want*2 }
-	if p := h.Quantile(0.5); !within(p, time.Millisecond) {
-		t.Errorf("p50 %s, want about 1ms", p)
+	if st.P50ms <= 0 || st.P99ms < st.P50ms {
+		t.Errorf("p50 %v p99 %v", st.P50ms, st.P99ms)
 	}
-	if p := h.Quantile(0.99); !within(p, time.Millisecond) {
-		t.Errorf("p99 %s, want about 1ms", p)
+	if f.AllDown() != 0 {
+		t.Errorf("AllDown %d with the server up", f.AllDown())
 	}
-	if p := h.Quantile(1); !within(p, time.Second) {
-		t.Errorf("p100 %s, want about 1s", p)
+	// Down: exchanges count as all-down, probes fail until it answers.
+	a.SetHandler(dnstest.Drop)
+	if _, err := f.Exchange(context.Background(), query("d.example.test.", dns.TypeA)); err == nil {
+		t.Fatal("no error from a dead server")
 	}
-	h.Observe(0)
-	h.Observe(time.Hour)
-	if p := h.Quantile(0); p != 500*time.Nanosecond {
-		t.Errorf("p0 %s, want the sub-microsecond bucket", p)
+	if _, err := f.Exchange(context.Background(), query("d2.example.test.", dns.TypeA)); err == nil {
+		t.Fatal("no error from a dead server")
 	}
-	if p := h.Quantile(1); p < time.Minute {
-		t.Errorf("max %s, want the top bucket", p)
+	if n := f.AllDown(); n != 1 {
+		t.Errorf("AllDown %d after one exchange with the only server down, want 1", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, "failed probes", func() bool { return server(t, f, a.Addr).Stats().ProbeFailures >= 2 })
+	if st := server(t, f, a.Addr).Stats(); st.Latency[dns.RcodeSuccess].Count() != 3 {
+		t.Errorf("failed exchanges changed the latency figures: %+v", st.Latency)
 	}
 }
 
