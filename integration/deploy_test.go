@@ -334,6 +334,7 @@ func TestDeployManifest(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkDaemonSet(t, ds, cfg)
+		checkMetricsExposure(t, ds)
 
 		// A pod of the template, as the DaemonSet controller would make
 		// it for a node, through the API server's pod validation and
@@ -348,6 +349,7 @@ func TestDeployManifest(t *testing.T) {
 		if err != nil {
 			t.Fatalf("a pod of the DaemonSet's template is refused: %v", err)
 		}
+		checkMetricsPortPod(t, got)
 		if got.Spec.Priority == nil || *got.Spec.Priority != systemNodeCritical {
 			t.Errorf("pod priority %v, want %d (system-node-critical)", got.Spec.Priority, systemNodeCritical)
 		}

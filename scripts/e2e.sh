@@ -538,9 +538,13 @@ ready=$(k -n kube-system get pod "$pod" -o jsonpath='{.status.conditions[?(@.typ
 unhealthy=$(k -n kube-system get events --field-selector "involvedObject.name=${pod},reason=Unhealthy" --no-headers 2>/dev/null | wc -l)
 [[ "$unhealthy" == 0 ]] || fail "${unhealthy} failed probes on ${pod}"
 ok "liveness and readiness probes pass (Ready, 0 restarts, no Unhealthy events)"
-admin=$(k -n kube-system get configmap nodedns -o jsonpath='{.data.config\.yaml}' | sed -n 's/^ *admin: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p')
-[[ -n "$admin" ]] || admin=127.0.0.1:9253
-metrics_addr=${admin/0.0.0.0/127.0.0.1}
+# Metrics listen on the node's address at the pod's named `metrics` port
+# (deploy/daemonset.yaml), where Prometheus finds them.
+host_ip=$(k -n kube-system get pod "$pod" -o jsonpath='{.status.hostIP}')
+metrics_port=$(k -n kube-system get pod "$pod" -o jsonpath='{.spec.initContainers[*].ports[?(@.name=="metrics")].containerPort}')
+[[ -n "$host_ip" && -n "$metrics_port" ]] || fail "agent pod has no host IP (${host_ip}) or no port named metrics (${metrics_port})"
+[[ "$host_ip" == *:* ]] && host_ip="[${host_ip}]"
+metrics_addr="${host_ip}:${metrics_port}"
 metrics=$(curl -fsS "http://${metrics_addr}/metrics") || fail "no metrics on ${metrics_addr}"
 grep -q '^nodedns_' <<<"$metrics" || fail "metrics on ${metrics_addr} hold no nodedns_ series"
 ok "metrics answer on the node at ${metrics_addr} ($(grep -c '^nodedns_' <<<"$metrics") nodedns_ samples)"
