@@ -3,7 +3,7 @@
 # need, once: `apt-get update` runs only when something is missing.
 set -euo pipefail
 
-pkgs=(iptables etcd-server dnsutils dnsperf conntrack iproute2 procps unbound dnsmasq-base curl ca-certificates)
+pkgs=(iptables etcd-server dnsutils dnsperf conntrack iproute2 procps unbound dnsmasq-base curl ca-certificates prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,4 +22,9 @@ fi
 # their own instances on loopback and need nothing else on port 53.
 if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet unbound 2>/dev/null; then
   systemctl stop unbound || true
+fi
+# Likewise prometheus (its promtool checks the alert rules; the scrape test
+# runs its own server on a loopback port, with its own storage).
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
+  systemctl stop prometheus || true
 fi

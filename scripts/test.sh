@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of nodedns on a fresh Debian machine with Go, as root:
 # installs the Debian packages it needs, builds (and caches) kube-apiserver
-# and CoreDNS, then runs go vet, staticcheck, the unit tests with -race, the
-# integration suite (real kube-apiserver + etcd on loopback, network
+# and CoreDNS, then runs go vet, staticcheck, the unit tests with -race,
+# promtool on the alert rules (scripts/check-rules.sh), the integration suite (real kube-apiserver + etcd on loopback, network
 # namespaces, iptables nft and legacy, real resolvers, CoreDNS as the
 # reference for the cluster zone) and the end-to-end test on a real
 # single-node cluster (scripts/e2e.sh: the DaemonSet, kubelet, kube-proxy,
@@ -36,6 +36,8 @@ if [[ $what == all || $what == unit ]]; then
   staticcheck ./...
   echo "== unit tests (-race)"
   go test -race -count=1 ./...
+  echo "== alert rules (promtool check rules, promtool test rules)"
+  scripts/check-rules.sh
 fi
 
 if [[ $what == all || $what == integration ]]; then

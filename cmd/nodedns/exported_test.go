@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -18,6 +21,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
 )
@@ -405,5 +409,150 @@ func TestCoreDNSSeriesValues(t *testing.T) {
 	}
 	if len(servers) != 2 {
 		t.Errorf("server labels %v, want one per listen address", servers)
+	}
+}
+
+// seriesName matches the series a PromQL expression of ours can name: the
+// agent's (nodedns_, coredns_, and its process_ and go_ collectors') and
+// those of other exporters the rules read (kube-state-metrics' kube_) and
+// Prometheus's up. Label names and values never start so.
+var seriesName = regexp.MustCompile(`\b(?:(?:nodedns|coredns|process|go|kube)_[a-zA-Z0-9_:]+|up)\b`)
+
+// notOurs are series the dashboard or rules read that the agent does not
+// export, with why.
+var notOurs = map[string]string{
+	"up": "made by Prometheus for every target",
+	"kube_daemonset_status_number_unavailable": "kube-state-metrics",
+	// Registered by the configuration reload machinery (cmd/nodedns) with
+	// a result label; absent from an agent run without --config.
+	"nodedns_config_reloads_total": "exported by agents run with --config",
+	// Exported only with a cluster zone: integration/prometheus_test.go
+	// checks it against a real API server.
+	"nodedns_informer_objects": "exported with a cluster zone only",
+}
+
+// exprNames returns the series expr names, histogram suffixes folded into
+// their family when the agent exports the family as a histogram.
+func exprNames(s *scrape, expr string) []string {
+	var out []string
+	for _, n := range seriesName.FindAllString(expr, -1) {
+		for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+			base, ok := strings.CutSuffix(n, suffix)
+			if ok && s.families[base] != nil && s.families[base].GetType() == dto.MetricType_HISTOGRAM {
+				n = base
+			}
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func checkExprs(t *testing.T, s *scrape, what string, exprs map[string]string) {
+	t.Helper()
+	checked := 0
+	for where, expr := range exprs {
+		for _, n := range exprNames(s, expr) {
+			if _, ok := notOurs[n]; ok {
+				continue
+			}
+			checked++
+			if _, ok := s.families[n]; !ok {
+				t.Errorf("%s %s queries %s, which the agent does not export", what, where, n)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatalf("no series found in the %s's queries", what)
+	}
+}
+
+// Every series the Grafana dashboard queries is exported.
+func TestDashboardSeriesExported(t *testing.T) {
+	s := scrapeAfterMixedTraffic(t)
+	b, err := os.ReadFile("../../deploy/grafana/nodedns.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Templating struct {
+			List []struct {
+				Name       string `json:"name"`
+				Definition string `json:"definition"`
+			} `json:"list"`
+		} `json:"templating"`
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	exprs := map[string]string{}
+	for _, v := range d.Templating.List {
+		if v.Definition != "" {
+			exprs["variable "+v.Name] = v.Definition
+		}
+	}
+	for _, p := range d.Panels {
+		for i, tg := range p.Targets {
+			exprs[fmt.Sprintf("panel %q query %d", p.Title, i)] = tg.Expr
+		}
+	}
+	checkExprs(t, s, "dashboard", exprs)
+}
+
+// Every series the alerting rules query is exported.
+func TestRulesSeriesExported(t *testing.T) {
+	s := scrapeAfterMixedTraffic(t)
+	b, err := os.ReadFile("../../deploy/prometheus/nodedns.rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `json:"alert"`
+				Expr  string `json:"expr"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	exprs := map[string]string{}
+	for _, g := range f.Groups {
+		for i, r := range g.Rules {
+			exprs[fmt.Sprintf("alert %s (%d)", r.Alert, i)] = r.Expr
+		}
+	}
+	checkExprs(t, s, "rules", exprs)
+}
+
+// docs/metrics.md lists every nodedns_ and coredns_ family the agent
+// exports, and none it does not.
+func TestMetricsReference(t *testing.T) {
+	s := scrapeAfterMixedTraffic(t)
+	b, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `((?:nodedns|coredns)_[a-z0-9_]+)`").FindAllStringSubmatch(string(b), -1) {
+		listed[m[1]] = true
+	}
+	for n := range s.families {
+		if (strings.HasPrefix(n, "nodedns_") || strings.HasPrefix(n, "coredns_")) && !listed[n] {
+			t.Errorf("%s is exported but not in docs/metrics.md", n)
+		}
+	}
+	for n := range listed {
+		if _, ok := s.families[n]; !ok {
+			if _, known := notOurs[n]; !known {
+				t.Errorf("docs/metrics.md lists %s, which the agent does not export", n)
+			}
+		}
 	}
 }

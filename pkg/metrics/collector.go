@@ -163,10 +163,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.icRepairs, ic.Repairs)
 		gauge(c.icPresent, float64(ic.RulesPresent))
 		gauge(c.icWanted, float64(ic.RulesWanted))
-		if ic.Enabled {
-			for _, k := range interceptErrorKinds {
-				counter(c.icErrors, ic.Errors[k], k)
-			}
+		for _, k := range interceptErrorKinds {
+			counter(c.icErrors, ic.Errors[k], k)
 		}
 	}
 	if src.Informers != nil {
