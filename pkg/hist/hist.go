@@ -93,13 +93,30 @@ type Sizes struct {
 	sum    atomic.Uint64
 }
 
+// smallSizeBucket is the bucket of every size up to 511 bytes (most DNS
+// messages): one load instead of a scan.
+var smallSizeBucket = func() (t [512]uint8) {
+	for n := range t {
+		i := 0
+		for n > sizeBounds[i] {
+			i++
+		}
+		t[n] = uint8(i)
+	}
+	return t
+}()
+
 // Observe records a message of n bytes; a negative n counts as 0.
 func (h *Sizes) Observe(n int) {
 	n = max(n, 0)
-	i := 0
-	// Most messages are a few hundred bytes: the scan stops early.
-	for i < NumSizeBuckets && n > sizeBounds[i] {
-		i++
+	var i int
+	if n < len(smallSizeBucket) {
+		i = int(smallSizeBucket[n])
+	} else {
+		i = 6 // past 511
+		for i < NumSizeBuckets && n > sizeBounds[i] {
+			i++
+		}
 	}
 	h.counts[i].Add(1)
 	h.sum.Add(uint64(n))

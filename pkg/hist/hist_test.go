@@ -92,6 +92,26 @@ func TestSizes(t *testing.T) {
 	}
 }
 
+// Every size lands in the first bucket whose bound is at least the size.
+func TestSizeBucketEverySize(t *testing.T) {
+	for n := range 70000 {
+		want := NumSizeBuckets
+		for i, b := range sizeBounds {
+			if n <= b {
+				want = i
+				break
+			}
+		}
+		var h Sizes
+		h.Observe(n)
+		for i := range h.counts {
+			if got := h.counts[i].Load(); (i == want) != (got == 1) {
+				t.Fatalf("size %d counted in bucket %d, want %d", n, i, want)
+			}
+		}
+	}
+}
+
 func TestQuantileAndMerge(t *testing.T) {
 	var a, b Durations
 	for range 90 {

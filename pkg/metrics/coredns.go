@@ -181,15 +181,25 @@ type zoneTable struct {
 type zoneMatch struct {
 	zone   string // "cluster.local."
 	dotted string // ".cluster.local."
+	tail   byte   // the zone's last character before the root dot ('l')
 	set    *zoneSet
 }
 
 // match returns the set of the longest zone name is in (name is the
-// lower-case FQDN), else the root's.
+// lower-case FQDN), else the root's. Names of other top-level domains
+// (most external names) are told apart by one byte per zone.
 func (t *zoneTable) match(name string) *zoneSet {
+	n := len(name)
+	if n < 2 {
+		return t.root
+	}
+	c := name[n-2]
 	for i := range t.zones {
 		z := &t.zones[i]
-		if name == z.zone || len(name) > len(z.dotted) && name[len(name)-len(z.dotted):] == z.dotted {
+		if z.tail != c {
+			continue
+		}
+		if name == z.zone || n > len(z.dotted) && name[n-len(z.dotted):] == z.dotted {
 			return z.set
 		}
 	}
@@ -260,7 +270,7 @@ func (c *compat) setZones(zones []string) {
 			c.sets = append(c.sets, set)
 			byName[z] = set
 		}
-		t.zones = append(t.zones, zoneMatch{zone: z, dotted: "." + z, set: set})
+		t.zones = append(t.zones, zoneMatch{zone: z, dotted: "." + z, tail: z[len(z)-2], set: set})
 	}
 	slices.SortFunc(t.zones, func(a, b zoneMatch) int {
 		if d := len(b.zone) - len(a.zone); d != 0 {
