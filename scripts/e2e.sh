@@ -188,7 +188,7 @@ step "1. deploy/daemonset.yaml"
 sed -e "s|image: registry.example.com/nodedns:[^ ]*|image: ${IMAGE}|" \
 	-e "s|^    # upstream: .*|    upstream: [\"${UPSTREAM_IP}\"]|" deploy/daemonset.yaml >"${work}/daemonset.yaml"
 changed=$(diff deploy/daemonset.yaml "${work}/daemonset.yaml" | grep -c '^>' || true)
-[[ "$changed" == 2 ]] || fail "expected to change 2 lines of deploy/daemonset.yaml (image, upstream), changed ${changed}"
+[[ "$changed" == 3 ]] || fail "expected to change 3 lines of deploy/daemonset.yaml (the agent's and the metrics-port init container's image, upstream), changed ${changed}"
 k apply -f "${work}/daemonset.yaml" >/dev/null
 rollout_done || fail "DaemonSet did not become Ready"
 ok "DaemonSet Ready: $(k -n kube-system get ds nodedns -o jsonpath='{.status.numberReady}/{.status.desiredNumberScheduled}')"
