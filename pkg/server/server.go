@@ -138,6 +138,9 @@ type Server struct {
 	memo  *walkMemo
 	// packed holds cluster replies in wire form (see sendCluster).
 	packed *packedCache
+	// epoch is when the server was made; ages are measured from it on the
+	// monotonic clock (see mono).
+	epoch time.Time
 	// heldPs counts this server's thread readers that block holding a P
 	// (udpthread_linux.go).
 	heldPs  atomic.Int32
@@ -175,10 +178,15 @@ func New(cfg Config) (*Server, error) {
 		sem: make(chan struct{}, cfg.MaxInflight), fair: newClientLimiter(cfg.MaxClientInflight), conns: make(chan struct{}, cfg.MaxTCPConns),
 		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), tcpConns: map[net.Conn]struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.epoch = time.Now()
 	s.loopName.Store("")
 	s.walkSet.Store(&walkSettings{autopath: cfg.Autopath, search: cfg.Search})
 	return s, nil
 }
+
+// mono returns t (a reading of time.Now) as nanoseconds since the server
+// was made, on the monotonic clock: a step of the wall clock moves it not.
+func (s *Server) mono(t time.Time) int64 { return int64(t.Sub(s.epoch)) }
 
 // reusePort sets SO_REUSEPORT (old and new agents share the addresses
 // during a rollout, and several readers share one address) and
