@@ -69,9 +69,17 @@ type Config struct {
 	MaxClientInflight int
 	// MaxTCPConns bounds open TCP connections; default 1000.
 	MaxTCPConns int
+	// MaxClientTCPConns bounds the open TCP connections of one client
+	// address, so that one pod cannot hold the connections every other
+	// pod needs after a TC reply; default MaxTCPConns/8, at least 4;
+	// negative: no per-client bound.
+	MaxClientTCPConns int
 	// TCPIdleTimeout closes a TCP connection with no query for this long;
-	// default 10s. TCPWriteTimeout bounds one write; default 2s.
-	TCPIdleTimeout, TCPWriteTimeout time.Duration
+	// default 10s. TCPReadTimeout bounds the reading of one message from
+	// its first byte, whatever the bytes trickle in (the idle timer does
+	// not restart per byte); default 2s. TCPWriteTimeout bounds one write;
+	// default 2s.
+	TCPIdleTimeout, TCPReadTimeout, TCPWriteTimeout time.Duration
 	// QueryTimeout bounds the resolution of one query; default 5s.
 	QueryTimeout time.Duration
 	// MaxUDPSize caps the UDP reply size whatever the client advertises;
@@ -102,8 +110,14 @@ func (c *Config) defaults() error {
 	if c.MaxTCPConns <= 0 {
 		c.MaxTCPConns = 1000
 	}
+	if c.MaxClientTCPConns == 0 {
+		c.MaxClientTCPConns = min(max(c.MaxTCPConns/8, 4), c.MaxTCPConns)
+	}
 	if c.TCPIdleTimeout <= 0 {
 		c.TCPIdleTimeout = 10 * time.Second
+	}
+	if c.TCPReadTimeout <= 0 {
+		c.TCPReadTimeout = 2 * time.Second
 	}
 	if c.TCPWriteTimeout <= 0 {
 		c.TCPWriteTimeout = 2 * time.Second
@@ -155,6 +169,9 @@ type Server struct {
 	threads  sync.WaitGroup
 	tcpMu    sync.Mutex
 	tcpConns map[net.Conn]struct{}
+	// tcpClients counts open TCP connections per client address (under
+	// tcpMu); entries exist only while a client has one.
+	tcpClients map[netip.Addr]int
 
 	loopName  atomic.Value // string: the loop probe's name while a check runs
 	loopSeen  atomic.Int32
@@ -162,6 +179,9 @@ type Server struct {
 	panics    atomic.Uint64
 	// clientLimited counts queries refused at the per-client bound.
 	clientLimited atomic.Uint64
+	// tcpClientLimited counts TCP connections refused at the per-client
+	// bound.
+	tcpClientLimited atomic.Uint64
 }
 
 // New validates cfg. Call Listen, then Serve.
@@ -176,7 +196,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "server"),
 		sem: make(chan struct{}, cfg.MaxInflight), fair: newClientLimiter(cfg.MaxClientInflight), conns: make(chan struct{}, cfg.MaxTCPConns),
-		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), tcpConns: map[net.Conn]struct{}{}}
+		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), tcpConns: map[net.Conn]struct{}{},
+		tcpClients: map[netip.Addr]int{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.epoch = time.Now()
 	s.loopName.Store("")
@@ -321,6 +342,9 @@ type Stats struct {
 	Panics        uint64 `json:"panics"`
 	InFlight      int    `json:"in_flight"`
 	TCPConns      int    `json:"tcp_conns"`
+	// TCPClientLimited counts TCP connections closed at once because
+	// their client held its share of them (MaxClientTCPConns).
+	TCPClientLimited uint64 `json:"tcp_client_limited"`
 	// UDPReaders counts the UDP sockets' readers; UDPReadersHoldingP those
 	// that block keeping their P (udpthread_linux.go).
 	UDPReaders         int `json:"udp_readers"`
@@ -330,7 +354,8 @@ type Stats struct {
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
 	return Stats{Overloaded: s.overloads.Load(), ClientLimited: s.clientLimited.Load(), Panics: s.panics.Load(), InFlight: len(s.sem), TCPConns: len(s.conns),
-		UDPReaders: len(s.udp), UDPReadersHoldingP: int(s.heldPs.Load())}
+		TCPClientLimited: s.tcpClientLimited.Load(),
+		UDPReaders:       len(s.udp), UDPReadersHoldingP: int(s.heldPs.Load())}
 }
 
 // Drain stops new UDP traffic from reaching this server's sockets while

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -52,16 +53,25 @@ func (s *Server) acceptTCP(l *net.TCPListener) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		client := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+		if !s.takeTCPClient(client) {
+			// The client holds its share: refuse this one, leaving the
+			// other connections to everyone else.
+			s.tcpClientLimited.Add(1)
+			_ = c.Close()
+			continue
+		}
 		select {
 		case s.conns <- struct{}{}:
 		default:
 			// At the bound: refuse the connection rather than queue it.
+			s.leaveTCPClient(client)
 			s.overloads.Add(1)
 			_ = c.Close()
 			continue
 		}
 		s.wg.Add(1)
-		go s.serveTCP(c)
+		go s.serveTCP(c, client)
 	}
 }
 
@@ -91,9 +101,32 @@ func (t *tcpConn) write(msg []byte) {
 	}
 }
 
-func (s *Server) serveTCP(c *net.TCPConn) {
+// takeTCPClient counts a connection of client; false when the client
+// already holds MaxClientTCPConns.
+func (s *Server) takeTCPClient(client netip.Addr) bool {
+	s.tcpMu.Lock()
+	defer s.tcpMu.Unlock()
+	if max := s.cfg.MaxClientTCPConns; max > 0 && s.tcpClients[client] >= max {
+		return false
+	}
+	s.tcpClients[client]++
+	return true
+}
+
+func (s *Server) leaveTCPClient(client netip.Addr) {
+	s.tcpMu.Lock()
+	defer s.tcpMu.Unlock()
+	if s.tcpClients[client] <= 1 {
+		delete(s.tcpClients, client)
+		return
+	}
+	s.tcpClients[client]--
+}
+
+func (s *Server) serveTCP(c *net.TCPConn, client netip.Addr) {
 	defer s.wg.Done()
 	defer func() { <-s.conns }()
+	defer s.leaveTCPClient(client)
 	s.tcpMu.Lock()
 	s.tcpConns[c] = struct{}{}
 	s.tcpMu.Unlock()
@@ -104,7 +137,6 @@ func (s *Server) serveTCP(c *net.TCPConn) {
 		_ = c.Close()
 	}()
 	t := &tcpConn{c: c, s: s}
-	client := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	slots := make(chan struct{}, perConnInflight)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -119,7 +151,15 @@ func (s *Server) serveTCP(c *net.TCPConn) {
 			idle = tcpDrainIdle
 		}
 		_ = c.SetReadDeadline(time.Now().Add(idle))
-		if _, err := io.ReadFull(c, lenBuf[:]); err != nil {
+		if _, err := io.ReadFull(c, lenBuf[:1]); err != nil {
+			return
+		}
+		// A message has begun: all of it must arrive within
+		// TCPReadTimeout from here, however its bytes trickle in, or a
+		// client could hold the connection by sending one byte before
+		// each idle deadline.
+		_ = c.SetReadDeadline(time.Now().Add(s.cfg.TCPReadTimeout))
+		if _, err := io.ReadFull(c, lenBuf[1:]); err != nil {
 			return
 		}
 		n := int(binary.BigEndian.Uint16(lenBuf[:]))
