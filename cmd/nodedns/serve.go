@@ -188,7 +188,7 @@ func cacheConfig(cfg Config, log *slog.Logger) cache.Config {
 	if stale == 0 {
 		stale = -1
 	}
-	return cache.Config{Size: cfg.CacheSize, MinTTL: time.Duration(cfg.MinTTL), MaxTTL: time.Duration(cfg.MaxTTL),
+	return cache.Config{Size: cfg.CacheSize, MaxBytes: int64(cfg.CacheMaxBytes), MinTTL: time.Duration(cfg.MinTTL), MaxTTL: time.Duration(cfg.MaxTTL),
 		MaxNegativeTTL: time.Duration(cfg.MaxNegativeTTL), StaleFor: stale, PrefetchHits: prefetch, Logger: log}
 }
 
