@@ -2,13 +2,20 @@ package server
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
+	"github.com/nodedns/nodedns/pkg/cache"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // TestClientFairShare: one client holding its whole share of the slow
@@ -104,4 +111,89 @@ func countEntries(l *clientLimiter) int {
 		l.shards[i].mu.Unlock()
 	}
 	return n
+}
+
+// TestStalledZoneUpstreamShare: four pods flood random names under a zone
+// whose server never answers, so each of their misses holds one of the
+// forwarder's in-flight slots for the whole exchange budget. The server's
+// per-client share lets them all in (four shares are more than the
+// forwarder has), so the forwarder must keep a share per client, and per
+// namespace, of its own slots: another pod's cache misses are still
+// resolved, not SERVFAIL. Run once with the four pods in four namespaces
+// (the per-client share) and once in one namespace (the namespace share).
+func TestStalledZoneUpstreamShare(t *testing.T) {
+	for _, sameNS := range []bool{false, true} {
+		name := "four namespaces"
+		if sameNS {
+			name = "one namespace"
+		}
+		t.Run(name, func(t *testing.T) {
+			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+			stalled := dnstest.Start(t, dnstest.Drop)
+			good := dnstest.Start(t, dnstest.Zone(60))
+			fwd, err := upstream.New(upstream.Config{Servers: []string{good.Addr}, Stubs: map[string][]string{"stalled.example.": {stalled.Addr}},
+				MaxInflight: 64, TryTimeout: 3 * time.Second, Budget: 4 * time.Second, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := cache.New(cache.Config{Size: 1000, PrefetchHits: -1, Logger: quiet}, fwd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			pods := fakePods{}
+			for i := 2; i <= 6; i++ {
+				ns := sprintf("ns-%d", i)
+				if sameNS && i < 6 {
+					ns = "flooders"
+				}
+				pods[netip.AddrFrom4([4]byte{127, 0, 0, byte(i)})] = ns
+			}
+			// The server lets each client hold 32: the four flooders
+			// together could take twice the forwarder's 64 slots.
+			s, _ := start(t, Config{Resolver: c, HitCache: c, Pods: pods, MaxInflight: 512, MaxClientInflight: 32, Logger: quiet})
+			server := net.UDPAddrFromAddrPort(s.Addrs()[0])
+			for i := 2; i <= 5; i++ {
+				fl, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, byte(i))}, server)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer fl.Close()
+				for j := 0; j < 40; j++ {
+					if _, err := fl.Write(packTB(t, q(sprintf("r%d-%d.stalled.example.", i, j), dns.TypeA))); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			waitFor(t, func() bool { return stalled.Count() >= 16 })
+			time.Sleep(100 * time.Millisecond) // let the flood settle
+
+			other, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 6)}, server)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			co := &dns.Conn{Conn: other}
+			for i := 0; i < 10; i++ {
+				m := q(sprintf("miss%d.example.test.", i), dns.TypeA)
+				if err := co.WriteMsg(m); err != nil {
+					t.Fatal(err)
+				}
+				_ = other.SetReadDeadline(time.Now().Add(3 * time.Second))
+				for {
+					r, err := co.ReadMsg()
+					if err != nil {
+						t.Fatalf("another pod's cache miss %d during the flood: %v", i, err)
+					}
+					if r.Id != m.Id {
+						continue
+					}
+					if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+						t.Fatalf("another pod's cache miss %d during the flood: %v", i, r)
+					}
+					break
+				}
+			}
+		})
+	}
 }

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodedns/nodedns/pkg/recovery"
 )
 
 // Config configures a Server. Zero values take the defaults named.
@@ -52,6 +54,10 @@ type Config struct {
 	HitCache HitCache
 	// Observer is told about every answer; nil: nobody.
 	Observer Observer
+	// Panics counts the panics recovered while answering; shared with the
+	// cache and the forwarder, so the agent reports one figure (Stats).
+	// nil: a counter of the server's own.
+	Panics *recovery.Counter
 
 	// SocketsPerAddr is the number of SO_REUSEPORT UDP sockets (each with
 	// its own reader) per listen address; default GOMAXPROCS.
@@ -137,6 +143,9 @@ func (c *Config) defaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Panics == nil {
+		c.Panics = new(recovery.Counter)
+	}
 	return nil
 }
 
@@ -176,7 +185,6 @@ type Server struct {
 	loopName  atomic.Value // string: the loop probe's name while a check runs
 	loopSeen  atomic.Int32
 	overloads atomic.Uint64
-	panics    atomic.Uint64
 	// clientLimited counts queries refused at the per-client bound.
 	clientLimited atomic.Uint64
 	// tcpClientLimited counts TCP connections refused at the per-client
@@ -339,9 +347,11 @@ type Stats struct {
 	// ClientLimited counts queries refused because their client held its
 	// whole share of the in-flight bound (MaxClientInflight).
 	ClientLimited uint64 `json:"client_limited"`
-	Panics        uint64 `json:"panics"`
-	InFlight      int    `json:"in_flight"`
-	TCPConns      int    `json:"tcp_conns"`
+	// Panics counts every panic recovered in the agent: answering queries,
+	// and the cache's and forwarder's background work (Config.Panics).
+	Panics   uint64 `json:"panics"`
+	InFlight int    `json:"in_flight"`
+	TCPConns int    `json:"tcp_conns"`
 	// TCPClientLimited counts TCP connections closed at once because
 	// their client held its share of them (MaxClientTCPConns).
 	TCPClientLimited uint64 `json:"tcp_client_limited"`
@@ -353,7 +363,7 @@ type Stats struct {
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
-	return Stats{Overloaded: s.overloads.Load(), ClientLimited: s.clientLimited.Load(), Panics: s.panics.Load(), InFlight: len(s.sem), TCPConns: len(s.conns),
+	return Stats{Overloaded: s.overloads.Load(), ClientLimited: s.clientLimited.Load(), Panics: s.cfg.Panics.Count(), InFlight: len(s.sem), TCPConns: len(s.conns),
 		TCPClientLimited: s.tcpClientLimited.Load(),
 		UDPReaders:       len(s.udp), UDPReadersHoldingP: int(s.heldPs.Load())}
 }
