@@ -81,7 +81,7 @@ func newCollector(r *Recorder) *collector {
 		infObjects: d("informer_objects", "Objects held by the cluster index, by kind.", "kind"),
 
 		srvOverloaded: d("server_overloaded_total", "Requests answered SERVFAIL at once because too many were in flight."),
-		srvPanics:     d("server_panics_total", "Panics recovered while answering a request."),
+		srvPanics:     d("server_panics_total", "Panics recovered in the agent: answering requests, and background work (prefetch, stale refresh, shared upstream exchanges)."),
 		srvInflight:   d("server_inflight_requests", "Requests being resolved off the socket readers."),
 		srvTCP:        d("server_tcp_connections", "Open client TCP connections."),
 	}
