@@ -177,7 +177,7 @@ type Server struct {
 	draining atomic.Bool // Drain has begun: not ready, still reading
 	threads  sync.WaitGroup
 	tcpMu    sync.Mutex
-	tcpConns map[net.Conn]struct{}
+	tcpConns map[*net.TCPConn]*tcpState
 	// tcpClients counts open TCP connections per client address (under
 	// tcpMu); entries exist only while a client has one.
 	tcpClients map[netip.Addr]int
@@ -188,8 +188,8 @@ type Server struct {
 	// clientLimited counts queries refused at the per-client bound.
 	clientLimited atomic.Uint64
 	// tcpClientLimited counts TCP connections refused at the per-client
-	// bound.
-	tcpClientLimited atomic.Uint64
+	// bound; tcpEvicted idle connections closed to make room for new ones.
+	tcpClientLimited, tcpEvicted atomic.Uint64
 }
 
 // New validates cfg. Call Listen, then Serve.
@@ -204,7 +204,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "server"),
 		sem: make(chan struct{}, cfg.MaxInflight), fair: newClientLimiter(cfg.MaxClientInflight), conns: make(chan struct{}, cfg.MaxTCPConns),
-		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), tcpConns: map[net.Conn]struct{}{},
+		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), tcpConns: map[*net.TCPConn]*tcpState{},
 		tcpClients: map[netip.Addr]int{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.epoch = time.Now()
@@ -314,8 +314,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.awaitInflight(ctx)
 	s.closeListeners()
 	s.tcpMu.Lock()
-	for c := range s.tcpConns {
-		_ = c.SetReadDeadline(time.Unix(1, 0))
+	for _, st := range s.tcpConns {
+		_ = st.c.SetReadDeadline(time.Unix(1, 0))
 	}
 	s.tcpMu.Unlock()
 	done := make(chan struct{})
@@ -353,8 +353,11 @@ type Stats struct {
 	InFlight int    `json:"in_flight"`
 	TCPConns int    `json:"tcp_conns"`
 	// TCPClientLimited counts TCP connections closed at once because
-	// their client held its share of them (MaxClientTCPConns).
+	// their client held its share of them (MaxClientTCPConns) with none
+	// idle; TCPEvicted idle connections closed to make room for a new one
+	// at a bound.
 	TCPClientLimited uint64 `json:"tcp_client_limited"`
+	TCPEvicted       uint64 `json:"tcp_evicted"`
 	// UDPReaders counts the UDP sockets' readers; UDPReadersHoldingP those
 	// that block keeping their P (udpthread_linux.go).
 	UDPReaders         int `json:"udp_readers"`
@@ -364,8 +367,8 @@ type Stats struct {
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
 	return Stats{Overloaded: s.overloads.Load(), ClientLimited: s.clientLimited.Load(), Panics: s.cfg.Panics.Count(), InFlight: len(s.sem), TCPConns: len(s.conns),
-		TCPClientLimited: s.tcpClientLimited.Load(),
-		UDPReaders:       len(s.udp), UDPReadersHoldingP: int(s.heldPs.Load())}
+		TCPClientLimited: s.tcpClientLimited.Load(), TCPEvicted: s.tcpEvicted.Load(),
+		UDPReaders: len(s.udp), UDPReadersHoldingP: int(s.heldPs.Load())}
 }
 
 // Drain stops new UDP traffic from reaching this server's sockets while

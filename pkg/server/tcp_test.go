@@ -99,7 +99,68 @@ func TestTCPOneClientCannotHoldConnections(t *testing.T) {
 			t.Fatalf("a trickling connection was closed after %v", d.Round(time.Millisecond))
 		}
 	}
-	if st := s.Stats(); st.TCPClientLimited == 0 {
-		t.Fatalf("stats %+v: no connection refused at the per-client bound", st)
+	if st := s.Stats(); st.TCPClientLimited+st.TCPEvicted == 0 {
+		t.Fatalf("stats %+v: the per-client bound was never met", st)
+	}
+}
+
+// tcpQuery asks name over a new TCP connection from src and fails the
+// test unless it is answered.
+func tcpQuery(t *testing.T, src, addr, name string) {
+	t.Helper()
+	c, err := dialFrom(t, src, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	co := &dns.Conn{Conn: c}
+	m := q(name, dns.TypeA)
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	if err := co.WriteMsg(m); err != nil {
+		t.Fatalf("%s from %s: %v", name, src, err)
+	}
+	r, err := co.ReadMsg()
+	if err != nil || r.Id != m.Id || r.Rcode != dns.RcodeSuccess {
+		t.Fatalf("%s from %s: %v, %v", name, src, r, err)
+	}
+}
+
+// TestTCPIdleConnectionsMakeRoom: clients holding every connection open
+// and idle (each within its share) do not keep a new client out: the
+// connection idle longest is closed to make room. A client at its own
+// share gets room from its own idle connections, so even clients sharing
+// one address (host-network pods) are not kept out by each other's idle
+// connections.
+func TestTCPIdleConnectionsMakeRoom(t *testing.T) {
+	s, _ := start(t, Config{Resolver: &fakeResolver{}, MaxTCPConns: 8, TCPIdleTimeout: time.Minute})
+	addr := s.TCPAddrs()[0].String()
+	var held []*net.TCPConn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for _, src := range []string{"127.0.0.2", "127.0.0.4"} {
+		for i := 0; i < 4; i++ { // the default share of 8: 4
+			c, err := dialFrom(t, src, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, c)
+			waitFor(t, func() bool { return s.Stats().TCPConns == len(held) })
+		}
+	}
+	tcpQuery(t, "127.0.0.3", addr, "newcomer.example.")
+	if !closedWithin(held[0], 5*time.Second) {
+		t.Fatal("the connection idle longest was not the one closed")
+	}
+	// 127.0.0.4 holds its share, all idle: its next connection takes the
+	// place of its own oldest.
+	tcpQuery(t, "127.0.0.4", addr, "same-address.example.")
+	if !closedWithin(held[4], 5*time.Second) {
+		t.Fatal("the client's own oldest idle connection was not the one closed")
+	}
+	if st := s.Stats(); st.TCPEvicted != 2 || st.TCPClientLimited != 0 || st.Overloaded != 0 {
+		t.Fatalf("stats %+v: want 2 idle connections closed and nothing refused", st)
 	}
 }
