@@ -85,6 +85,9 @@ func (s *Server) admitTCP(c *net.TCPConn, client netip.Addr) (*tcpState, bool) {
 			select {
 			case s.conns <- struct{}{}:
 				st := &tcpState{c: c, client: client, slots: make(chan struct{}, perConnInflight), done: make(chan struct{})}
+				// Waiting for its first message from now: idle in the
+				// order connections arrived.
+				st.idleSince.Store(s.mono(time.Now()) + 1)
 				s.tcpClients[client]++
 				s.tcpConns[c] = st
 				s.tcpMu.Unlock()
@@ -217,7 +220,9 @@ func (s *Server) serveTCP(st *tcpState) {
 		}
 		now := time.Now()
 		_ = c.SetReadDeadline(now.Add(idle))
-		st.idleSince.Store(s.mono(now) + 1)
+		if st.idleSince.Load() == 0 {
+			st.idleSince.Store(s.mono(now) + 1)
+		}
 		if st.evicted.Load() {
 			return
 		}
