@@ -113,26 +113,31 @@ func countEntries(l *clientLimiter) int {
 	return n
 }
 
-// TestStalledZoneUpstreamShare: four pods flood random names under a zone
-// whose server never answers, so each of their misses holds one of the
+// TestStalledZoneUpstreamShare: pods flood random names under a zone whose
+// server never answers, so each of their misses holds one of the
 // forwarder's in-flight slots for the whole exchange budget. The server's
-// per-client share lets them all in (four shares are more than the
-// forwarder has), so the forwarder must keep a share per client, and per
-// namespace, of its own slots: another pod's cache misses are still
-// resolved, not SERVFAIL. Run once with the four pods in four namespaces
-// (the per-client share) and once in one namespace (the namespace share).
+// per-client share lets them all in (their shares together are more than
+// the forwarder has), so the forwarder must keep shares of its own slots:
+// another pod's cache misses are still resolved, not SERVFAIL, whether
+// the flooders are in namespaces of their own, in the other pod's own
+// namespace, or more than the shares can hold.
 func TestStalledZoneUpstreamShare(t *testing.T) {
-	for _, sameNS := range []bool{false, true} {
-		name := "four namespaces"
-		if sameNS {
-			name = "one namespace"
-		}
-		t.Run(name, func(t *testing.T) {
+	cases := []struct {
+		name     string
+		flooders int
+		ns       func(i int) string // namespace of pod i (the other pod is the last)
+	}{
+		{"four pods in four namespaces", 4, func(i int) string { return sprintf("ns-%d", i) }},
+		{"four pods in the other pod's namespace", 4, func(int) string { return "team" }},
+		{"twelve pods", 12, func(i int) string { return sprintf("ns-%d", i) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
 			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 			stalled := dnstest.Start(t, dnstest.Drop)
 			good := dnstest.Start(t, dnstest.Zone(60))
 			fwd, err := upstream.New(upstream.Config{Servers: []string{good.Addr}, Stubs: map[string][]string{"stalled.example.": {stalled.Addr}},
-				MaxInflight: 64, TryTimeout: 3 * time.Second, Budget: 4 * time.Second, Logger: quiet})
+				MaxInflight: 128, TryTimeout: 3 * time.Second, Budget: 4 * time.Second, Logger: quiet})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -141,20 +146,18 @@ func TestStalledZoneUpstreamShare(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(c.Close)
+			addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{127, 0, 1, byte(i)}) }
 			pods := fakePods{}
-			for i := 2; i <= 6; i++ {
-				ns := sprintf("ns-%d", i)
-				if sameNS && i < 6 {
-					ns = "flooders"
-				}
-				pods[netip.AddrFrom4([4]byte{127, 0, 0, byte(i)})] = ns
+			for i := 0; i <= tc.flooders; i++ {
+				pods[addr(i)] = tc.ns(i)
 			}
-			// The server lets each client hold 32: the four flooders
-			// together could take twice the forwarder's 64 slots.
-			s, _ := start(t, Config{Resolver: c, HitCache: c, Pods: pods, MaxInflight: 512, MaxClientInflight: 32, Logger: quiet})
+			// The server lets each client hold 40: the flooders together
+			// could take more than the forwarder's 128 slots (the four
+			// pods do with its old default share of a quarter).
+			s, _ := start(t, Config{Resolver: c, HitCache: c, Pods: pods, MaxInflight: 1024, MaxClientInflight: 40, Logger: quiet})
 			server := net.UDPAddrFromAddrPort(s.Addrs()[0])
-			for i := 2; i <= 5; i++ {
-				fl, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, byte(i))}, server)
+			for i := 0; i < tc.flooders; i++ {
+				fl, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr(i), 0)), server)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -165,10 +168,10 @@ func TestStalledZoneUpstreamShare(t *testing.T) {
 					}
 				}
 			}
-			waitFor(t, func() bool { return stalled.Count() >= 16 })
-			time.Sleep(100 * time.Millisecond) // let the flood settle
+			waitFor(t, func() bool { return stalled.Count() >= 4*tc.flooders })
+			time.Sleep(200 * time.Millisecond) // let the flood settle
 
-			other, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 6)}, server)
+			other, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr(tc.flooders), 0)), server)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -189,7 +192,8 @@ func TestStalledZoneUpstreamShare(t *testing.T) {
 						continue
 					}
 					if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
-						t.Fatalf("another pod's cache miss %d during the flood: %v", i, r)
+						t.Fatalf("another pod's cache miss %d during the flood: %v (forwarder refused %d, %d at a share)",
+							i, r, fwd.Overloaded(), fwd.ClientLimited())
 					}
 					break
 				}

@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -76,11 +77,13 @@ func TestSharedExchangePanicRecovered(t *testing.T) {
 	}
 }
 
-// TestClientShare: exchanges started for one client, or one namespace,
-// stop at their share of MaxInflight; another client, and work on nobody's
-// behalf, still get slots; the shares come back when the exchanges end.
+// TestClientShare: exchanges started for one client stop at its share; a
+// heavy client (lightInflight or more in flight) also stops at its
+// namespace's share; only clients holding fewer than reserveInflight take
+// the last eighth of the slots; a light client gets a slot while any is
+// left, even in a full namespace; the counts go when the exchanges end.
 func TestClientShare(t *testing.T) {
-	f, err := New(Config{Servers: []string{"127.0.0.1:53"}, MaxInflight: 16, MaxClientInflight: 3, MaxNamespaceInflight: 5, Logger: quietLog})
+	f, err := New(Config{Servers: []string{"127.0.0.1:53"}, MaxInflight: 40, MaxClientInflight: 8, MaxNamespaceInflight: 10, Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,52 +95,58 @@ func TestClientShare(t *testing.T) {
 		return r, nil
 	}
 	var wg sync.WaitGroup
-	start := func(ctx context.Context, name string) error {
-		// An admitted exchange blocks on the gate; a refused one returns
-		// at once.
-		res := make(chan error, 1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := f.Exchange(ctx, testQuery(name))
-			res <- err
-		}()
-		select {
-		case err := <-res:
-			return err
-		case <-time.After(50 * time.Millisecond):
-			return nil
+	n := 0
+	// ask starts count exchanges for ctx and returns how many were
+	// admitted (an admitted one blocks on the gate; a refused one
+	// returns ErrOverloaded at once).
+	ask := func(ctx context.Context, count int) int {
+		admitted := 0
+		for i := 0; i < count; i++ {
+			n++
+			res := make(chan error, 1)
+			wg.Add(1)
+			go func(name string) {
+				defer wg.Done()
+				_, err := f.Exchange(ctx, testQuery(name))
+				res <- err
+			}(fmt.Sprintf("q%d.example.", n))
+			select {
+			case err := <-res:
+				if !errors.Is(err, ErrOverloaded) {
+					t.Fatalf("refused with %v, want ErrOverloaded", err)
+				}
+			case <-time.After(50 * time.Millisecond):
+				admitted++
+			}
 		}
+		return admitted
 	}
 	pod := func(ip, ns string) context.Context {
 		return origin.With(context.Background(), origin.Origin{Client: netip.MustParseAddr(ip), Namespace: ns})
 	}
-	for i := 0; i < 3; i++ {
-		if err := start(pod("10.0.0.1", "a"), "p1-"+string(rune('a'+i))+".example."); err != nil {
-			t.Fatalf("exchange %d within the client's share: %v", i, err)
+	steps := []struct {
+		what        string
+		ctx         context.Context
+		ask, want   int
+		inFlightNow int
+	}{
+		{"a pod up to its own share", pod("10.0.0.1", "a"), 10, 8, 8},
+		{"a second pod of the full namespace: light, then heavy", pod("10.0.0.2", "a"), 10, 4, 12},
+		{"a third pod of the full namespace: light", pod("10.0.0.3", "a"), 1, 1, 13},
+		{"a pod of another namespace", pod("10.0.1.1", "b"), 10, 8, 21},
+		{"and another", pod("10.0.2.1", "c"), 10, 8, 29},
+		{"a pod stops at the reserve (40 - 5)", pod("10.0.3.1", "d"), 10, 6, 35},
+		{"another pod gets two of the reserve", pod("10.0.4.1", "e"), 10, 2, 37},
+		{"work on nobody's behalf, to the last slot", context.Background(), 5, 3, 40},
+		{"nothing left for anyone", pod("10.0.5.1", "f"), 1, 0, 40},
+	}
+	for _, st := range steps {
+		if got := ask(st.ctx, st.ask); got != st.want {
+			t.Fatalf("%s: %d of %d admitted, want %d", st.what, got, st.ask, st.want)
 		}
-	}
-	if err := start(pod("10.0.0.1", "a"), "p1-over.example."); !errors.Is(err, ErrOverloaded) {
-		t.Fatalf("past the client's share: %v, want ErrOverloaded", err)
-	}
-	// Same namespace, another pod: two more, then the namespace is full.
-	for i := 0; i < 2; i++ {
-		if err := start(pod("10.0.0.2", "a"), "p2-"+string(rune('a'+i))+".example."); err != nil {
-			t.Fatalf("exchange %d within the namespace's share: %v", i, err)
+		if l := len(f.sem); l != st.inFlightNow {
+			t.Fatalf("%s: %d in flight, want %d", st.what, l, st.inFlightNow)
 		}
-	}
-	if err := start(pod("10.0.0.3", "a"), "p3.example."); !errors.Is(err, ErrOverloaded) {
-		t.Fatalf("past the namespace's share: %v, want ErrOverloaded", err)
-	}
-	// Another namespace, and background work, are not affected.
-	if err := start(pod("10.0.0.4", "b"), "p4.example."); err != nil {
-		t.Fatalf("another namespace: %v", err)
-	}
-	if err := start(context.Background(), "prefetch.example."); err != nil {
-		t.Fatalf("work on nobody's behalf: %v", err)
-	}
-	if f.ClientLimited() != 2 {
-		t.Fatalf("client-limited %d, want 2", f.ClientLimited())
 	}
 	close(gate)
 	wg.Wait()
@@ -147,10 +156,9 @@ func TestClientShare(t *testing.T) {
 	if left != 0 {
 		t.Fatalf("%d counts left with nothing in flight", left)
 	}
-	if err := start(pod("10.0.0.1", "a"), "p1-again.example."); err != nil {
+	if _, err := f.Exchange(pod("10.0.0.1", "a"), testQuery("after.example.")); err != nil {
 		t.Fatalf("after the exchanges ended: %v", err)
 	}
-	wg.Wait()
 }
 
 func TestMinimal(t *testing.T) {

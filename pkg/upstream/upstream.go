@@ -74,7 +74,8 @@ type Config struct {
 	// client address (the query's origin.Origin); default MaxInflight/8,
 	// at least 1. MaxNamespaceInflight bounds those of one namespace's
 	// pods together; default MaxInflight/4, at least 1. Negative: no such
-	// bound. Work on no client's behalf (prefetch) has neither.
+	// bound. Work on no client's behalf (prefetch) has neither. See admit
+	// for the light clients these bounds never refuse.
 	MaxClientInflight, MaxNamespaceInflight int
 	// Panics counts panics recovered in shared exchanges; nil: a counter
 	// of the forwarder's own.
@@ -362,24 +363,47 @@ func (f *Forwarder) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) 
 	return withID(fl.reply, q.Id), fl.err
 }
 
+// lightInflight: a client with fewer exchanges than this in flight is
+// light (a pod resolving as pods do: A and AAAA, a search-path step or
+// two). The namespace share never refuses a light client, nor the reserve
+// one holding fewer than reserveInflight.
+const (
+	lightInflight   = 4
+	reserveInflight = 2
+)
+
 // admit takes an in-flight slot for a new exchange on behalf of o (f.mu
-// held): one of the client's share and of its namespace's, then one of
-// MaxInflight. Without per-client shares, a few pods asking random names
-// under a zone whose servers do not answer hold every slot for the whole
-// budget, and every other pod's cache misses fail meanwhile; the server's
-// own per-client bound does not prevent that, its slots being more than
-// the forwarder's.
+// held). Without shares, a few pods asking random names under a zone whose
+// servers do not answer hold every slot for the whole budget, and every
+// other pod's cache misses fail meanwhile; the server's own per-client
+// bound does not prevent that, its slots being more than the forwarder's.
+// So, the fuller the slots, the lighter a client must be to get one:
+//   - one client holds at most MaxClientInflight;
+//   - a heavy client (lightInflight or more in flight) is refused once its
+//     namespace holds MaxNamespaceInflight;
+//   - the last eighth of MaxInflight is a reserve: only a client holding
+//     fewer than reserveInflight gets a slot from it.
+//
+// A pod that is not flooding gets a slot while any is left, whether the
+// flooders are in its own namespace or are more than the shares can hold
+// (it takes an eighth of MaxInflight / reserveInflight flooding pods
+// beyond those filling their shares to use up the reserve).
 func (f *Forwarder) admit(o origin.Origin, hasOrigin bool) error {
 	if hasOrigin {
-		if m := f.cfg.MaxClientInflight; m > 0 && f.byClient[o.Client] >= m {
+		held := f.byClient[o.Client]
+		refuse := func(why string, args ...any) error {
 			f.overload.Add(1)
 			f.clientLimited.Add(1)
-			return fmt.Errorf("%w: client %s holds its share (%d)", ErrOverloaded, o.Client, m)
+			return fmt.Errorf("%w: "+why, append([]any{ErrOverloaded}, args...)...)
 		}
-		if m := f.cfg.MaxNamespaceInflight; m > 0 && o.Namespace != "" && f.byNamespace[o.Namespace] >= m {
-			f.overload.Add(1)
-			f.clientLimited.Add(1)
-			return fmt.Errorf("%w: namespace %s holds its share (%d)", ErrOverloaded, o.Namespace, m)
+		if m := f.cfg.MaxClientInflight; m > 0 && held >= m {
+			return refuse("client %s holds its share (%d)", o.Client, m)
+		}
+		if m := f.cfg.MaxNamespaceInflight; m > 0 && held >= f.light() && o.Namespace != "" && f.byNamespace[o.Namespace] >= m {
+			return refuse("namespace %s holds its share (%d)", o.Namespace, m)
+		}
+		if held >= reserveInflight && len(f.sem) >= cap(f.sem)-cap(f.sem)/8 {
+			return refuse("client %s holds %d and the slots left are a reserve for clients holding fewer than %d", o.Client, held, reserveInflight)
 		}
 	}
 	select {
@@ -395,6 +419,15 @@ func (f *Forwarder) admit(o origin.Origin, hasOrigin bool) error {
 		}
 	}
 	return nil
+}
+
+// light is how many exchanges a client may hold and still count as light:
+// lightInflight, or half its share when that is smaller.
+func (f *Forwarder) light() int {
+	if m := f.cfg.MaxClientInflight; m > 0 {
+		return min(lightInflight, max(m/2, 1))
+	}
+	return lightInflight
 }
 
 // leave gives back what admit took (f.mu held).
