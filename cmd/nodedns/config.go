@@ -8,10 +8,13 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodedns/nodedns/pkg/cache"
 )
 
 // Config is everything `nodedns serve` can be told, by flag or by the YAML
@@ -26,6 +29,7 @@ type Config struct {
 	Stubs       StubsMap `json:"stub-domains"`
 
 	CacheSize      int      `json:"cache-size"`
+	CacheMaxBytes  Bytes    `json:"cache-max-bytes"`
 	MinTTL         Duration `json:"min-ttl"`
 	MaxTTL         Duration `json:"max-ttl"`
 	MaxNegativeTTL Duration `json:"max-negative-ttl"`
@@ -114,6 +118,7 @@ func defaultConfig() Config {
 		Admin:           "127.0.0.1:9253",
 		Policy:          "random",
 		CacheSize:       10000,
+		CacheMaxBytes:   cache.DefaultMaxBytes,
 		MaxTTL:          Duration(time.Hour),
 		MaxNegativeTTL:  Duration(30 * time.Minute),
 		ServeStale:      Duration(time.Hour),
@@ -151,6 +156,7 @@ func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
 	fs.StringVar(&c.Policy, "policy", c.Policy, "upstream selection: random, round_robin or sequential")
 	fs.Var(&c.Stubs, "stub-domain", "zone=ip[:port][,ip...]; repeat for several zones (longest zone wins)")
 	fs.IntVar(&c.CacheSize, "cache-size", c.CacheSize, "maximum cached answers (external names)")
+	fs.Var(&c.CacheMaxBytes, "cache-max-bytes", "maximum bytes held by cached answers (e.g. 32Mi); replies over 1/16 of it, or 16Ki, are answered but not cached")
 	fs.Var(&c.MinTTL, "min-ttl", "lower bound on the lifetime of cached positive answers")
 	fs.Var(&c.MaxTTL, "max-ttl", "upper bound on the lifetime of cached positive answers")
 	fs.Var(&c.MaxNegativeTTL, "max-negative-ttl", "upper bound on cached NXDOMAIN/NODATA")
@@ -279,6 +285,8 @@ func (c *Config) validate() error {
 	switch {
 	case c.CacheSize < 1:
 		return fmt.Errorf("--cache-size %d: want at least 1", c.CacheSize)
+	case c.CacheMaxBytes < 64<<10:
+		return fmt.Errorf("--cache-max-bytes %s: want at least 64Ki", c.CacheMaxBytes)
 	case c.MaxInflight < 1:
 		return fmt.Errorf("--max-inflight %d: want at least 1", c.MaxInflight)
 	case c.MaxTCPConns < 1:
@@ -417,6 +425,57 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("duration %s: want a string such as \"5s\"", b)
 	}
 	return d.Set(s)
+}
+
+// Bytes is a size in bytes: a plain number, or one with a binary (Ki, Mi,
+// Gi) or decimal (k, M, G) suffix and an optional trailing B ("32Mi",
+// "64MiB", "1G"), in flags and in the file.
+type Bytes int64
+
+func (b Bytes) String() string {
+	switch {
+	case b != 0 && b%(1<<30) == 0:
+		return fmt.Sprintf("%dGi", b>>30)
+	case b != 0 && b%(1<<20) == 0:
+		return fmt.Sprintf("%dMi", b>>20)
+	case b != 0 && b%(1<<10) == 0:
+		return fmt.Sprintf("%dKi", b>>10)
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+// Set implements flag.Value.
+func (b *Bytes) Set(s string) error {
+	t := strings.TrimSuffix(strings.TrimSpace(s), "B")
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSuffix(t, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return fmt.Errorf("%q is not a size such as 33554432, 32Mi or 64MiB", s)
+	}
+	*b = Bytes(n * mult)
+	return nil
+}
+
+// UnmarshalJSON reads a number or a size string.
+func (b *Bytes) UnmarshalJSON(data []byte) error {
+	var n int64
+	if err := json.Unmarshal(data, &n); err == nil {
+		return b.Set(strconv.FormatInt(n, 10))
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("size %s: want a number of bytes or a string such as \"32Mi\"", data)
+	}
+	return b.Set(s)
 }
 
 // StubsMap maps a zone to its servers. As a flag, each use adds

@@ -22,6 +22,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/k8s"
 	"github.com/nodedns/nodedns/pkg/metrics"
 	"github.com/nodedns/nodedns/pkg/ndots"
+	"github.com/nodedns/nodedns/pkg/recovery"
 	"github.com/nodedns/nodedns/pkg/server"
 	"github.com/nodedns/nodedns/pkg/upstream"
 )
@@ -44,6 +45,9 @@ type agent struct {
 	icfg     intercept.Config
 	started  time.Time
 	draining atomic.Bool
+	// panics is the one count of recovered panics: server, cache and
+	// forwarder (a reload's new forwarder too) share it.
+	panics *recovery.Counter
 	// runCtx is run's context; stopFwd stops the current forwarder's
 	// probes (both used by the reload goroutine only, after run set them).
 	runCtx  context.Context
@@ -168,13 +172,14 @@ func searchDomains(cfg Config, zone string) []string {
 	return ndots.Search(rc.Search, zone)
 }
 
-// newForwarder builds the upstream forwarder of cfg.
-func newForwarder(cfg Config, log *slog.Logger) (*upstream.Forwarder, error) {
+// newForwarder builds the upstream forwarder of cfg; its recovered panics
+// count on panics.
+func newForwarder(cfg Config, log *slog.Logger, panics *recovery.Counter) (*upstream.Forwarder, error) {
 	ups, err := upstreams(cfg, listenAddrs(cfg), log)
 	if err != nil {
 		return nil, err
 	}
-	return upstream.New(upstream.Config{Servers: ups, Stubs: cfg.Stubs, Policy: upstream.Policy(cfg.Policy), Logger: log})
+	return upstream.New(upstream.Config{Servers: ups, Stubs: cfg.Stubs, Policy: upstream.Policy(cfg.Policy), Panics: panics, Logger: log})
 }
 
 // cacheConfig maps cfg onto the cache's settings (0 disables prefetch and
@@ -188,18 +193,20 @@ func cacheConfig(cfg Config, log *slog.Logger) cache.Config {
 	if stale == 0 {
 		stale = -1
 	}
-	return cache.Config{Size: cfg.CacheSize, MinTTL: time.Duration(cfg.MinTTL), MaxTTL: time.Duration(cfg.MaxTTL),
+	return cache.Config{Size: cfg.CacheSize, MaxBytes: int64(cfg.CacheMaxBytes), MinTTL: time.Duration(cfg.MinTTL), MaxTTL: time.Duration(cfg.MaxTTL),
 		MaxNegativeTTL: time.Duration(cfg.MaxNegativeTTL), StaleFor: stale, PrefetchHits: prefetch, Logger: log}
 }
 
 func build(cfg Config, log *slog.Logger) (*agent, error) {
-	a := &agent{cfg: cfg, log: log, started: time.Now()}
-	fwd, err := newForwarder(cfg, log)
+	a := &agent{cfg: cfg, log: log, started: time.Now(), panics: new(recovery.Counter)}
+	fwd, err := newForwarder(cfg, log, a.panics)
 	if err != nil {
 		return nil, err
 	}
 	a.fwd.Store(fwd)
-	a.cache, err = cache.New(cacheConfig(cfg, log), fwd)
+	ccfg := cacheConfig(cfg, log)
+	ccfg.Panics = a.panics
+	a.cache, err = cache.New(ccfg, fwd)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +214,7 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 		return nil, err
 	}
 	listen := listenAddrs(cfg)
-	scfg := server.Config{Observer: a.rec, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
+	scfg := server.Config{Observer: a.rec, Panics: a.panics, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
 		MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.udpSockets(), Logger: log}
 	if err := a.wireCluster(&scfg); err != nil {
 		return nil, err

@@ -23,6 +23,7 @@ type collector struct {
 
 	cacheEntries, cacheCapacity, cacheHits, cacheMisses *prometheus.Desc
 	cacheEvictions, cacheStale, cachePrefetches         *prometheus.Desc
+	cacheBytes, cacheMaxBytes, cacheTooLarge            *prometheus.Desc
 
 	upRequests, upFailures, upUp, upP50, upP99 *prometheus.Desc
 
@@ -53,6 +54,9 @@ func newCollector(r *Recorder) *collector {
 		cacheEvictions:  d("cache_evictions_total", "Entries evicted from the full cache."),
 		cacheStale:      d("cache_stale_served_total", "Expired answers served because the upstream failed."),
 		cachePrefetches: d("cache_prefetches_total", "Entries refreshed before they expired."),
+		cacheBytes:      d("cache_bytes", "Bytes held by the cache's entries (replies in wire form plus a fixed overhead each)."),
+		cacheMaxBytes:   d("cache_max_bytes", "Maximum bytes held by the cache (--cache-max-bytes)."),
+		cacheTooLarge:   d("cache_too_large_total", "Replies answered but not cached for their size."),
 
 		upRequests: d("upstream_requests_total", "Exchanges sent to an upstream server.", "upstream"),
 		upFailures: d("upstream_failures_total", "Exchanges with an upstream server that failed.", "upstream"),
@@ -77,7 +81,7 @@ func newCollector(r *Recorder) *collector {
 		infObjects: d("informer_objects", "Objects held by the cluster index, by kind.", "kind"),
 
 		srvOverloaded: d("server_overloaded_total", "Requests answered SERVFAIL at once because too many were in flight."),
-		srvPanics:     d("server_panics_total", "Panics recovered while answering a request."),
+		srvPanics:     d("server_panics_total", "Panics recovered in the agent: answering requests, and background work (prefetch, stale refresh, shared upstream exchanges)."),
 		srvInflight:   d("server_inflight_requests", "Requests being resolved off the socket readers."),
 		srvTCP:        d("server_tcp_connections", "Open client TCP connections."),
 	}
@@ -86,6 +90,7 @@ func newCollector(r *Recorder) *collector {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.buildInfo, c.requests, c.duration,
 		c.cacheEntries, c.cacheCapacity, c.cacheHits, c.cacheMisses, c.cacheEvictions, c.cacheStale, c.cachePrefetches,
+		c.cacheBytes, c.cacheMaxBytes, c.cacheTooLarge,
 		c.upRequests, c.upFailures, c.upUp, c.upP50, c.upP99, c.apShortcuts, c.apSteps, c.apSaved,
 		c.icEnabled, c.icRepairs, c.icPresent, c.icWanted, c.infEnabled, c.infSynced, c.infObjects,
 		c.srvOverloaded, c.srvPanics, c.srvInflight, c.srvTCP} {
@@ -124,6 +129,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		cf := src.Cache()
 		gauge(c.cacheEntries, float64(cf.Entries))
 		gauge(c.cacheCapacity, float64(cf.Capacity))
+		gauge(c.cacheBytes, float64(cf.Bytes))
+		gauge(c.cacheMaxBytes, float64(cf.MaxBytes))
+		counter(c.cacheTooLarge, cf.TooLarge)
 		counter(c.cacheHits, cf.Hits)
 		counter(c.cacheMisses, cf.Misses)
 		counter(c.cacheEvictions, cf.Evictions)

@@ -57,6 +57,9 @@ type Sources struct {
 type CacheFigures struct {
 	Entries     int    `json:"entries"`
 	Capacity    int    `json:"capacity"`
+	Bytes       int64  `json:"bytes"`
+	MaxBytes    int64  `json:"max_bytes"`
+	TooLarge    uint64 `json:"too_large"`
 	Hits        uint64 `json:"hits"`
 	Misses      uint64 `json:"misses"`
 	Evictions   uint64 `json:"evictions"`

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/dnswire"
 	"github.com/nodedns/nodedns/pkg/ndots"
+	"github.com/nodedns/nodedns/pkg/origin"
 )
 
 // verdict is what the reader does with a packet.
@@ -30,8 +31,7 @@ const (
 func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 	defer func() {
 		if p := recover(); p != nil {
-			s.panics.Add(1)
-			s.log.Error("panic answering query", "name", r.q.Name, "type", r.q.Type, "panic", fmt.Sprint(p))
+			s.cfg.Panics.Caught(s.log, p, "answering a query", "name", r.q.Name, "type", r.q.Type)
 			out, v = s.errorReply(dst[:0], r, dns.RcodeServerFailure), verdictReply
 		}
 	}()
@@ -101,13 +101,19 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 func (s *Server) slow(ctx context.Context, dst []byte, r *request) (out []byte) {
 	defer func() {
 		if p := recover(); p != nil {
-			s.panics.Add(1)
-			s.log.Error("panic answering query", "name", r.q.Name, "type", r.q.Type, "panic", fmt.Sprint(p))
+			s.cfg.Panics.Caught(s.log, p, "answering a query", "name", r.q.Name, "type", r.q.Type)
 			out = s.reply(dst[:0], r, dns.RcodeServerFailure, SourceLocal)
 		}
 	}()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
 	defer cancel()
+	// Who the query is for, so that the forwarder can keep each client's
+	// (and namespace's) share of its slots (pkg/origin).
+	o := origin.Origin{Client: r.client}
+	if s.cfg.Pods != nil {
+		o.Namespace, _ = s.cfg.Pods.PodNamespace(r.client)
+	}
+	ctx = origin.With(ctx, o)
 	if s.walkCandidate(r) {
 		if m, steps, saved, ok := s.walk(ctx, r); ok {
 			return s.send(dst, r, m, SourceAutopath, steps, saved)
