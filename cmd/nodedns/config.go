@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodedns/nodedns/pkg/resolvconf"
 )
 
 // Config is everything `nodedns serve` can be told, by flag or by the YAML
@@ -20,6 +22,7 @@ import (
 type Config struct {
 	Listen      List     `json:"listen"`
 	Upstream    List     `json:"upstream"`
+	ResolvConf  string   `json:"resolv-conf"`
 	Admin       string   `json:"admin"`
 	AdminSocket string   `json:"admin-socket"`
 	Policy      string   `json:"policy"`
@@ -113,6 +116,7 @@ func defaultConfig() Config {
 	return Config{
 		Admin:           "127.0.0.1:9253",
 		Policy:          "random",
+		ResolvConf:      resolvconf.DefaultPath,
 		CacheSize:       10000,
 		MaxTTL:          Duration(time.Hour),
 		MaxNegativeTTL:  Duration(30 * time.Minute),
@@ -146,6 +150,7 @@ func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
 	fs.StringVar(configPath, "config", *configPath, "YAML file with the same settings (keys are flag names) plus stub-domains; flags override it")
 	fs.Var(&c.Listen, "listen", "comma-separated ip:port to serve DNS on, UDP and TCP (default: port 53 of each --local-ip)")
 	fs.Var(&c.Upstream, "upstream", "comma-separated ip[:port] of upstream resolvers (default: nameservers in /etc/resolv.conf, minus our own addresses)")
+	fs.StringVar(&c.ResolvConf, "resolv-conf", c.ResolvConf, "resolver configuration whose nameservers are the default upstreams and whose search domains pods inherit")
 	fs.StringVar(&c.Admin, "admin", c.Admin, "ip:port of the HTTP admin endpoint (/health, /ready, /metrics, /stats); empty disables it")
 	fs.StringVar(&c.AdminSocket, "admin-socket", c.AdminSocket, "unix socket serving the admin endpoint too (the DaemonSet's probes use it)")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "upstream selection: random, round_robin or sequential")

@@ -20,12 +20,22 @@ import (
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// A port free for both UDP and TCP: the agent binds both.
+	for range 50 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := pc.LocalAddr().(*net.UDPAddr).Port
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		pc.Close()
+		if err == nil {
+			l.Close()
+			return port
+		}
 	}
-	defer pc.Close()
-	return pc.LocalAddr().(*net.UDPAddr).Port
+	t.Fatal("no port free for both UDP and TCP")
+	return 0
 }
 
 // answerWith answers every A query with ip.

@@ -9,12 +9,9 @@ import (
 	"net/netip"
 	"os/signal"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/admin"
 	"github.com/nodedns/nodedns/pkg/cache"
@@ -22,11 +19,10 @@ import (
 	"github.com/nodedns/nodedns/pkg/k8s"
 	"github.com/nodedns/nodedns/pkg/metrics"
 	"github.com/nodedns/nodedns/pkg/ndots"
+	"github.com/nodedns/nodedns/pkg/resolvconf"
 	"github.com/nodedns/nodedns/pkg/server"
 	"github.com/nodedns/nodedns/pkg/upstream"
 )
-
-const resolvConf = "/etc/resolv.conf"
 
 // agent holds the wired parts of a running agent.
 type agent struct {
@@ -132,27 +128,37 @@ func upstreams(cfg Config, listen []string, log *slog.Logger) ([]string, error) 
 		}
 		return out, nil
 	}
-	rc, err := dns.ClientConfigFromFile(resolvConf)
+	rc, err := readResolvConf(cfg.ResolvConf, log)
 	if err != nil {
-		return nil, fmt.Errorf("no --upstream and reading %s: %w", resolvConf, err)
+		return nil, fmt.Errorf("no --upstream and %w", err)
 	}
 	var out []string
-	for _, s := range rc.Servers {
-		n, err := upstream.NormalizeAddr(netip.AddrPortFrom(netip.MustParseAddr(strings.Trim(s, "[]")), 53).String())
-		if err != nil {
-			log.Warn("ignoring nameserver from resolv.conf", "server", s, "err", err)
-			continue
-		}
+	for _, ip := range rc.Nameservers {
+		n := netip.AddrPortFrom(ip, 53).String()
 		if isOwn(n) {
-			log.Info("dropping our own address from resolv.conf upstreams", "server", n)
+			log.Info("dropping our own address from resolv.conf upstreams", "server", n, "file", cfg.ResolvConf)
 			continue
 		}
 		out = append(out, n)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no --upstream and %s names no usable nameserver", resolvConf)
+		return nil, fmt.Errorf("no --upstream and %s names no usable nameserver (%d skipped as malformed, %d of this agent's own)",
+			cfg.ResolvConf, len(rc.Problems), len(rc.Nameservers))
 	}
 	return out, nil
+}
+
+// readResolvConf reads the node's resolver configuration; every line
+// skipped as malformed is logged as a warning naming the file and line.
+func readResolvConf(path string, log *slog.Logger) (resolvconf.File, error) {
+	rc, err := resolvconf.ReadFile(path)
+	if err != nil {
+		return rc, err
+	}
+	for _, p := range rc.Problems {
+		log.Warn("skipping a malformed line of resolv.conf", "file", path, "line", p.Line, "text", p.Text, "err", p.Err)
+	}
+	return rc, nil
 }
 
 // searchDomains is --search, else the node's own search domains from
@@ -161,7 +167,7 @@ func searchDomains(cfg Config, zone string) []string {
 	if cfg.searchSet {
 		return ndots.Search(cfg.Search, zone)
 	}
-	rc, err := dns.ClientConfigFromFile(resolvConf)
+	rc, err := resolvconf.ReadFile(cfg.ResolvConf)
 	if err != nil {
 		return nil
 	}
