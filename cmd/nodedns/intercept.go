@@ -54,7 +54,7 @@ func (a *agent) teardownIntercept() {
 	if a.ic == nil {
 		return
 	}
-	if !a.cfg.Teardown {
+	if !a.running().Teardown { // a reload may have changed it
 		a.log.Info("leaving interception in place (--teardown=false)")
 		return
 	}

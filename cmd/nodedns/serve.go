@@ -40,6 +40,10 @@ type agent struct {
 	icfg     intercept.Config
 	started  time.Time
 	draining atomic.Bool
+	// live is the running configuration: cfg as replaced by each reload
+	// (see running); reloads counts them.
+	live    atomic.Pointer[Config]
+	reloads *reloadStats
 	// runCtx is run's context; stopFwd stops the current forwarder's
 	// probes (both used by the reload goroutine only, after run set them).
 	runCtx  context.Context
@@ -55,12 +59,18 @@ func newLogger(level string, w io.Writer) (*slog.Logger, *slog.LevelVar) {
 }
 
 func serve(args []string, stderr io.Writer) error {
-	cfg, err := loadConfig(args, stderr)
+	cfg, res, err := load(args, false, stderr)
+	if err == nil {
+		err = res.err()
+	}
 	if err != nil {
 		return err
 	}
 	log, level := newLogger(cfg.LogLevel, stderr)
 	slog.SetDefault(log)
+	for _, w := range res.warnings {
+		log.Warn("config: " + w)
+	}
 	if n := cfg.schedulerProcs(); n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
@@ -164,7 +174,7 @@ func readResolvConf(path string, log *slog.Logger) (resolvconf.File, error) {
 // searchDomains is --search, else the node's own search domains from
 // resolv.conf (those after the cluster's).
 func searchDomains(cfg Config, zone string) []string {
-	if cfg.searchSet {
+	if cfg.isGiven("search") {
 		return ndots.Search(cfg.Search, zone)
 	}
 	rc, err := resolvconf.ReadFile(cfg.ResolvConf)
@@ -199,7 +209,8 @@ func cacheConfig(cfg Config, log *slog.Logger) cache.Config {
 }
 
 func build(cfg Config, log *slog.Logger) (*agent, error) {
-	a := &agent{cfg: cfg, log: log, started: time.Now()}
+	a := &agent{cfg: cfg, log: log, started: time.Now(), reloads: newReloadStats()}
+	a.live.Store(&cfg)
 	fwd, err := newForwarder(cfg, log)
 	if err != nil {
 		return nil, err
@@ -211,6 +222,11 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 	}
 	if a.rec, err = a.newRecorder(); err != nil {
 		return nil, err
+	}
+	for _, c := range a.reloads.collectors() {
+		if err := a.rec.Register(c); err != nil {
+			return nil, err
+		}
 	}
 	listen := listenAddrs(cfg)
 	scfg := server.Config{Observer: a.rec, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
@@ -300,9 +316,10 @@ func (a *agent) run(ctx context.Context) error {
 // over), then the sockets close.
 func (a *agent) shutdown(lameduck bool) {
 	a.draining.Store(true)
-	if lameduck && a.cfg.Lameduck > 0 {
-		a.log.Info("lameduck: not ready, still answering", "for", a.cfg.Lameduck.String())
-		time.Sleep(time.Duration(a.cfg.Lameduck))
+	// Read now: a reload may have changed it since the start.
+	if d := a.running().Lameduck; lameduck && d > 0 {
+		a.log.Info("lameduck: not ready, still answering", "for", d.String())
+		time.Sleep(time.Duration(d))
 	}
 	// Let the sockets' queues empty before they close (see Server.Drain).
 	a.srv.Drain(200 * time.Millisecond)

@@ -263,6 +263,21 @@ func TestQueryLogSampled(t *testing.T) {
 	if _, err := New(Config{LogQueries: 1.5}); err == nil {
 		t.Error("LogQueries 1.5 accepted")
 	}
+
+	// A reload changes the fraction of a running Recorder.
+	buf.Reset()
+	if err := quiet.SetLogQueries(0.5); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		quiet.Observe(ev(server.SourceCache, 0, "a.example."))
+	}
+	if n := strings.Count(buf.String(), "\n"); n != 50 {
+		t.Errorf("logged %d of 100 after SetLogQueries(0.5)", n)
+	}
+	if err := quiet.SetLogQueries(-1); err == nil {
+		t.Error("SetLogQueries(-1) accepted")
+	}
 }
 
 type writerFunc func([]byte) (int, error)

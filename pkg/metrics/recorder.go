@@ -171,8 +171,8 @@ type Recorder struct {
 
 	apShortcuts, apSteps, apSaved atomic.Uint64
 
-	topMask  uint64 // sample when count&topMask == 0
-	logEvery uint64 // log when count%logEvery == 0; 0: never
+	topMask  uint64        // sample when count&topMask == 0
+	logEvery atomic.Uint64 // log when count%logEvery == 0; 0: never (SetLogQueries)
 	names    *topK[string]
 	clients  *topK[netip.Addr]
 }
@@ -203,9 +203,7 @@ func New(cfg Config) (*Recorder, error) {
 		r.started = r.clock()
 	}
 	r.startSec = r.started.Unix()
-	if cfg.LogQueries > 0 {
-		r.logEvery = uint64(math.Max(1, math.Round(1/cfg.LogQueries)))
-	}
+	r.logEvery.Store(logEvery(cfg.LogQueries))
 	// The tables track more entries than they report: Space-Saving's
 	// estimates for the leaders sharpen as the table grows.
 	tracked := min(max(64, 8*cfg.TopK), 4096)
@@ -244,9 +242,27 @@ func (r *Recorder) Observe(ev server.Event) {
 			r.clients.add(ev.Client.Unmap(), sec)
 		}
 	}
-	if r.logEvery != 0 && n%r.logEvery == 0 {
+	if every := r.logEvery.Load(); every != 0 && n%every == 0 {
 		r.logQuery(&ev)
 	}
+}
+
+// SetLogQueries changes the fraction of answers logged (Config.LogQueries)
+// while the Recorder runs, for a configuration reload.
+func (r *Recorder) SetLogQueries(fraction float64) error {
+	if fraction < 0 || fraction > 1 || math.IsNaN(fraction) {
+		return fmt.Errorf("metrics: query log fraction %g: want 0 to 1", fraction)
+	}
+	r.logEvery.Store(logEvery(fraction))
+	return nil
+}
+
+// logEvery is one in how many answers a fraction logs; 0: none.
+func logEvery(fraction float64) uint64 {
+	if fraction <= 0 {
+		return 0
+	}
+	return uint64(math.Max(1, math.Round(1/fraction)))
 }
 
 // coarseTick is how often Run refreshes the coarse clock: an answer may be
