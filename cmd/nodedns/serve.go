@@ -282,7 +282,7 @@ func (a *agent) run(ctx context.Context) error {
 
 	if a.cfg.Admin != "" || a.cfg.AdminSocket != "" {
 		var err error
-		a.admin, err = admin.New(admin.Config{Addr: a.cfg.Admin, Socket: a.cfg.AdminSocket, Ready: a.readyChecks(), Logger: a.log,
+		a.admin, err = admin.New(admin.Config{Addr: a.cfg.Admin, Socket: a.cfg.AdminSocket, Health: a.healthChecks(), Ready: a.readyChecks(), Logger: a.log,
 			Stats: func() any { return a.rec.Stats() }, Metrics: a.rec.Handler()}, a.draining.Load)
 		if err != nil {
 			_ = a.srv.Shutdown(context.Background())
@@ -333,6 +333,12 @@ func (a *agent) shutdown(lameduck bool) {
 	}
 	a.teardownIntercept()
 	a.log.Info("stopped")
+}
+
+// healthChecks are the liveness conditions: what the agent cannot repair
+// by itself, so that kubelet restarts it.
+func (a *agent) healthChecks() []admin.Check {
+	return []admin.Check{{Name: "udp readers", Fn: a.srv.ReadersHealthy}}
 }
 
 func (a *agent) readyChecks() []admin.Check {

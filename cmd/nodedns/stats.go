@@ -261,8 +261,12 @@ func renderStats(w io.Writer, d *metrics.Document) {
 	r.line("Autopath", "%d shortcuts, %d upstream round trips saved (%d search-path steps walked by the agent)",
 		d.Autopath.Shortcuts, d.Autopath.Saved, d.Autopath.Steps)
 	if s := d.Server; s != nil {
-		r.line("Server", "%d in flight, %d TCP connections, %d overloaded, %d panics; %d UDP readers (%d holding a P)",
-			s.InFlight, s.TCPConns, s.Overloaded, s.Panics, s.UDPReaders, s.UDPReadersHoldingP)
+		r.line("Server", "%d in flight, %d TCP connections, %d overloaded, %d panics", s.InFlight, s.TCPConns, s.Overloaded, s.Panics)
+		readers := fmt.Sprintf("%d of %d UDP readers live (%d holding a P), %d restarts", s.UDPReadersLive, s.UDPReaders, s.UDPReadersHoldingP, s.UDPReaderRestarts)
+		if s.UDPReadersLive < s.UDPReaders {
+			readers += " [DOWN: see the agent's log]"
+		}
+		r.line("", "%s", readers)
 	}
 	r.blank()
 

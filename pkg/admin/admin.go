@@ -1,5 +1,5 @@
 // Package admin serves the agent's HTTP admin endpoint: /health (the process
-// is alive), /ready (it should receive traffic), /metrics (Prometheus) and
+// is alive and can recover by itself), /ready (it should receive traffic), /metrics (Prometheus) and
 // /stats (a JSON document for `nodedns stats`). It owns no DNS logic; the
 // agent hands it the checks and the stats source.
 package admin
@@ -34,7 +34,12 @@ type Config struct {
 	// Socket is a unix socket path served too; empty: none. Each agent pod
 	// has its own, so probes through it always reach their own agent even
 	// while two agents share the TCP port.
-	Socket  string
+	Socket string
+	// Health are the liveness conditions (/health): a failing one means
+	// the process cannot recover by itself and should be restarted. Ready
+	// are the readiness conditions (/ready): whether it should receive
+	// traffic now.
+	Health  []Check
 	Ready   []Check
 	Stats   func() any   // the /stats document; nil: 404
 	Metrics http.Handler // /metrics; nil: 404
@@ -82,6 +87,10 @@ func New(cfg Config, notReady func() bool) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) {
+		if err := runChecks(cfg.Health); err != nil {
+			http.Error(w, "unhealthy: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/ready", s.ready)
@@ -138,8 +147,14 @@ func (s *Server) Ready() error {
 	if s.down != nil && s.down() {
 		return errors.New("shutting down")
 	}
+	return runChecks(s.cfg.Ready)
+}
+
+// runChecks runs every check; nil when all pass, else one error naming
+// each failing one.
+func runChecks(checks []Check) error {
 	var errs []error
-	for _, c := range s.cfg.Ready {
+	for _, c := range checks {
 		if err := c.Fn(); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", c.Name, err))
 		}

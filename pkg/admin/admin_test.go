@@ -25,13 +25,19 @@ func get(t *testing.T, c *http.Client, url string) (int, string) {
 }
 
 func TestEndpoints(t *testing.T) {
-	var broken atomic.Bool
+	var broken, dead atomic.Bool
 	var draining atomic.Bool
 	sock := filepath.Join(t.TempDir(), "admin.sock")
 	s, err := New(Config{Addr: "127.0.0.1:0", Socket: sock,
 		Ready: []Check{{Name: "listeners", Fn: func() error {
 			if broken.Load() {
 				return errors.New("not bound")
+			}
+			return nil
+		}}},
+		Health: []Check{{Name: "udp readers", Fn: func() error {
+			if dead.Load() {
+				return errors.New("1 reader down")
 			}
 			return nil
 		}}},
@@ -88,6 +94,10 @@ func TestEndpoints(t *testing.T) {
 	// Liveness does not depend on readiness.
 	if code, _ := get(t, tcp, base+"/health"); code != 200 {
 		t.Fatalf("/health while draining = %d", code)
+	}
+	dead.Store(true)
+	if code, body := get(t, tcp, base+"/health"); code != http.StatusServiceUnavailable || !strings.Contains(body, "udp readers: 1 reader down") {
+		t.Fatalf("/health with a failing check = %d %q", code, body)
 	}
 }
 

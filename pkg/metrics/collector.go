@@ -33,6 +33,8 @@ type collector struct {
 	infEnabled, infSynced, infObjects *prometheus.Desc
 
 	srvOverloaded, srvPanics, srvInflight, srvTCP *prometheus.Desc
+
+	srvReaders, srvReadersLive, srvReaderRestarts *prometheus.Desc
 }
 
 func newCollector(r *Recorder) *collector {
@@ -80,6 +82,10 @@ func newCollector(r *Recorder) *collector {
 		srvPanics:     d("server_panics_total", "Panics recovered while answering a request."),
 		srvInflight:   d("server_inflight_requests", "Requests being resolved off the socket readers."),
 		srvTCP:        d("server_tcp_connections", "Open client TCP connections."),
+
+		srvReaders:        d("server_udp_readers", "UDP socket readers the agent runs (sockets per address x listen addresses)."),
+		srvReadersLive:    d("server_udp_readers_live", "UDP socket readers reading now; below server_udp_readers while a failed reader is being restarted."),
+		srvReaderRestarts: d("server_udp_reader_restarts_total", "UDP socket readers restarted after their socket failed."),
 	}
 }
 
@@ -88,7 +94,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.cacheEntries, c.cacheCapacity, c.cacheHits, c.cacheMisses, c.cacheEvictions, c.cacheStale, c.cachePrefetches,
 		c.upRequests, c.upFailures, c.upUp, c.upP50, c.upP99, c.apShortcuts, c.apSteps, c.apSaved,
 		c.icEnabled, c.icRepairs, c.icPresent, c.icWanted, c.infEnabled, c.infSynced, c.infObjects,
-		c.srvOverloaded, c.srvPanics, c.srvInflight, c.srvTCP} {
+		c.srvOverloaded, c.srvPanics, c.srvInflight, c.srvTCP, c.srvReaders, c.srvReadersLive, c.srvReaderRestarts} {
 		ch <- d
 	}
 }
@@ -172,6 +178,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.srvPanics, st.Panics)
 		gauge(c.srvInflight, float64(st.InFlight))
 		gauge(c.srvTCP, float64(st.TCPConns))
+		gauge(c.srvReaders, float64(st.UDPReaders))
+		gauge(c.srvReadersLive, float64(st.UDPReadersLive))
+		counter(c.srvReaderRestarts, st.UDPReaderRestarts)
 	}
 }
 

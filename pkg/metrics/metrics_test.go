@@ -296,7 +296,9 @@ func fullSources() Sources {
 				{Addr: "169.254.0.53:53", Up: true}, // also a stub domain's: reported once
 			}
 		},
-		Server: func() server.Stats { return server.Stats{Overloaded: 4, Panics: 1, InFlight: 2, TCPConns: 3} },
+		Server: func() server.Stats {
+			return server.Stats{Overloaded: 4, Panics: 1, InFlight: 2, TCPConns: 3, UDPReaders: 2, UDPReadersLive: 1, UDPReaderRestarts: 5}
+		},
 		Intercept: func() InterceptFigures {
 			return InterceptFigures{Enabled: true, Link: "nodelocaldns", LinkType: "dummy", IPs: []string{"169.254.20.10"},
 				Backend: "nft", RulesPresent: 6, RulesWanted: 6, Repairs: 2,
@@ -358,6 +360,9 @@ func TestMetricsHandler(t *testing.T) {
 		`nodedns_informer_objects{kind="services"} 40`,
 		`nodedns_server_overloaded_total 4`,
 		`nodedns_server_panics_total 1`,
+		`nodedns_server_udp_readers 2`,
+		`nodedns_server_udp_readers_live 1`,
+		`nodedns_server_udp_reader_restarts_total 5`,
 		`go_goroutines `,
 		`process_start_time_seconds `,
 	} {
