@@ -19,6 +19,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/k8s"
 	"github.com/nodedns/nodedns/pkg/metrics"
 	"github.com/nodedns/nodedns/pkg/ndots"
+	"github.com/nodedns/nodedns/pkg/peers"
 	"github.com/nodedns/nodedns/pkg/resolvconf"
 	"github.com/nodedns/nodedns/pkg/server"
 	"github.com/nodedns/nodedns/pkg/upstream"
@@ -36,7 +37,7 @@ type agent struct {
 	admin    *admin.Server
 	ix       *k8s.Index
 	rec      *metrics.Recorder
-	ic       *intercept.Interceptor
+	ic       interceptor // nil: no interception
 	icfg     intercept.Config
 	started  time.Time
 	draining atomic.Bool
@@ -44,6 +45,9 @@ type agent struct {
 	// (see running); reloads counts them.
 	live    atomic.Pointer[Config]
 	reloads *reloadStats
+	// peers is the last report of other processes serving our
+	// addresses (peers.go).
+	peers atomic.Pointer[peers.Report]
 	// runCtx is run's context; stopFwd stops the current forwarder's
 	// probes (both used by the reload goroutine only, after run set them).
 	runCtx  context.Context
@@ -240,14 +244,16 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 	}
 	if icfg, ok := interceptConfig(cfg, log); ok {
 		a.icfg = icfg
-		if a.ic, err = intercept.New(icfg); err != nil {
+		ic, err := intercept.New(icfg)
+		if err != nil {
 			return nil, err
 		}
+		a.ic = ic
 	}
 	return a, nil
 }
 
-func (a *agent) run(ctx context.Context) error {
+func (a *agent) run(ctx context.Context) (err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	a.runCtx = ctx
@@ -259,6 +265,14 @@ func (a *agent) run(ctx context.Context) error {
 	go a.rec.Run(ctx)
 	a.startCluster(ctx)
 
+	// Until the agent serves, a failure removes the interception it put
+	// in place (undoIntercept).
+	serving := false
+	defer func() {
+		if err != nil && !serving {
+			a.undoIntercept(err)
+		}
+	}()
 	// The link first (the addresses must exist to be bound), then the
 	// listeners, and only then the rules that send traffic to them.
 	if a.ic != nil {
@@ -271,15 +285,14 @@ func (a *agent) run(ctx context.Context) error {
 		return err
 	}
 	a.srv.Serve()
+	// Who else serves our addresses, before /ready can say yes.
+	a.checkPeers(ctx)
 	if a.ic != nil {
 		if err := a.ic.EnsureRules(); err != nil {
 			_ = a.srv.Shutdown(context.Background())
 			return err
 		}
-		go a.ic.Run(ctx)
 	}
-	a.log.Info("serving DNS", "listen", listenAddrs(a.cfg), "upstreams", len(a.fwd.Load().Servers()), "version", version)
-
 	if a.cfg.Admin != "" || a.cfg.AdminSocket != "" {
 		var err error
 		a.admin, err = admin.New(admin.Config{Addr: a.cfg.Admin, Socket: a.cfg.AdminSocket, Health: a.healthChecks(), Ready: a.readyChecks(), Logger: a.log,
@@ -294,6 +307,12 @@ func (a *agent) run(ctx context.Context) error {
 			}
 		}()
 	}
+	serving = true
+	if a.ic != nil {
+		go a.ic.Run(ctx)
+	}
+	go a.watchPeers(ctx)
+	a.log.Info("serving DNS", "listen", listenAddrs(a.cfg), "upstreams", len(a.fwd.Load().Servers()), "version", version)
 	if a.cfg.LoopCheck {
 		go func() {
 			if err := a.srv.CheckLoop(ctx, 3*time.Second); err != nil {
@@ -347,5 +366,5 @@ func (a *agent) readyChecks() []admin.Check {
 			return errors.New("not bound")
 		}
 		return nil
-	}}, a.clusterReady(), a.interceptReady()}
+	}}, a.clusterReady(), a.interceptReady(), a.peersReady()}
 }

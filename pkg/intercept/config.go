@@ -126,6 +126,10 @@ type Status struct {
 	// ("dummy", "bridge"), empty while the link is absent or not managed.
 	Link     string
 	LinkType string
+	// LinkOwned: the link was created by nodedns (it carries its mark) and
+	// is removed at teardown; false for a link found in place, which is
+	// used but left.
+	LinkOwned bool
 	// IPs are the local IPs being intercepted.
 	IPs []string
 	// Backend is the iptables backend in use ("nft", "legacy"), empty when

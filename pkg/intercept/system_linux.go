@@ -284,7 +284,7 @@ func (o netlinkOps) Get(name string) (linkInfo, bool, error) {
 	if err != nil || !ok {
 		return linkInfo{}, ok, err
 	}
-	info := linkInfo{Kind: l.Type(), Up: l.Attrs().Flags&net.FlagUp != 0}
+	info := linkInfo{Kind: l.Type(), Up: l.Attrs().Flags&net.FlagUp != 0, Alias: l.Attrs().Alias}
 	if info.Kind == kindBridge {
 		all, err := retryDump(netlink.LinkList)
 		if err != nil {
@@ -316,6 +316,17 @@ func (netlinkOps) Add(name, kind string) error {
 		return fmt.Errorf("%w: %w", errKindNotSupported, err)
 	}
 	return err
+}
+
+func (o netlinkOps) SetAlias(name, alias string) error {
+	l, ok, err := o.link(name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("link %q: %w", name, unix.ENODEV)
+	}
+	return netlink.LinkSetAlias(l, alias)
 }
 
 func (o netlinkOps) Del(name string) error {

@@ -35,6 +35,8 @@ type collector struct {
 	srvOverloaded, srvPanics, srvInflight, srvTCP *prometheus.Desc
 
 	srvReaders, srvReadersLive, srvReaderRestarts *prometheus.Desc
+
+	peerServers *prometheus.Desc
 }
 
 func newCollector(r *Recorder) *collector {
@@ -86,6 +88,8 @@ func newCollector(r *Recorder) *collector {
 		srvReaders:        d("server_udp_readers", "UDP socket readers the agent runs (sockets per address x listen addresses)."),
 		srvReadersLive:    d("server_udp_readers_live", "UDP socket readers reading now; below server_udp_readers while a failed reader is being restarted."),
 		srvReaderRestarts: d("server_udp_reader_restarts_total", "UDP socket readers restarted after their socket failed."),
+
+		peerServers: d("peer_servers", "Other processes serving the agent's DNS addresses (per address and protocol), by kind: nodedns (another agent, as in a rolling update), foreign (another DNS server: the agent is not ready), unidentified.", "kind"),
 	}
 }
 
@@ -94,7 +98,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.cacheEntries, c.cacheCapacity, c.cacheHits, c.cacheMisses, c.cacheEvictions, c.cacheStale, c.cachePrefetches,
 		c.upRequests, c.upFailures, c.upUp, c.upP50, c.upP99, c.apShortcuts, c.apSteps, c.apSaved,
 		c.icEnabled, c.icRepairs, c.icPresent, c.icWanted, c.infEnabled, c.infSynced, c.infObjects,
-		c.srvOverloaded, c.srvPanics, c.srvInflight, c.srvTCP, c.srvReaders, c.srvReadersLive, c.srvReaderRestarts} {
+		c.srvOverloaded, c.srvPanics, c.srvInflight, c.srvTCP, c.srvReaders, c.srvReadersLive, c.srvReaderRestarts, c.peerServers} {
 		ch <- d
 	}
 }
@@ -171,6 +175,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, k := range kinds {
 			gauge(c.infObjects, float64(inf.Objects[k]), k)
 		}
+	}
+	if src.Peers != nil {
+		p := src.Peers()
+		gauge(c.peerServers, float64(len(p.Agents)), "nodedns")
+		gauge(c.peerServers, float64(len(p.Foreign)), "foreign")
+		gauge(c.peerServers, float64(len(p.Unidentified)), "unidentified")
 	}
 	if src.Server != nil {
 		st := src.Server()

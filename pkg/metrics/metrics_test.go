@@ -307,6 +307,9 @@ func fullSources() Sources {
 		Informers: func() InformerFigures {
 			return InformerFigures{Enabled: true, Synced: true, Objects: map[string]int{"services": 40, "endpointslices": 45, "namespaces": 6, "pods": 12}}
 		},
+		Peers: func() PeerFigures {
+			return PeerFigures{Foreign: []string{"169.254.20.10:53/udp: coredns"}}
+		},
 	}
 }
 
@@ -363,6 +366,8 @@ func TestMetricsHandler(t *testing.T) {
 		`nodedns_server_udp_readers 2`,
 		`nodedns_server_udp_readers_live 1`,
 		`nodedns_server_udp_reader_restarts_total 5`,
+		`nodedns_peer_servers{kind="foreign"} 1`,
+		`nodedns_peer_servers{kind="nodedns"} 0`,
 		`go_goroutines `,
 		`process_start_time_seconds `,
 	} {

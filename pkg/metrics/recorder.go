@@ -50,6 +50,7 @@ type Sources struct {
 	Server    func() server.Stats
 	Intercept func() InterceptFigures
 	Informers func() InformerFigures
+	Peers     func() PeerFigures
 }
 
 // CacheFigures are the cache's counters. The fields match cache.Stats, so
@@ -89,6 +90,17 @@ type InterceptFigures struct {
 	Repairs      uint64    `json:"repairs"`
 	LastRepair   time.Time `json:"last_repair,omitzero"`
 	LastError    string    `json:"last_error,omitempty"`
+}
+
+// PeerFigures are the other processes found serving the agent's DNS
+// addresses (pkg/peers): nodedns agents (a rolling update), foreign DNS
+// servers (which keep the agent not ready), and sockets whose server could
+// not be identified. Each entry describes one address and protocol.
+type PeerFigures struct {
+	Agents       []string  `json:"agents,omitempty"`
+	Foreign      []string  `json:"foreign,omitempty"`
+	Unidentified []string  `json:"unidentified,omitempty"`
+	Checked      time.Time `json:"checked,omitzero"`
 }
 
 // InformerFigures are the state of the Kubernetes informers. Objects counts
