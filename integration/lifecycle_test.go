@@ -248,3 +248,46 @@ func TestForeignDNSServer(t *testing.T) {
 		}
 	})
 }
+
+// TestWithoutNetRaw runs the agent with the DaemonSet's capabilities minus
+// NET_RAW (capsh drops it from the bounding set). iptables-nft needs only
+// NET_ADMIN: on a node whose rules are in nft the agent serves (it cannot
+// read the legacy tables, where the environment seeded a stale copy of a
+// rule, and says so). iptables-legacy opens a raw socket (libiptc): on a
+// legacy node the agent refuses to start, naming the capability, and
+// leaves nothing behind.
+func TestWithoutNetRaw(t *testing.T) {
+	capsh := needTool(t, "capsh")
+	for _, backend := range backends {
+		t.Run(backend, func(t *testing.T) {
+			e := newInterceptEnv(t, backend)
+			script := "exec " + nodednsBin + " '" + strings.Join(e.agentArgs(), "' '") + "'"
+			a := e.node.Start(t, "agent without NET_RAW", capsh, "--drop=cap_net_raw", "--", "-c", script)
+			if backend == "nft" {
+				e.waitServing(t, a)
+				e.expectAnswers(t, e.pod)
+				if !strings.Contains(a.Output(), "without CAP_NET_RAW the iptables-legacy tables cannot be read") {
+					t.Errorf("no warning about the legacy tables:\n%s", a.Output())
+				}
+				if err := a.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
+					t.Fatalf("agent exit: %v", err)
+				}
+				if err := e.checkNoLink(); err != nil {
+					t.Error(err)
+				}
+				return
+			}
+			select {
+			case <-a.done:
+			case <-time.After(15 * time.Second):
+				t.Fatal("the agent runs on a legacy node without NET_RAW")
+			}
+			if a.err == nil || !strings.Contains(a.Output(), "needs CAP_NET_RAW") {
+				t.Errorf("exit %v; output:\n%s", a.err, a.Output())
+			}
+			if err := e.checkNoLink(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
