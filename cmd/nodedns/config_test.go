@@ -284,7 +284,9 @@ func TestSettingsTable(t *testing.T) {
 			t.Errorf("%s: not a Config field, or a field declared twice (%s)", s.key, name)
 		}
 		covered[name] = true
-		_ = s.value(&c) // panics on a type without a flag.Value
+		if s.flagName() != "" || s.def != "" || s.env != "" {
+			_ = s.value(&c) // panics on a type without a flag.Value
+		}
 		for _, ap := range s.apply {
 			if !containsApplier(applierOrder, ap) {
 				t.Errorf("%s: applier %q not in applierOrder", s.key, ap.name)

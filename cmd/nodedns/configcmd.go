@@ -108,7 +108,7 @@ func renderConfig(cfg *Config, of string) ([]byte, error) {
 		}
 		fmt.Fprintf(&b, "\n# [%s] %s\n", mode, s.help)
 		v := reflect.ValueOf(s.field(cfg)).Elem()
-		if (v.Kind() == reflect.Slice || v.Kind() == reflect.Map) && v.IsNil() {
+		if (v.Kind() == reflect.Slice || v.Kind() == reflect.Map || v.Kind() == reflect.Pointer) && v.IsNil() {
 			fmt.Fprintf(&b, "# %s:\n", s.key)
 			continue
 		}

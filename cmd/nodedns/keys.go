@@ -21,7 +21,12 @@ import (
 // applies it (and how). Loading, flags, `nodedns config validate|print`,
 // reload and the restart-only warning are all derived from this table, so
 // they cannot drift apart. To add a setting: add a Config field and one
-// entry here (and a row to the README's flag table).
+// entry here (and a row to the README's flag table). A field with a flag
+// must be a string, int, bool, float64 or a flag.Value; a file-only key
+// (flag: noFlag) may be any type encoding/json reads (a struct, a list of
+// structs), decoded strictly (unknown fields are errors). A setting a
+// reload applies names its appliers (reload.go): prepare does what can
+// fail, commit must not.
 type setting struct {
 	// key is the file key and the flag name.
 	key string
