@@ -84,6 +84,9 @@ func (a *agent) watchPeers(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
+		if a.draining.Load() {
+			return // stopping: no probes into the drain, and /ready is false anyway
+		}
 		a.checkPeers(ctx)
 	}
 }

@@ -50,6 +50,7 @@ func New(cfg Config) (*Interceptor, error) {
 			return nil, err
 		}
 		if backend == BackendLegacy && noLegacy {
+			// Forced, or the only backend installed.
 			return nil, fmt.Errorf("the iptables-legacy backend (%s) needs CAP_NET_RAW: libiptc reaches the kernel through a raw IP socket; add NET_RAW to the container's capabilities", reason)
 		}
 		log.Info("iptables backend", "backend", backend, "reason", reason)
