@@ -28,6 +28,7 @@ func (a *agent) newRecorder() (*metrics.Recorder, error) {
 				return metrics.InterceptFigures{Enabled: true, Link: st.Link, LinkType: st.LinkType, IPs: st.IPs, Backend: st.Backend,
 					RulesPresent: st.RulesPresent, RulesWanted: st.RulesWanted, Repairs: st.Repairs, LastRepair: st.LastRepair, LastError: st.LastError}
 			},
+			Peers: a.peerFigures,
 			Informers: func() metrics.InformerFigures {
 				if a.ix == nil {
 					return metrics.InformerFigures{}

@@ -34,6 +34,10 @@ type collector struct {
 	infEnabled, infSynced, infObjects *prometheus.Desc
 
 	srvOverloaded, srvPanics, srvInflight, srvTCP *prometheus.Desc
+
+	srvReaders, srvReadersLive, srvReaderRestarts *prometheus.Desc
+
+	peerServers *prometheus.Desc
 }
 
 func newCollector(r *Recorder) *collector {
@@ -84,6 +88,12 @@ func newCollector(r *Recorder) *collector {
 		srvPanics:     d("server_panics_total", "Panics recovered in the agent: answering requests, and background work (prefetch, stale refresh, shared upstream exchanges)."),
 		srvInflight:   d("server_inflight_requests", "Requests being resolved off the socket readers."),
 		srvTCP:        d("server_tcp_connections", "Open client TCP connections."),
+
+		srvReaders:        d("server_udp_readers", "UDP socket readers the agent runs (sockets per address x listen addresses)."),
+		srvReadersLive:    d("server_udp_readers_live", "UDP socket readers reading now; below server_udp_readers while a failed reader is being restarted."),
+		srvReaderRestarts: d("server_udp_reader_restarts_total", "UDP socket readers restarted after their socket failed."),
+
+		peerServers: d("peer_servers", "Other processes serving the agent's DNS addresses (per address and protocol), by kind: nodedns (another agent, as in a rolling update), foreign (another DNS server: the agent is not ready), unidentified.", "kind"),
 	}
 }
 
@@ -93,7 +103,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.cacheBytes, c.cacheMaxBytes, c.cacheTooLarge,
 		c.upRequests, c.upFailures, c.upUp, c.upP50, c.upP99, c.apShortcuts, c.apSteps, c.apSaved,
 		c.icEnabled, c.icRepairs, c.icPresent, c.icWanted, c.infEnabled, c.infSynced, c.infObjects,
-		c.srvOverloaded, c.srvPanics, c.srvInflight, c.srvTCP} {
+		c.srvOverloaded, c.srvPanics, c.srvInflight, c.srvTCP, c.srvReaders, c.srvReadersLive, c.srvReaderRestarts, c.peerServers} {
 		ch <- d
 	}
 }
@@ -174,12 +184,21 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.infObjects, float64(inf.Objects[k]), k)
 		}
 	}
+	if src.Peers != nil {
+		p := src.Peers()
+		gauge(c.peerServers, float64(len(p.Agents)), "nodedns")
+		gauge(c.peerServers, float64(len(p.Foreign)), "foreign")
+		gauge(c.peerServers, float64(len(p.Unidentified)), "unidentified")
+	}
 	if src.Server != nil {
 		st := src.Server()
 		counter(c.srvOverloaded, st.Overloaded)
 		counter(c.srvPanics, st.Panics)
 		gauge(c.srvInflight, float64(st.InFlight))
 		gauge(c.srvTCP, float64(st.TCPConns))
+		gauge(c.srvReaders, float64(st.UDPReaders))
+		gauge(c.srvReadersLive, float64(st.UDPReadersLive))
+		counter(c.srvReaderRestarts, st.UDPReaderRestarts)
 	}
 }
 

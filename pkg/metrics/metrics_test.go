@@ -263,6 +263,21 @@ func TestQueryLogSampled(t *testing.T) {
 	if _, err := New(Config{LogQueries: 1.5}); err == nil {
 		t.Error("LogQueries 1.5 accepted")
 	}
+
+	// A reload changes the fraction of a running Recorder.
+	buf.Reset()
+	if err := quiet.SetLogQueries(0.5); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		quiet.Observe(ev(server.SourceCache, 0, "a.example."))
+	}
+	if n := strings.Count(buf.String(), "\n"); n != 50 {
+		t.Errorf("logged %d of 100 after SetLogQueries(0.5)", n)
+	}
+	if err := quiet.SetLogQueries(-1); err == nil {
+		t.Error("SetLogQueries(-1) accepted")
+	}
 }
 
 type writerFunc func([]byte) (int, error)
@@ -281,7 +296,9 @@ func fullSources() Sources {
 				{Addr: "169.254.0.53:53", Up: true}, // also a stub domain's: reported once
 			}
 		},
-		Server: func() server.Stats { return server.Stats{Overloaded: 4, Panics: 1, InFlight: 2, TCPConns: 3} },
+		Server: func() server.Stats {
+			return server.Stats{Overloaded: 4, Panics: 1, InFlight: 2, TCPConns: 3, UDPReaders: 2, UDPReadersLive: 1, UDPReaderRestarts: 5}
+		},
 		Intercept: func() InterceptFigures {
 			return InterceptFigures{Enabled: true, Link: "nodelocaldns", LinkType: "dummy", IPs: []string{"169.254.20.10"},
 				Backend: "nft", RulesPresent: 6, RulesWanted: 6, Repairs: 2,
@@ -289,6 +306,9 @@ func fullSources() Sources {
 		},
 		Informers: func() InformerFigures {
 			return InformerFigures{Enabled: true, Synced: true, Objects: map[string]int{"services": 40, "endpointslices": 45, "namespaces": 6, "pods": 12}}
+		},
+		Peers: func() PeerFigures {
+			return PeerFigures{Foreign: []string{"169.254.20.10:53/udp: coredns"}}
 		},
 	}
 }
@@ -343,6 +363,11 @@ func TestMetricsHandler(t *testing.T) {
 		`nodedns_informer_objects{kind="services"} 40`,
 		`nodedns_server_overloaded_total 4`,
 		`nodedns_server_panics_total 1`,
+		`nodedns_server_udp_readers 2`,
+		`nodedns_server_udp_readers_live 1`,
+		`nodedns_server_udp_reader_restarts_total 5`,
+		`nodedns_peer_servers{kind="foreign"} 1`,
+		`nodedns_peer_servers{kind="nodedns"} 0`,
 		`go_goroutines `,
 		`process_start_time_seconds `,
 	} {

@@ -190,6 +190,17 @@ type Server struct {
 	// tcpClientLimited counts TCP connections refused at the per-client
 	// bound; tcpEvicted idle connections closed to make room for new ones.
 	tcpClientLimited, tcpEvicted atomic.Uint64
+
+	// UDP readers (readers.go): running now, restarted after a failure,
+	// down with a socket that could not be replaced.
+	readersLive    atomic.Int32
+	readerRestarts atomic.Uint64
+	readersDead    atomic.Int32
+	// Test hooks (nil in production): recvFault turns a thread reader's
+	// successful receive into the error it returns; bindUDP replaces
+	// bindUDPLike when a reader's socket is replaced.
+	recvFault func() unix.Errno
+	bindUDP   func(u *udpSock) (*udpSock, error)
 }
 
 // New validates cfg. Call Listen, then Serve.
@@ -242,14 +253,11 @@ func (s *Server) Listen() error {
 	lc := net.ListenConfig{Control: reusePort}
 	for _, addr := range s.cfg.Listen {
 		for i := 0; i < s.cfg.SocketsPerAddr; i++ {
-			pc, err := lc.ListenPacket(context.Background(), "udp", addr)
+			uc, err := s.bindUDPConn(netip.MustParseAddrPort(addr)) // checked by New
 			if err != nil {
 				s.closeListeners()
 				return fmt.Errorf("binding UDP %s: %w", addr, err)
 			}
-			uc := pc.(*net.UDPConn)
-			// A deep receive buffer absorbs bursts while readers are busy.
-			_ = uc.SetReadBuffer(4 << 20)
 			s.udp = append(s.udp, s.udpSocket(uc))
 		}
 		l, err := lc.Listen(context.Background(), "tcp", addr)
@@ -292,8 +300,7 @@ func (s *Server) Serve() {
 			s.startThreadReader(u)
 			continue
 		}
-		s.wg.Add(1)
-		go s.readUDP(u)
+		s.startPollerReader(u)
 	}
 	for _, l := range s.tcp {
 		s.wg.Add(1)
@@ -362,13 +369,19 @@ type Stats struct {
 	// that block keeping their P (udpthread_linux.go).
 	UDPReaders         int `json:"udp_readers"`
 	UDPReadersHoldingP int `json:"udp_readers_holding_p"`
+	// UDPReadersLive counts the readers reading now (UDPReaders while
+	// serving; fewer while one is being restarted after a failure);
+	// UDPReaderRestarts counts those restarts (readers.go).
+	UDPReadersLive    int    `json:"udp_readers_live"`
+	UDPReaderRestarts uint64 `json:"udp_reader_restarts"`
 }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
 	return Stats{Overloaded: s.overloads.Load(), ClientLimited: s.clientLimited.Load(), Panics: s.cfg.Panics.Count(), InFlight: len(s.sem), TCPConns: len(s.conns),
 		TCPClientLimited: s.tcpClientLimited.Load(), TCPEvicted: s.tcpEvicted.Load(),
-		UDPReaders: len(s.udp), UDPReadersHoldingP: int(s.heldPs.Load())}
+		UDPReaders: len(s.udp), UDPReadersHoldingP: int(s.heldPs.Load()),
+		UDPReadersLive: int(s.readersLive.Load()), UDPReaderRestarts: s.readerRestarts.Load()}
 }
 
 // Drain stops new UDP traffic from reaching this server's sockets while
