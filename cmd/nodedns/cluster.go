@@ -134,6 +134,7 @@ func (a *agent) awaitClusterSync(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-a.ix.SyncedCh():
 		case <-tick.C:
 		}
 	}
