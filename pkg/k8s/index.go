@@ -16,6 +16,7 @@ import (
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -46,8 +47,10 @@ type Index struct {
 
 	started atomic.Bool
 	synced  atomic.Bool
-	syncCh  chan struct{} // closed once synced
-	zoneMsg atomic.Pointer[zoneSet]
+	// podsForbidden: the last list of pods was refused (RBAC).
+	podsForbidden atomic.Bool
+	syncCh        chan struct{} // closed once synced
+	zoneMsg       atomic.Pointer[zoneSet]
 
 	// Writer side: touched only by informer handlers, under wmu.
 	wmu        sync.Mutex
@@ -295,6 +298,7 @@ func (ix *Index) Run(ctx context.Context) error {
 			return cl.DiscoveryV1().EndpointSlices("").Watch(ctx, o)
 		}))
 	}
+	var podCtrl cache.Controller
 	if watchPods, clusterWide := ix.watchesPods(); watchPods {
 		sel := ""
 		if !clusterWide {
@@ -303,16 +307,18 @@ func (ix *Index) Run(ctx context.Context) error {
 			sel = fields.OneTermEqualSelector("spec.nodeName", ix.cfg.NodeName).String()
 		}
 		tr := podTransform(ix.cfg.NodeName)
-		ctrls = append(ctrls, ix.informer(&corev1.Pod{}, ix.onPod, listSpec{
+		podCtrl = ix.informer(&corev1.Pod{}, ix.onPod, listSpec{
 			resource: "pods", rc: core, transform: tr,
 			decode: podDecoder(ix.cfg.NodeName),
 			opts:   func(o *metav1.ListOptions) { o.FieldSelector = sel },
+			failed: ix.podListFailed, sized: func([]runtime.Object) { ix.podListed() },
 			typed: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return cl.CoreV1().Pods("").List(ctx, o)
 			},
 		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return cl.CoreV1().Pods("").Watch(ctx, o)
-		}))
+		})
+		ctrls = append(ctrls, podCtrl)
 	}
 	if ix.cfg.IgnoreEmptyService && ix.cfg.NoEndpoints {
 		ix.log.Warn("ignore-empty-service with no-endpoints: no Service has endpoints, so every ClusterIP Service is NXDOMAIN (as in CoreDNS)")
@@ -338,7 +344,12 @@ func (ix *Index) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		ix.waitSynced(ctx, ctrls)
+		ix.waitSynced(ctx, ctrls, func(c cache.Controller) bool {
+			// This node's pods only feed the search-path walk, which
+			// does without them; a ClusterRole without pods must not keep
+			// the zone from syncing. Verified pod records need them.
+			return c == podCtrl && ix.cfg.Pods != PodsVerified && ix.podsForbidden.Load()
+		})
 	}()
 	<-ctx.Done()
 	wg.Wait()
@@ -346,17 +357,18 @@ func (ix *Index) Run(ctx context.Context) error {
 	return nil
 }
 
-// waitSynced flips Synced once every informer has handled its initial list.
-// client-go has no callback for that, so it polls; often, because the
-// listeners of a starting agent wait for it.
-func (ix *Index) waitSynced(ctx context.Context, ctrls []cache.Controller) {
+// waitSynced flips Synced once every informer has handled its initial list
+// (but those for which skip says they need not). client-go has no callback
+// for that, so it polls; often, because the listeners of a starting agent
+// wait for it.
+func (ix *Index) waitSynced(ctx context.Context, ctrls []cache.Controller, skip func(cache.Controller) bool) {
 	t := time.NewTicker(2 * time.Millisecond)
 	defer t.Stop()
 	lastLog := ix.now()
 	for {
 		all := true
 		for _, c := range ctrls {
-			if !c.HasSynced() {
+			if !c.HasSynced() && !skip(c) {
 				all = false
 				break
 			}
@@ -412,6 +424,27 @@ func (ix *Index) informer(objType runtime.Object, handle func(old, cur any), ls 
 		},
 	})
 	return c
+}
+
+// podListFailed is told every failed list of pods. A Forbidden one means
+// the ServiceAccount may not list pods (a ClusterRole without them): that
+// is said once, with what it costs.
+func (ix *Index) podListFailed(err error) {
+	if !apierrors.IsForbidden(err) || !ix.podsForbidden.CompareAndSwap(false, true) {
+		return
+	}
+	if ix.cfg.Pods == PodsVerified {
+		ix.log.Error("listing pods is forbidden: pods verified needs list and watch on pods (deploy/daemonset.yaml's ClusterRole); the cluster zone is not answered until then", "err", err)
+		return
+	}
+	ix.log.Warn("listing this node's pods is forbidden: the search-path walk (autopath) is off until the ServiceAccount may list and watch pods (deploy/daemonset.yaml's ClusterRole); cluster names are answered", "err", err)
+}
+
+// podListed is told every successful list of pods.
+func (ix *Index) podListed() {
+	if ix.podsForbidden.CompareAndSwap(true, false) {
+		ix.log.Info("listing pods allowed again")
+	}
 }
 
 // reserveServices sizes the service maps for a list of items before the

@@ -56,6 +56,8 @@ type listSpec struct {
 	// informer hands them over one by one, so the index can size its maps
 	// once.
 	sized func([]runtime.Object)
+	// failed, when set, is told each failed list.
+	failed func(error)
 }
 
 // maxListItem bounds the size of one encoded list item. etcd refuses
@@ -72,36 +74,51 @@ const contentTypes = "application/vnd.kubernetes.protobuf, application/json"
 
 // lister returns the ListWithContextFunc of s for an informer.
 func (s listSpec) lister() cache.ListWithContextFunc {
+	list := s.list
+	if s.failed == nil {
+		return list
+	}
 	return func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		if s.opts != nil {
-			s.opts(&opts)
+		l, err := list(ctx, opts)
+		if err != nil {
+			s.failed(err)
 		}
-		if rc, ok := s.rc.(*rest.RESTClient); !ok || rc == nil {
-			obj, err := s.typed(ctx, opts)
-			if err != nil {
-				return nil, err
-			}
-			l, err := stripList(obj, s.transform)
-			if err == nil && s.sized != nil {
-				s.sized(l.Items)
-			}
-			return l, err
+		return l, err
+	}
+}
+
+// list lists one page of the resource, stripped.
+func (s listSpec) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if s.opts != nil {
+		s.opts(&opts)
+	}
+	var (
+		l   *strippedList
+		err error
+	)
+	if rc, ok := s.rc.(*rest.RESTClient); !ok || rc == nil {
+		var obj runtime.Object
+		if obj, err = s.typed(ctx, opts); err != nil {
+			return nil, err
 		}
+		if l, err = stripList(obj, s.transform); err != nil {
+			return nil, err
+		}
+	} else {
 		body, err := s.rc.Get().Resource(s.resource).VersionedParams(&opts, scheme.ParameterCodec).
 			SetHeader("Accept", contentTypes).Stream(ctx)
 		if err != nil {
 			return nil, err
 		}
 		defer body.Close()
-		l, err := decodeListStream(bufio.NewReaderSize(body, 64<<10), s.decode, s.transform)
-		if err != nil {
+		if l, err = decodeListStream(bufio.NewReaderSize(body, 64<<10), s.decode, s.transform); err != nil {
 			return nil, fmt.Errorf("reading the list of %s: %w", s.resource, err)
 		}
-		if s.sized != nil {
-			s.sized(l.Items)
-		}
-		return l, nil
 	}
+	if s.sized != nil {
+		s.sized(l.Items)
+	}
+	return l, nil
 }
 
 // stripList strips every item of a decoded list.

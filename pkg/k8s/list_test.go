@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -43,6 +44,9 @@ type fakeAPI struct {
 	// gone, when set, answers every list 410 Gone (resource version
 	// expired), as an API server does after compaction.
 	gone bool
+	// forbid answers lists and watches of these paths 403 Forbidden, as
+	// RBAC does.
+	forbid map[string]bool
 
 	mu      sync.Mutex
 	asked   []*http.Request
@@ -83,6 +87,14 @@ func newFakeAPI(t testing.TB, lists map[string]runtime.Object) *fakeAPI {
 }
 
 func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
+	if f.forbid[r.URL.Path] {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_ = json.NewEncoder(w).Encode(&metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+			Status: metav1.StatusFailure, Reason: metav1.StatusReasonForbidden, Code: http.StatusForbidden,
+			Message: `pods is forbidden: User "system:serviceaccount:kube-system:nodedns" cannot list resource "pods"`})
+		return
+	}
 	if r.URL.Query().Get("watch") == "true" {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
@@ -646,4 +658,66 @@ func FuzzParseAddr(f *testing.F) {
 	f.Add("10.244.1.5")
 	f.Add("fd00::1")
 	f.Fuzz(checkParseAddr)
+}
+
+// TestPodsForbidden runs the index against an API server whose RBAC does
+// not let it list pods: with this node's pods wanted only for the
+// search-path walk, the zone syncs and answers without them (saying why
+// once); in verified mode, whose pod records need every pod, it does not.
+func TestPodsForbidden(t *testing.T) {
+	for _, mode := range []PodMode{PodsInsecure, PodsDisabled, PodsVerified} {
+		t.Run(string(mode), func(t *testing.T) {
+			f := newFakeAPI(t, apiLists("7", fixture()...))
+			f.forbid = map[string]bool{"/api/v1/pods": true}
+			var logs syncBuffer
+			ix, err := New(f.client(t), Config{TTL: 5, NodeName: "node-a", Pods: mode,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(bg)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_ = ix.Run(ctx)
+			}()
+			defer func() {
+				cancel()
+				<-done
+			}()
+			if mode == PodsVerified {
+				time.Sleep(500 * time.Millisecond)
+				if ix.Synced() {
+					t.Fatal("verified mode synced without the pods it answers from")
+				}
+				if !strings.Contains(logs.String(), "pods verified needs list and watch on pods") {
+					t.Errorf("no error saying why:\n%s", logs.String())
+				}
+				return
+			}
+			waitFor(t, "sync without pods", ix.Synced)
+			waitAnswer(t, ix, "web.ns1.svc.cluster.local.", dns.TypeA, "NOERROR aa\nan web.ns1.svc.cluster.local. 5 A 10.96.0.10")
+			if n := strings.Count(logs.String(), "listing this node's pods is forbidden"); n != 1 {
+				t.Errorf("the forbidden pods list logged %d times, want once:\n%s", n, logs.String())
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
