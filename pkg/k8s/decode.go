@@ -260,8 +260,13 @@ func decodeEndpointSlice(b []byte, podNames bool) (any, error) {
 		m        objMeta
 		addrType string
 		ports    []port
-		eps      [][]byte // the endpoints' bytes, in order
 	)
+	// A first pass reads the slice's own fields and validates, counts and
+	// sizes the endpoints (as newEndpointSlice sizes its packed arrays); a
+	// second fills the arrays. Both walk the bytes in place: nothing is
+	// allocated per endpoint but the addresses and names kept.
+	n, hosts := 0, false
+	total := 0
 	it := pbIter{b: b}
 	for it.next() {
 		switch {
@@ -270,7 +275,15 @@ func decodeEndpointSlice(b []byte, podNames bool) (any, error) {
 				return nil, err
 			}
 		case it.is(2, 2):
-			eps = append(eps, it.data)
+			ep, err := readEndpoint(it.data, podNames)
+			if err != nil {
+				return nil, err
+			}
+			total += ep.naddr
+			if ep.ready {
+				n += ep.naddr
+				hosts = hosts || ep.hasLabel()
+			}
 		case it.is(3, 2):
 			p, err := readEndpointPort(it.data)
 			if err != nil {
@@ -288,65 +301,10 @@ func decodeEndpointSlice(b []byte, podNames bool) (any, error) {
 	if len(ports) == 0 {
 		e.ports = noPorts
 	}
-	// The endpoints: addresses 1 (repeated), conditions 2 (ready 1),
-	// hostname 3, targetRef 4 (name 3). A first pass sizes the packed
-	// arrays, as newEndpointSlice does; it also validates every endpoint,
-	// so the second cannot fail.
-	type epInfo struct {
-		ready    bool
-		hostname []byte
-		podName  []byte
-		hasRef   bool
-		naddr    int
-	}
-	infos := make([]epInfo, len(eps))
-	n, hosts := 0, false
-	for i, raw := range eps {
-		inf := epInfo{ready: true}
-		ep := pbIter{b: raw}
-		for ep.next() {
-			switch {
-			case ep.is(1, 2):
-				inf.naddr++
-			case ep.is(2, 2):
-				c := ep.sub()
-				for c.next() {
-					if c.is(1, 0) {
-						inf.ready = c.v != 0
-					}
-				}
-				if c.err != nil {
-					return nil, c.err
-				}
-			case ep.is(3, 2):
-				inf.hostname = ep.data
-			case podNames && ep.is(4, 2):
-				inf.hasRef = true
-				ref := ep.sub()
-				for ref.next() {
-					if ref.is(3, 2) {
-						inf.podName = ref.data
-					}
-				}
-				if ref.err != nil {
-					return nil, ref.err
-				}
-			}
-		}
-		if ep.err != nil {
-			return nil, ep.err
-		}
-		infos[i] = inf
-		e.total += inf.naddr
-		if inf.ready {
-			n += inf.naddr
-			hosts = hosts || len(inf.hostname) > 0 || (inf.hasRef && isLabel(string(inf.podName)))
-		}
-	}
 	if addrType != string(discoveryv1.AddressTypeIPv4) && addrType != string(discoveryv1.AddressTypeIPv6) {
-		e.total = 0 // FQDN slices: skipped, as newEndpointSlice does
-		return e, nil
+		return e, nil // FQDN slices are skipped, as newEndpointSlice does
 	}
+	e.total = total
 	e.v6 = addrType == string(discoveryv1.AddressTypeIPv6)
 	if n == 0 {
 		return e, nil
@@ -359,25 +317,22 @@ func decodeEndpointSlice(b []byte, podNames bool) (any, error) {
 	if hosts {
 		e.hosts = make([]string, 0, n)
 	}
-	for i, raw := range eps {
-		inf := infos[i]
-		if !inf.ready {
+	it = pbIter{b: b}
+	for it.next() {
+		if !it.is(2, 2) {
 			continue
 		}
-		// endpointLabel's rules: the hostname, else (podNames) the
-		// targetRef's name when it is one DNS label.
-		host := ""
-		if len(inf.hostname) > 0 {
-			host = strings.ToLower(string(inf.hostname))
-		} else if inf.hasRef && isLabel(string(inf.podName)) {
-			host = string(inf.podName)
+		ep, _ := readEndpoint(it.data, podNames) // validated by the first pass
+		if !ep.ready {
+			continue
 		}
-		ep := pbIter{b: raw}
-		for ep.next() {
-			if !ep.is(1, 2) {
+		host := ep.label()
+		addrs := pbIter{b: it.data}
+		for addrs.next() {
+			if !addrs.is(1, 2) {
 				continue
 			}
-			ip, ok := parseAddr(ep.data)
+			ip, ok := parseAddr(addrs.data)
 			if !ok || ip.Zone() != "" {
 				continue
 			}
@@ -397,6 +352,83 @@ func decodeEndpointSlice(b []byte, podNames bool) (any, error) {
 		}
 	}
 	return e, nil
+}
+
+// endpointFields is what decodeEndpointSlice reads of an Endpoint:
+// addresses 1 (repeated), conditions 2 (ready 1), hostname 3, targetRef 4
+// (name 3). The byte fields point into the message.
+type endpointFields struct {
+	naddr    int
+	ready    bool // ready, or not said (nil: ready, as consumers take it)
+	hostname []byte
+	podName  []byte
+	hasRef   bool
+	podNames bool
+}
+
+func readEndpoint(data []byte, podNames bool) (endpointFields, error) {
+	f := endpointFields{ready: true, podNames: podNames}
+	it := pbIter{b: data}
+	for it.next() {
+		switch {
+		case it.is(1, 2):
+			f.naddr++
+		case it.is(2, 2):
+			c := it.sub()
+			for c.next() {
+				if c.is(1, 0) {
+					f.ready = c.v != 0
+				}
+			}
+			if c.err != nil {
+				return f, c.err
+			}
+		case it.is(3, 2):
+			f.hostname = it.data
+		case podNames && it.is(4, 2):
+			f.hasRef = true
+			ref := it.sub()
+			for ref.next() {
+				if ref.is(3, 2) {
+					f.podName = ref.data
+				}
+			}
+			if ref.err != nil {
+				return f, ref.err
+			}
+		}
+	}
+	return f, it.err
+}
+
+// hasLabel reports whether label would not be "", without allocating.
+func (f endpointFields) hasLabel() bool {
+	return len(f.hostname) > 0 || (f.hasRef && isLabelBytes(f.podName))
+}
+
+// isLabelBytes is isLabel on bytes.
+func isLabelBytes(s []byte) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// label is endpointLabel's rule on the fields: the hostname, lower-cased,
+// else (with pod names) the targetRef's name when it is one DNS label.
+func (f endpointFields) label() string {
+	if len(f.hostname) > 0 {
+		return strings.ToLower(string(f.hostname))
+	}
+	if f.hasRef && isLabelBytes(f.podName) {
+		return string(f.podName)
+	}
+	return ""
 }
 
 // readEndpointPort reads an EndpointPort: name 1, protocol 2, port 3; the

@@ -264,7 +264,7 @@ func (ix *Index) Run(ctx context.Context) error {
 	core, disc := cl.CoreV1().RESTClient(), cl.DiscoveryV1().RESTClient()
 	ctrls := []cache.Controller{
 		ix.informer(&corev1.Service{}, ix.onService, listSpec{
-			resource: "services", rc: core, transform: transformService,
+			resource: "services", rc: core, transform: transformService, log: ix.log,
 			decode: decodeService, sized: ix.reserveServices,
 			typed: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return cl.CoreV1().Services("").List(ctx, o)
@@ -273,7 +273,7 @@ func (ix *Index) Run(ctx context.Context) error {
 			return cl.CoreV1().Services("").Watch(ctx, o)
 		}),
 		ix.informer(&corev1.Namespace{}, ix.onNamespace, listSpec{
-			resource: "namespaces", rc: core, transform: namespaceTransform(ix.cfg.nsSel != nil),
+			resource: "namespaces", rc: core, transform: namespaceTransform(ix.cfg.nsSel != nil), log: ix.log,
 			decode: namespaceDecoder(ix.cfg.nsSel != nil),
 			typed: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return cl.CoreV1().Namespaces().List(ctx, o)
@@ -288,7 +288,7 @@ func (ix *Index) Run(ctx context.Context) error {
 		// named. With NoEndpoints there is no slice watch at all, as with
 		// CoreDNS's noendpoints.
 		ctrls = append(ctrls, ix.informer(&discoveryv1.EndpointSlice{}, ix.onSlice, listSpec{
-			resource: "endpointslices", rc: disc, transform: endpointSliceTransform(ix.cfg.EndpointPodNames),
+			resource: "endpointslices", rc: disc, transform: endpointSliceTransform(ix.cfg.EndpointPodNames), log: ix.log,
 			decode: endpointSliceDecoder(ix.cfg.EndpointPodNames), sized: ix.reserveSlices,
 			opts: func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName },
 			typed: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -308,7 +308,7 @@ func (ix *Index) Run(ctx context.Context) error {
 		}
 		tr := podTransform(ix.cfg.NodeName)
 		podCtrl = ix.informer(&corev1.Pod{}, ix.onPod, listSpec{
-			resource: "pods", rc: core, transform: tr,
+			resource: "pods", rc: core, transform: tr, log: ix.log,
 			decode: podDecoder(ix.cfg.NodeName),
 			opts:   func(o *metav1.ListOptions) { o.FieldSelector = sel },
 			failed: ix.podListFailed, sized: func([]runtime.Object) { ix.podListed() },

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,6 +60,7 @@ type listSpec struct {
 	sized func([]runtime.Object)
 	// failed, when set, is told each failed list.
 	failed func(error)
+	log    *slog.Logger // nil: no log
 }
 
 // maxListItem bounds the size of one encoded list item. etcd refuses
@@ -93,8 +96,10 @@ func (s listSpec) list(ctx context.Context, opts metav1.ListOptions) (runtime.Ob
 		s.opts(&opts)
 	}
 	var (
-		l   *strippedList
-		err error
+		l     *strippedList
+		err   error
+		start = time.Now()
+		body  countingReader
 	)
 	if rc, ok := s.rc.(*rest.RESTClient); !ok || rc == nil {
 		var obj runtime.Object
@@ -105,20 +110,39 @@ func (s listSpec) list(ctx context.Context, opts metav1.ListOptions) (runtime.Ob
 			return nil, err
 		}
 	} else {
-		body, err := s.rc.Get().Resource(s.resource).VersionedParams(&opts, scheme.ParameterCodec).
+		rc, err := s.rc.Get().Resource(s.resource).VersionedParams(&opts, scheme.ParameterCodec).
 			SetHeader("Accept", contentTypes).Stream(ctx)
 		if err != nil {
 			return nil, err
 		}
-		defer body.Close()
-		if l, err = decodeListStream(bufio.NewReaderSize(body, 64<<10), s.decode, s.transform); err != nil {
+		defer rc.Close()
+		body.r = rc
+		if l, err = decodeListStream(bufio.NewReaderSize(&body, 64<<10), s.decode, s.transform); err != nil {
 			return nil, fmt.Errorf("reading the list of %s: %w", s.resource, err)
 		}
+	}
+	if s.log != nil {
+		// One line per list: lists happen at start and after a watch
+		// could not be resumed, and say how long the API server took.
+		s.log.Info("listed", "resource", s.resource, "items", len(l.Items), "bytes", body.n,
+			"resourceVersion", opts.ResourceVersion, "took", time.Since(start).Round(time.Millisecond).String())
 	}
 	if s.sized != nil {
 		s.sized(l.Items)
 	}
 	return l, nil
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // stripList strips every item of a decoded list.

@@ -721,3 +721,12 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestIsLabelBytes keeps the decoder's label rule that of isLabel.
+func TestIsLabelBytes(t *testing.T) {
+	for _, s := range []string{"", "a", "web-0", "-a", "a-", "A", "a.b", "a_b", strings.Repeat("a", 63), strings.Repeat("a", 64), "0", "é"} {
+		if isLabelBytes([]byte(s)) != isLabel(s) {
+			t.Errorf("isLabelBytes(%q) = %v, isLabel says %v", s, isLabelBytes([]byte(s)), isLabel(s))
+		}
+	}
+}
