@@ -95,6 +95,16 @@ func (s listSpec) list(ctx context.Context, opts metav1.ListOptions) (runtime.Ob
 	if s.opts != nil {
 		s.opts(&opts)
 	}
+	if opts.ResourceVersion == "0" {
+		// The watch cache ignores a page size at version "0", but an API
+		// server whose cache is still initializing (just restarted or
+		// upgraded) sends a list with a page size and no selector to etcd
+		// instead, paged; and a first list that came back paged makes
+		// client-go page every later relist at an exact version, from
+		// etcd, for good. Without a page size it answers 429 with
+		// Retry-After until its cache is ready, which the client honours.
+		opts.Limit = 0
+	}
 	var (
 		l     *strippedList
 		err   error

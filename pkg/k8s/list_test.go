@@ -228,8 +228,8 @@ func TestListFromWatchCache(t *testing.T) {
 	for _, r := range f.requests() {
 		q := r.URL.Query()
 		seen[r.URL.Path]++
-		if rv := q.Get("resourceVersion"); rv != "0" || q.Get("continue") != "" {
-			t.Errorf("%s asked resourceVersion=%q continue=%q; want \"0\" (the watch cache), no continue", r.URL, rv, q.Get("continue"))
+		if rv := q.Get("resourceVersion"); rv != "0" || q.Get("continue") != "" || q.Has("limit") {
+			t.Errorf("%s asked resourceVersion=%q continue=%q limit=%q; want \"0\" (the watch cache), no continue, no page size", r.URL, rv, q.Get("continue"), q.Get("limit"))
 		}
 		if acc := r.Header.Get("Accept"); !strings.HasPrefix(acc, "application/vnd.kubernetes.protobuf") {
 			t.Errorf("%s: Accept %q, want protobuf first", r.URL.Path, acc)
@@ -253,8 +253,9 @@ func TestListFromWatchCache(t *testing.T) {
 }
 
 // TestListKeepsOptions checks the list function passes the reflector's
-// options through (resourceVersion "0", or the version of a relist)
-// with the resource's selector added, on the typed path too.
+// options through (resourceVersion "0", or the version of a relist) with
+// the resource's selector added and no page size at version "0", on the
+// typed path too.
 func TestListKeepsOptions(t *testing.T) {
 	var asked []metav1.ListOptions
 	ls := listSpec{
@@ -289,6 +290,9 @@ func TestListKeepsOptions(t *testing.T) {
 	}
 	for i, o := range in {
 		o.LabelSelector = discoveryv1.LabelServiceName
+		if o.ResourceVersion == "0" {
+			o.Limit = 0 // see list: no page size at version "0"
+		}
 		if asked[i] != o {
 			t.Errorf("call %d asked %+v, want %+v", i, asked[i], o)
 		}
