@@ -22,26 +22,29 @@ import (
 
 // How the informers list.
 //
-// The reflector's first list asks for resourceVersion "0", and we keep it:
-// the API server answers it whole from its watch cache, as it does for
-// kube-proxy, so a fleet of agents starting at once (a node-pool restart,
-// an API-server upgrade) costs etcd nothing. A paged list (limit, or
-// resourceVersion "") is a quorum read that servers before the snapshotting
-// watch cache (Kubernetes 1.34 with etcd 3.4.31+/3.5.13+) serve from etcd,
-// page by page, and a reflector whose first list came back paged pages
-// every relist at an exact version, from etcd again. Relists ask for the
-// last version seen without a limit, which the watch cache serves too; only
-// after the API server has compacted past that version (410 Gone) does
-// client-go fall back to a quorum list.
+// The reflector's first list asks for resourceVersion "0", and we keep it,
+// without a page size: the API server answers it whole from its watch
+// cache, as it does kube-proxy's, so a fleet of agents starting at once (a
+// node-pool restart, an API-server upgrade) costs etcd nothing. A quorum
+// list (resourceVersion "", or a continue token) is served from etcd, page
+// by page, by API servers that cannot serve consistent reads from their
+// cache (before 1.31, or with etcd older than 3.4.31/3.5.13) or cannot page
+// from it (before 1.34's cache snapshots), and a reflector whose first list
+// came back paged pages every relist at an exact version, from etcd again.
+// Relists ask for the last version seen without a page size, which the
+// watch cache serves too; only when that version is no longer available
+// (410 Gone on the list itself) does client-go fall back to a quorum list.
 //
 // A whole list is the agent's peak allocation if it is decoded into the API
 // types at once (10,000 Services and their EndpointSlices are some 40 MB of
-// decoded objects). So the list is read as a stream: the protobuf response
-// is walked item by item, each item is decoded and stripped by the
-// informer's transform, and only the stripped object is kept. The peak is
-// one decoded item. JSON responses (a server or proxy that will not speak
-// protobuf) and clients without a REST client (fakes in tests) take the
-// typed path: the list decoded whole, then stripped.
+// decoded objects, several times that with the fields a real cluster fills
+// in: managed fields, target references). So the list is read as a stream:
+// the protobuf response is walked item by item, and each item is decoded
+// straight into the stripped object (decode.go); nothing else of it is
+// kept. JSON responses (a server or proxy that will
+// not speak protobuf) and clients without a REST client (fakes in tests)
+// take the typed path: the list decoded whole, then stripped by the
+// informer transforms, which also strip every watch event.
 
 // listSpec describes how one resource is listed.
 type listSpec struct {
