@@ -270,23 +270,37 @@ func raceOnce(t *testing.T, l *scaleLoad, s raceServer) raceResult {
 	return r
 }
 
-var syncedRE = regexp.MustCompile(`cluster zone synced.* took=([0-9.a-zµ]+)`)
+var (
+	syncedRE = regexp.MustCompile(`cluster zone synced.* took=([0-9.a-zµ]+)`)
+	listedRE = regexp.MustCompile(`msg=listed resource=([a-z]+) items=([0-9]+) bytes=([0-9]+) .*took=([0-9.a-zµ]+)`)
+)
 
-// syncFigure is the agent's own "synced in" from its log.
+// syncFigure is the agent's own account of its start, from its log: each
+// list (items, bytes, time from request to decoded) and the sync.
 func syncFigure(logPath string) string {
 	data, err := os.ReadFile(logPath)
 	if err != nil {
 		return ""
 	}
-	if f := syncedRE.FindSubmatch(data); f != nil {
-		return "index synced after " + string(f[1])
+	var parts []string
+	for _, f := range listedRE.FindAllSubmatch(data, -1) {
+		parts = append(parts, fmt.Sprintf("%s (%s, %s B) listed in %s", f[1], f[2], f[3], f[4]))
 	}
-	return "no sync line in its log"
+	if f := syncedRE.FindSubmatch(data); f != nil {
+		parts = append(parts, "index synced after "+string(f[1]))
+	}
+	if len(parts) == 0 {
+		return "no sync line in its log"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // TestClusterScaleFleet starts SCALE_AGENTS (10) agents at once against the
 // loaded API server and counts the list requests that reach etcd until all
 // are ready. With SCALE_BASE_BIN set, a fleet of that binary goes first.
+// Then each fleet again through an API server restart (an upgrade): the
+// API server is stopped, the agents started, the API server started again,
+// so their first lists meet a watch cache that is still initializing.
 func TestClusterScaleFleet(t *testing.T) {
 	l := scaleCluster(t)
 	n := envInt("SCALE_AGENTS", 10)
@@ -300,74 +314,97 @@ func TestClusterScaleFleet(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "fleet start (%d agents at once; %d services, %d endpoint addresses; load average %s)\n",
 		n, l.nsvc, l.nsvc*l.perSvc, loadAvg())
-	for _, bin := range bins {
-		m0 := readAPIMetrics(t, l.cp)
-		t0 := time.Now()
-		var mu sync.Mutex
-		var readies []time.Duration
-		var peak int64
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				dnsPort, adminPort := agentPorts(t)
-				addr, admin := "127.0.0.1:"+strconv.Itoa(dnsPort), "127.0.0.1:"+strconv.Itoa(adminPort)
-				logPath := filepath.Join(t.TempDir(), fmt.Sprintf("%s-%d.log", bin[0], i))
-				p, err := startCPProc("nodedns", logPath, bin[1], "serve",
-					"--listen", addr, "--upstream", up.Addr, "--kubeconfig", l.cp.Kubeconfig,
-					"--cluster-domain", "cluster.local", "--pods", "insecure", "--node-name", fmt.Sprintf("node-%d", i),
-					"--admin", admin, "--loop-check=false", "--lameduck", "0s")
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				defer p.stop(10 * time.Second)
-				hc := &http.Client{Timeout: time.Second}
-				for {
-					if p.exited() || time.Since(t0) > 5*time.Minute {
-						t.Errorf("%s agent %d not ready: %v\n%s", bin[0], i, p.err, tailFile(logPath, 20))
-						return
-					}
-					if resp, err := hc.Get("http://" + admin + "/ready"); err == nil {
-						resp.Body.Close()
-						if resp.StatusCode == http.StatusOK {
-							break
-						}
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-				d := time.Since(t0)
-				time.Sleep(2 * time.Second)
-				_, hwm := procMem(t, p.cmd.Process.Pid)
-				mu.Lock()
-				readies = append(readies, d)
-				peak = max(peak, hwm)
-				mu.Unlock()
-				// Stay up until every agent is ready and counted.
-				for {
-					mu.Lock()
-					done := len(readies) == n || t.Failed()
-					mu.Unlock()
-					if done {
-						return
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
-			}()
+	for _, restart := range []bool{false, true} {
+		if restart {
+			fmt.Fprintf(&b, "  through an API server restart (counters from its start, its own start-up lists included):\n")
 		}
-		wg.Wait()
-		if t.Failed() {
-			t.FailNow()
+		for _, bin := range bins {
+			b.WriteString(fleetOnce(t, l, up.Addr, n, bin[0], bin[1], restart))
+			time.Sleep(2 * time.Second)
 		}
-		lists := readAPIMetrics(t, l.cp).sub(m0)
-		sort.Slice(readies, func(i, j int) bool { return readies[i] < readies[j] })
-		fmt.Fprintf(&b, "  %-13s all ready in %v (first %v); peak RSS of one agent %.1f MiB\n    %s\n", bin[0],
-			readies[len(readies)-1].Round(time.Millisecond), readies[0].Round(time.Millisecond), mib(peak), lists.listSummary())
-		time.Sleep(2 * time.Second)
 	}
 	t.Log("\n" + b.String())
 	scaleWriteReport(t, b.String())
+}
+
+// fleetOnce starts n agents of bin at once and reports when all were ready
+// and the LISTs the API server served meanwhile.
+func fleetOnce(t *testing.T, l *scaleLoad, upstream string, n int, name, bin string, restart bool) string {
+	t.Helper()
+	var m0 apiMetrics
+	if restart {
+		l.cp.StopAPIServer()
+	} else {
+		m0 = readAPIMetrics(t, l.cp)
+	}
+	t0 := time.Now()
+	var mu sync.Mutex
+	var readies []time.Duration
+	var peak int64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dnsPort, adminPort := agentPorts(t)
+			addr, admin := "127.0.0.1:"+strconv.Itoa(dnsPort), "127.0.0.1:"+strconv.Itoa(adminPort)
+			logPath := filepath.Join(t.TempDir(), fmt.Sprintf("%s-%d.log", name, i))
+			p, err := startCPProc("nodedns", logPath, bin, "serve",
+				"--listen", addr, "--upstream", upstream, "--kubeconfig", l.cp.Kubeconfig,
+				"--cluster-domain", "cluster.local", "--pods", "insecure", "--node-name", fmt.Sprintf("node-%d", i),
+				"--admin", admin, "--loop-check=false", "--lameduck", "0s")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer p.stop(10 * time.Second)
+			hc := &http.Client{Timeout: time.Second}
+			for {
+				if p.exited() || time.Since(t0) > 5*time.Minute {
+					t.Errorf("%s agent %d not ready: %v\n%s", name, i, p.err, tailFile(logPath, 20))
+					return
+				}
+				if resp, err := hc.Get("http://" + admin + "/ready"); err == nil {
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusOK {
+						break
+					}
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			d := time.Since(t0)
+			time.Sleep(2 * time.Second)
+			_, hwm := procMem(t, p.cmd.Process.Pid)
+			mu.Lock()
+			readies = append(readies, d)
+			peak = max(peak, hwm)
+			mu.Unlock()
+			// Stay up until every agent is ready and counted.
+			for {
+				mu.Lock()
+				done := len(readies) == n || t.Failed()
+				mu.Unlock()
+				if done {
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+	if restart {
+		time.Sleep(2 * time.Second) // every agent has tried and is backing off
+		if err := l.cp.StartAPIServer(); err != nil {
+			t.Fatalf("restarting the API server: %v", err)
+		}
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	lists := readAPIMetrics(t, l.cp).sub(m0)
+	sort.Slice(readies, func(i, j int) bool { return readies[i] < readies[j] })
+	return fmt.Sprintf("  %-13s all ready in %v (first %v); peak RSS of one agent %.1f MiB\n    lists: %s\n", name,
+		readies[len(readies)-1].Round(time.Millisecond), readies[0].Round(time.Millisecond), mib(peak), lists.listSummary())
 }
 
 // loadAvg is the first three fields of /proc/loadavg.

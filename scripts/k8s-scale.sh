@@ -63,7 +63,7 @@ echo "k8s-scale: $mode at $(date -u +%FT%TZ), commit $(git rev-parse --short HEA
 log=/tmp/nodedns-k8s-scale.log
 go test -tags 'integration scale' -run "$run" -count=1 -v -timeout 90m ./integration/ 2>&1 |
 	tee "$log" |
-	grep -E '^(=== RUN|--- |PASS|FAIL|ok)|scale_test.go|scalerace_test.go|^ +(cluster zone|start|API server|fleet|server|nodedns|coredns|agent RSS|Service create|from the create|/stats|with |agent without|index live|LIST)' || true
+	grep -E '^(=== RUN|--- |PASS|FAIL|ok)|scale_test.go|scalerace_test.go|^ +(cluster zone|start|API server|fleet|server|nodedns|coredns|agent RSS|Service create|from the create|/stats|with |agent without|index live|LIST|lists|through)' || true
 echo "k8s-scale: after: $(uptime)"
 tail -n 1 "$log" | grep -q '^ok' || {
 	echo "scale run failed (log: $log)"
