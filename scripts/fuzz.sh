@@ -10,7 +10,8 @@
 # them (FuzzListStream), decodes their items (FuzzDecode, against the API
 # types) and parses addresses (FuzzParseAddr, against net/netip). New
 # interesting inputs stay in Go's fuzz cache; a failing input is written
-# to the package's testdata/fuzz/<Target>/ by go test: commit it, and it runs as a regression test with every plain `go test`.
+# to the package's testdata/fuzz/<Target>/ by go test: commit it, and it
+# runs as a regression test with every plain `go test`.
 # The first run builds instrumented test binaries, which takes minutes for
 # pkg/k8s (client-go); later runs reuse the build cache.
 set -euo pipefail
