@@ -272,7 +272,7 @@ func raceOnce(t *testing.T, l *scaleLoad, s raceServer) raceResult {
 
 var (
 	syncedRE = regexp.MustCompile(`cluster zone synced.* took=([0-9.a-zµ]+)`)
-	listedRE = regexp.MustCompile(`msg=listed resource=([a-z]+) items=([0-9]+) bytes=([0-9]+) .*took=([0-9.a-zµ]+)`)
+	listedRE = regexp.MustCompile(`msg=listed .*?resource=([a-z]+) items=([0-9]+) bytes=([0-9]+) .*?took=([0-9.a-zµ]+)`)
 )
 
 // syncFigure is the agent's own account of its start, from its log: each
