@@ -48,6 +48,10 @@ type Index struct {
 	started atomic.Bool
 	synced  atomic.Bool
 	zoneMsg atomic.Pointer[zoneSet]
+	// gen moves after every change that may change an answer (Generation).
+	gen atomic.Uint64
+	// answers keeps pod and PTR answers assembled per query (memo.go).
+	answers *answerMemo
 
 	// Writer side: touched only by informer handlers, under wmu.
 	wmu        sync.Mutex
@@ -211,6 +215,7 @@ func New(client kubernetes.Interface, cfg Config) (*Index, error) {
 		epIPs:      newEPIndex(),
 		podIPs:     make(addrIndex[*pod]),
 		localPods:  make(addrIndex[*pod]),
+		answers:    newAnswerMemo(),
 	}
 	ix.wmu.Lock()
 	ix.rebuildZone()
@@ -229,6 +234,14 @@ func (ix *Index) Zones() []string { return slices.Clone(ix.zones) }
 // It never goes back to false: after an API server outage the last state is
 // served while client-go relists.
 func (ix *Index) Synced() bool { return ix.synced.Load() }
+
+// Generation is a counter that moves after every change to the index that
+// may change an answer of Lookup (a Service, EndpointSlice, Namespace or,
+// in verified mode, Pod event, and the sync). A caller that keeps
+// something derived from answers (the server's search-path shortcuts)
+// knows it is still current while Generation has not moved. It says
+// nothing about PodNamespace.
+func (ix *Index) Generation() uint64 { return ix.gen.Load() }
 
 // watchesPods says which pods are watched: all of them in verified mode
 // (pod records must be checked against every pod of the cluster, as CoreDNS
@@ -352,6 +365,7 @@ func (ix *Index) waitSynced(ctx context.Context, ctrls []cache.Controller) {
 			ix.touch(true)
 			ix.wmu.Unlock()
 			ix.synced.Store(true)
+			ix.gen.Add(1)
 			st := ix.Stats()
 			ix.log.Info("cluster zone synced", "took", took, "services", st.Services,
 				"endpointslices", st.EndpointSlices, "endpoints", st.Endpoints,
@@ -395,6 +409,9 @@ func (ix *Index) informer(objType runtime.Object, transform cache.TransformFunc,
 // are rebuilt when the serial moves (at most once a second) or when force
 // is set (the NS data changed). Called with wmu held.
 func (ix *Index) touch(force bool) {
+	// After the change is in place: a reader that built an answer from the
+	// old state read the old generation first (Generation).
+	ix.gen.Add(1)
 	ix.counters.events++
 	ix.lastChange = ix.now()
 	if force || uint32(ix.lastChange.Unix()) != ix.zoneMsg.Load().serial {
