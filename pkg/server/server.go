@@ -136,6 +136,9 @@ type Server struct {
 	fair  *clientLimiter // per-client share of sem; nil: none
 	conns chan struct{}  // open TCP connections
 	memo  *walkMemo
+	// shortcuts keeps search-path shortcut replies in wire form
+	// (shortcut.go).
+	shortcuts *shortcutTable
 	// packed holds cluster replies in wire form (see sendCluster).
 	packed *packedCache
 	// heldPs counts this server's thread readers that block holding a P
@@ -173,7 +176,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "server"),
 		sem: make(chan struct{}, cfg.MaxInflight), fair: newClientLimiter(cfg.MaxClientInflight), conns: make(chan struct{}, cfg.MaxTCPConns),
-		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), tcpConns: map[net.Conn]struct{}{}}
+		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), shortcuts: newShortcutTable(scEntries, scBytes),
+		tcpConns: map[net.Conn]struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.loopName.Store("")
 	s.walkSet.Store(&walkSettings{autopath: cfg.Autopath, search: cfg.Search})
