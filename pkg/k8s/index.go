@@ -51,6 +51,10 @@ type Index struct {
 	podsForbidden atomic.Bool
 	syncCh        chan struct{} // closed once synced
 	zoneMsg       atomic.Pointer[zoneSet]
+	// gen moves after every change that may change an answer (Generation).
+	gen atomic.Uint64
+	// answers keeps pod and PTR answers assembled per query (memo.go).
+	answers *answerMemo
 
 	// Writer side: touched only by informer handlers, under wmu.
 	wmu        sync.Mutex
@@ -215,6 +219,7 @@ func New(client kubernetes.Interface, cfg Config) (*Index, error) {
 		epIPs:      newEPIndex(),
 		podIPs:     make(addrIndex[*pod]),
 		localPods:  make(addrIndex[*pod]),
+		answers:    newAnswerMemo(),
 	}
 	ix.wmu.Lock()
 	ix.rebuildZone()
@@ -236,6 +241,14 @@ func (ix *Index) Synced() bool { return ix.synced.Load() }
 
 // SyncedCh is closed once Synced is true, for callers that wait for it.
 func (ix *Index) SyncedCh() <-chan struct{} { return ix.syncCh }
+
+// Generation is a counter that moves after every change to the index that
+// may change an answer of Lookup (a Service, EndpointSlice, Namespace or,
+// in verified mode, Pod event, and the sync). A caller that keeps
+// something derived from answers (the server's search-path shortcuts)
+// knows it is still current while Generation has not moved. It says
+// nothing about PodNamespace.
+func (ix *Index) Generation() uint64 { return ix.gen.Load() }
 
 // watchesPods says which pods are watched: all of them in verified mode
 // (pod records must be checked against every pod of the cluster, as CoreDNS
@@ -380,6 +393,7 @@ func (ix *Index) waitSynced(ctx context.Context, ctrls []cache.Controller, skip 
 			ix.touch(true)
 			ix.wmu.Unlock()
 			ix.synced.Store(true)
+			ix.gen.Add(1)
 			close(ix.syncCh)
 			st := ix.Stats()
 			ix.log.Info("cluster zone synced", "took", took, "services", st.Services,
@@ -498,6 +512,9 @@ func (ix *Index) reserveSlices(items []runtime.Object) {
 // are rebuilt when the serial moves (at most once a second) or when force
 // is set (the NS data changed). Called with wmu held.
 func (ix *Index) touch(force bool) {
+	// After the change is in place: a reader that built an answer from the
+	// old state read the old generation first (Generation).
+	ix.gen.Add(1)
 	ix.counters.events++
 	ix.lastChange = ix.now()
 	if force || uint32(ix.lastChange.Unix()) != ix.zoneMsg.Load().serial {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
-	"strings"
 	"time"
 
 	"github.com/miekg/dns"
@@ -72,8 +70,18 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 			Cpu: "RFC8482"}}}
 		return s.send(dst, r, m, SourceLocal, 0, 0), verdictReply
 	}
-	if s.walkCandidate(r) {
-		if out, ok := s.walkFast(dst, r); ok {
+	if ns, base, ok := s.walkTarget(r); ok {
+		// A pod's first search-path expansion: a shortcut kept from an
+		// earlier query, the name itself in the cluster, or a walk whose
+		// winner is remembered and at hand; else the walk, off the
+		// reader.
+		if out, ok := s.shortcutHit(dst, r, ns); ok {
+			return out, verdictReply
+		}
+		if out, ok := s.asAsked(dst, r); ok {
+			return out, verdictReply
+		}
+		if out, ok := s.walkFast(dst, r, ns, base); ok {
 			return out, verdictReply
 		}
 		return dst, verdictSlow
@@ -114,7 +122,7 @@ func (s *Server) slow(ctx context.Context, dst []byte, r *request) (out []byte) 
 		o.Namespace, _ = s.cfg.Pods.PodNamespace(r.client)
 	}
 	ctx = origin.With(ctx, o)
-	if s.walkCandidate(r) {
+	if _, _, ok := s.walkTarget(r); ok {
 		if m, steps, saved, ok := s.walk(ctx, r); ok {
 			return s.send(dst, r, m, SourceAutopath, steps, saved)
 		}
@@ -232,29 +240,22 @@ func (s *Server) observe(r *request, src Source, rcode, steps, saved int) {
 		Qtype: r.q.Type, Duration: time.Since(r.start), AutopathSteps: steps, AutopathSaved: saved})
 }
 
-// namespaceOf returns the namespace of the pod that sent r, when autopath
-// applies to it.
-func (s *Server) namespaceOf(client netip.Addr) (string, bool) {
+// walkTarget reports whether r is a search-path expansion the server
+// should walk itself: the first expansion, `<base>.<ns>.svc.<zone>`, of
+// the search list of a pod of this node in namespace ns.
+func (s *Server) walkTarget(r *request) (ns, base string, ok bool) {
 	if !s.walkConf().autopath || s.cfg.Pods == nil || s.cfg.Cluster == nil {
-		return "", false
-	}
-	return s.cfg.Pods.PodNamespace(client.Unmap())
-}
-
-// walkCandidate reports whether r is a search-path expansion the server
-// should walk itself.
-func (s *Server) walkCandidate(r *request) bool {
-	if !s.walkConf().autopath || s.cfg.Pods == nil || s.cfg.Cluster == nil {
-		return false
+		return "", "", false
 	}
 	zone := s.cfg.Cluster.Zone()
-	if !strings.HasSuffix(r.q.Name, ".svc."+zone) {
-		return false
+	// Under ".svc.<zone>" (no concatenation: it would allocate for a
+	// long zone).
+	if n := len(r.q.Name) - len(zone); n < 5 || r.q.Name[n:] != zone || r.q.Name[n-5:n] != ".svc." {
+		return "", "", false
 	}
-	ns, ok := s.namespaceOf(r.client)
-	if !ok {
-		return false
+	if ns, ok = s.cfg.Pods.PodNamespace(r.client.Unmap()); !ok {
+		return "", "", false
 	}
-	_, ok = ndots.Split(r.q.Name, ns, zone)
-	return ok
+	base, ok = ndots.Split(r.q.Name, ns, zone)
+	return ns, base, ok
 }

@@ -159,6 +159,9 @@ type Server struct {
 	fair  *clientLimiter // per-client share of sem; nil: none
 	conns chan struct{}  // open TCP connections
 	memo  *walkMemo
+	// shortcuts keeps search-path shortcut replies in wire form
+	// (shortcut.go).
+	shortcuts *shortcutTable
 	// packed holds cluster replies in wire form (see sendCluster).
 	packed *packedCache
 	// epoch is when the server was made; ages are measured from it on the
@@ -215,8 +218,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "server"),
 		sem: make(chan struct{}, cfg.MaxInflight), fair: newClientLimiter(cfg.MaxClientInflight), conns: make(chan struct{}, cfg.MaxTCPConns),
-		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), tcpConns: map[*net.TCPConn]*tcpState{},
-		tcpClients: map[netip.Addr]int{}}
+		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), shortcuts: newShortcutTable(scEntries, scBytes),
+		tcpConns: map[*net.TCPConn]*tcpState{}, tcpClients: map[netip.Addr]int{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.epoch = time.Now()
 	s.loopName.Store("")
