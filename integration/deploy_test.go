@@ -432,6 +432,9 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cfg map[string]any) {
 	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 		t.Error("readOnlyRootFilesystem is not true")
 	}
+	if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("seccompProfile %+v: want RuntimeDefault", sc.SeccompProfile)
+	}
 	if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
 		t.Errorf("capabilities %+v: want drop ALL", sc.Capabilities)
 	} else {

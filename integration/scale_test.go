@@ -45,25 +45,57 @@ func envInt(name string, def int) int {
 	return def
 }
 
-// TestClusterScale loads the API server, starts the agent and measures.
-// SCALE_SERVICES (10000), SCALE_ENDPOINTS (10 per service) and
-// SCALE_PROBES (300 creates timed) change the load.
-func TestClusterScale(t *testing.T) {
+// scaleLoad is the loaded cluster every scale test shares: it is loaded
+// once per test binary (the control plane is too), so `-run` may pick
+// several of the tests and they measure the same objects.
+type scaleLoad struct {
+	cp        *ControlPlane
+	nss       []string
+	nsvc      int
+	perSvc    int
+	lastName  string // the last Service created, as a query name
+	lastIP    string // its ClusterIP ("" when it is headless)
+	loadTook  time.Duration
+	loadError error
+}
+
+var (
+	scaleOnce sync.Once
+	scaleData *scaleLoad
+)
+
+// scaleCluster returns the loaded cluster, loading it on first use.
+// SCALE_SERVICES (10000) and SCALE_ENDPOINTS (10 per service) set the
+// load. The namespaces are not deleted: no namespace controller runs here
+// to remove their objects, and the control plane goes at the end.
+func scaleCluster(t *testing.T) *scaleLoad {
+	t.Helper()
 	cp := controlPlane(t)
+	scaleOnce.Do(func() { scaleData = loadScale(t, cp) })
+	if scaleData.loadError != nil {
+		t.Fatalf("loading the cluster: %v", scaleData.loadError)
+	}
+	return scaleData
+}
+
+func loadScale(t *testing.T, cp *ControlPlane) *scaleLoad {
 	c := cp.Client
-	nsvc := envInt("SCALE_SERVICES", 10000)
-	perSvc := envInt("SCALE_ENDPOINTS", 10)
-	probes := envInt("SCALE_PROBES", 300)
+	l := &scaleLoad{cp: cp, nsvc: envInt("SCALE_SERVICES", 10000), perSvc: envInt("SCALE_ENDPOINTS", 10)}
 	const namespaces = 100
 
 	// Load: every tenth service is headless with hostnames (a StatefulSet),
 	// the rest ClusterIP; each has one slice of perSvc ready addresses.
-	nss := make([]string, namespaces)
-	for i := range nss {
-		nss[i] = clusterNS(t, c, fmt.Sprintf("scale%02d", i))
+	l.nss = make([]string, namespaces)
+	for i := range l.nss {
+		l.nss[i] = fmt.Sprintf("scale%02d", i)
+		if _, err := c.CoreV1().Namespaces().Create(ctxBG, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: l.nss[i]}}, metav1.CreateOptions{}); err != nil {
+			l.loadError = fmt.Errorf("creating namespace %s: %w", l.nss[i], err)
+			return l
+		}
 	}
 	start := time.Now()
 	var created, failed atomic.Int64
+	var firstErr atomic.Value
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for range 16 {
@@ -71,27 +103,50 @@ func TestClusterScale(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				if err := createScaleService(c, nss[i%namespaces], i, perSvc); err != nil {
-					if failed.Add(1) <= 5 {
-						t.Errorf("service %d: %v", i, err)
-					}
+				if err := createScaleService(c, l.nss[i%namespaces], i, l.perSvc); err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, fmt.Errorf("service %d: %w", i, err))
 					continue
 				}
 				created.Add(1)
 			}
 		}()
 	}
-	for i := range nsvc {
+	for i := range l.nsvc {
 		work <- i
 	}
 	close(work)
 	wg.Wait()
 	if failed.Load() > 0 {
-		t.Fatalf("%d services failed to create", failed.Load())
+		l.loadError = fmt.Errorf("%d services failed to create, the first: %v", failed.Load(), firstErr.Load())
+		return l
 	}
-	load := time.Since(start)
+	l.loadTook = time.Since(start)
 	t.Logf("created %d services and %d endpoint addresses in %v (%.0f objects/s)",
-		created.Load(), created.Load()*int64(perSvc), load.Round(time.Second), float64(2*created.Load())/load.Seconds())
+		created.Load(), created.Load()*int64(l.perSvc), l.loadTook.Round(time.Second), float64(2*created.Load())/l.loadTook.Seconds())
+
+	last := l.nsvc - 1
+	ns := l.nss[last%namespaces]
+	s, err := c.CoreV1().Services(ns).Get(ctxBG, fmt.Sprintf("svc%d", last), metav1.GetOptions{})
+	if err != nil {
+		l.loadError = fmt.Errorf("reading the last service: %w", err)
+		return l
+	}
+	l.lastName = fmt.Sprintf("svc%d.%s.svc.cluster.local.", last, ns)
+	if s.Spec.ClusterIP != corev1.ClusterIPNone {
+		l.lastIP = s.Spec.ClusterIP
+	}
+	return l
+}
+
+// TestClusterScale loads the API server, starts the agent and measures.
+// SCALE_PROBES (300 creates timed) changes the number of creates.
+func TestClusterScale(t *testing.T) {
+	l := scaleCluster(t)
+	cp, c, nss := l.cp, l.cp.Client, l.nss
+	nsvc, perSvc := l.nsvc, l.perSvc
+	probes := envInt("SCALE_PROBES", 300)
+	const namespaces = 100
 
 	// The index alone, in this process: its live heap once synced.
 	heap, took := indexHeap(t, cp)
@@ -104,8 +159,12 @@ func TestClusterScale(t *testing.T) {
 	baseRSS, _, baseAnon := procMemAnon(t, base.p.cmd.Process.Pid)
 	base.stop()
 
-	// Start the agent and time it to ready.
+	// Start the agent and time it to ready, counting the list requests
+	// it costs the API server.
+	m0 := readAPIMetrics(t, cp)
 	a := startScaleAgent(t, cp, up.Addr, nil)
+	time.Sleep(time.Second) // the API server counts a request when it ends
+	lists := readAPIMetrics(t, cp).sub(m0)
 	addr, admin := a.addr, a.admin
 	// A sample of names answers as it should.
 	for i := 0; i < nsvc; i += nsvc / 10 {
@@ -166,16 +225,17 @@ func TestClusterScale(t *testing.T) {
 	rssAfter, hwm, anonAfter := procMemAnon(t, a.p.cmd.Process.Pid)
 	st := scaleStats(t, admin)
 	a.stop()
-	report := fmt.Sprintf(`cluster zone at scale (%d services, %d endpoint addresses, %d namespaces)
+	report := fmt.Sprintf(`cluster zone at scale (%d services, %d endpoint addresses, %d namespaces; load average %s)
   agent without a cluster zone:   RSS %.1f MiB, of which anonymous %.1f MiB (the rest is the binary's pages)
   start to ready:                 %v
+  API server LISTs for the start: %s
   agent RSS at ready:             %.1f MiB (peak so far %.1f MiB)
   agent RSS after the creates:    %.1f MiB (peak %.1f MiB), of which anonymous %.1f MiB
   index live heap (in-process):   %.1f MiB (%.0f bytes per service+endpoint address), synced in %v
   Service create to resolvable:   p50 %v  p99 %v  max %v  (%d creates, 4 in flight, UDP polling every 1 ms)
     from the create call's return: p50 %v  p99 %v
   /stats informers:               %s`,
-		nsvc, nsvc*perSvc, namespaces, mib(baseRSS), mib(baseAnon), a.ready.Round(time.Millisecond),
+		nsvc, nsvc*perSvc, namespaces, loadAvg(), mib(baseRSS), mib(baseAnon), a.ready.Round(time.Millisecond), lists.listSummary(),
 		mib(a.rss), mib(a.hwm), mib(rssAfter), mib(hwm), mib(anonAfter),
 		float64(heap)/(1<<20), float64(heap)/float64(nsvc+nsvc*perSvc), took.Round(time.Millisecond),
 		q(lat, 0.5), q(lat, 0.99), lat[len(lat)-1].Round(10*time.Microsecond), probes,
@@ -194,11 +254,7 @@ func TestClusterScale(t *testing.T) {
 			env, v.ready.Round(time.Millisecond), mib(v.rss), mib(rss), mib(anon), mib(hwm))
 	}
 	t.Log("\n" + report)
-	if out := os.Getenv("SCALE_REPORT"); out != "" {
-		if err := os.WriteFile(out, []byte(report+"\n"), 0o644); err != nil {
-			t.Errorf("writing %s: %v", out, err)
-		}
-	}
+	scaleWriteReport(t, report)
 }
 
 // createScaleService creates service i with one EndpointSlice of n ready

@@ -125,7 +125,19 @@ start() {
 	fi
 	mkdir -p "${STATE}/logs" "${RUN}/pids"
 	log "starting ${name}"
-	setsid "$@" >>"${STATE}/logs/${name}.log" 2>&1 </dev/null &
+	# The daemons outlive this script: they must not inherit its open
+	# descriptors, above all the lock of a caller such as
+	# `flock /tmp/nodedns-host.lock scripts/cluster.sh up`, which they would
+	# otherwise hold for as long as the cluster runs.
+	(
+		for fd in /proc/"${BASHPID}"/fd/*; do
+			fd=${fd##*/}
+			if ((fd > 2)); then
+				eval "exec ${fd}>&-"
+			fi
+		done
+		exec setsid "$@" >>"${STATE}/logs/${name}.log" 2>&1 </dev/null
+	) &
 	echo $! >"$(pidfile "$name")"
 }
 

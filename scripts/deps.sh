@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests, benchmarks and integration suite
 # need, once: `apt-get update` runs only when something is missing.
+# (iproute2: ip and ss -K; libcap2-bin: capsh, for the agent without NET_RAW.)
 set -euo pipefail
 
-pkgs=(iptables etcd-server dnsutils dnsperf conntrack iproute2 procps unbound dnsmasq-base curl ca-certificates prometheus)
+pkgs=(iptables etcd-server dnsutils dnsperf conntrack iproute2 libcap2-bin procps unbound dnsmasq-base curl ca-certificates prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

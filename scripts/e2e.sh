@@ -173,6 +173,13 @@ rollout_done() {
 
 [[ $(id -u) == 0 ]] || fail "needs root"
 deps
+# A cluster left up by an earlier run (KEEP=1, a killed run) would make the
+# "before" snapshot describe a running cluster, and step 7 would then report
+# the clean machine after 'down' as a difference. Start from a clean machine.
+if [[ -e "$(scripts/cluster.sh env | sed -n 's/^STATE=//p')" || -e /run/nodedns-cluster ]]; then
+	log "a cluster from an earlier run is present; taking it down first"
+	scripts/cluster.sh down
+fi
 scripts/cluster.sh snapshot "${work}/before.txt"
 step "cluster up"
 KUBECONFIG=$(scripts/cluster.sh up | tail -n 1)

@@ -5,10 +5,14 @@
 #
 # Targets: the request path through the server (FuzzServe), the request
 # decoder (FuzzParseQuery), the cache's hit path (FuzzAppendHit), the
-# upstream-reply validator (FuzzValidate) and cluster record synthesis
-# (FuzzLookup). New interesting inputs stay in Go's fuzz cache; a failing
-# input is written to the package's testdata/fuzz/<Target>/ by go test:
-# commit it, and it runs as a regression test with every plain `go test`.
+# upstream-reply validator (FuzzValidate), cluster record synthesis
+# (FuzzLookup), the resolv.conf reader (FuzzParse), and the API server's
+# list responses as the agent streams them (FuzzListStream), decodes their
+# items (FuzzDecode, against the API types) and parses addresses
+# (FuzzParseAddr, against net/netip). New interesting inputs stay in Go's
+# fuzz cache; a failing input is written to the package's
+# testdata/fuzz/<Target>/ by go test: commit it, and it runs as a
+# regression test with every plain `go test`.
 # The first run builds instrumented test binaries, which takes minutes for
 # pkg/k8s (client-go); later runs reuse the build cache.
 set -euo pipefail
@@ -21,6 +25,10 @@ targets=(
   "./pkg/cache FuzzAppendHit"
   "./pkg/upstream FuzzValidate"
   "./pkg/k8s FuzzLookup"
+  "./pkg/resolvconf FuzzParse"
+  "./pkg/k8s FuzzListStream"
+  "./pkg/k8s FuzzDecode"
+  "./pkg/k8s FuzzParseAddr"
 )
 failed=()
 for t in "${targets[@]}"; do

@@ -14,7 +14,9 @@
 #   scripts/test.sh e2e
 #
 # The exit status is non-zero when any step fails (each step's own status,
-# not a search of its log).
+# not a search of its log). On a machine shared by several engineers,
+# NODEDNS_HOST_LOCK=/tmp/nodedns-host.lock runs the steps that change the
+# host (integration, e2e) under that flock(1) lock, and only those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +24,15 @@ what=${1:-all}
 export NODEDNS_CACHE=${NODEDNS_CACHE:-/var/cache/nodedns}
 export PATH="$(go env GOPATH)/bin:$PATH"
 STATICCHECK_VERSION=v0.8.2
+
+# locked CMD...: CMD under the host lock when NODEDNS_HOST_LOCK names one.
+locked() {
+  if [[ -n ${NODEDNS_HOST_LOCK:-} ]]; then
+    flock "$NODEDNS_HOST_LOCK" "$@"
+  else
+    "$@"
+  fi
+}
 
 scripts/deps.sh
 
@@ -50,7 +61,7 @@ if [[ $what == all || $what == integration ]]; then
   echo "== integration tests"
   log=/tmp/nodedns-integration.log
   set +e
-  go test -tags integration -count=1 -timeout 40m -v ./integration/ 2>&1 | tee "$log" | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go:[0-9]+'
+  locked go test -tags integration -count=1 -timeout 40m -v ./integration/ 2>&1 | tee "$log" | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go:[0-9]+'
   rc=${PIPESTATUS[0]}
   set -e
   if ((rc != 0)); then
@@ -62,5 +73,5 @@ fi
 
 if [[ $what == all || $what == e2e ]]; then
   echo "== end-to-end on a real single-node cluster (scripts/e2e.sh)"
-  scripts/e2e.sh
+  locked scripts/e2e.sh
 fi

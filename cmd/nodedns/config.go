@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,79 +18,91 @@ import (
 )
 
 // Config is everything `nodedns serve` can be told, by flag or by the YAML
-// file named with --config (keys are the flag names). Precedence: built-in
-// defaults, then the file, then flags given on the command line.
+// file named with --config. Every field is declared once, in the settings
+// table (keys.go): its key and flag, default, help, and whether and how a
+// reload applies it. Precedence: built-in defaults, then the file, then
+// flags given on the command line.
 type Config struct {
-	Listen      List     `json:"listen"`
-	Upstream    List     `json:"upstream"`
-	Admin       string   `json:"admin"`
-	AdminSocket string   `json:"admin-socket"`
-	Policy      string   `json:"policy"`
-	Stubs       StubsMap `json:"stub-domains"`
+	Listen      List
+	Upstream    List
+	ResolvConf  string
+	Admin       string
+	AdminSocket string
+	Policy      string
+	Stubs       StubsMap
 
-	CacheSize      int      `json:"cache-size"`
-	MinTTL         Duration `json:"min-ttl"`
-	MaxTTL         Duration `json:"max-ttl"`
-	MaxNegativeTTL Duration `json:"max-negative-ttl"`
-	ServeStale     Duration `json:"serve-stale"`
-	Prefetch       int      `json:"prefetch"`
+	CacheSize      int
+	CacheMaxBytes  Bytes
+	MinTTL         Duration
+	MaxTTL         Duration
+	MaxNegativeTTL Duration
+	ServeStale     Duration
+	Prefetch       int
 
-	MaxInflight int `json:"max-inflight"`
+	MaxInflight int
 	// MaxClientInflight: 0 is the server's default share, negative none.
-	MaxClientInflight int    `json:"max-client-inflight"`
-	MaxTCPConns       int    `json:"max-tcp-conns"`
-	MaxUDPSize        int    `json:"max-udp-size"`
-	UDPReaders        string `json:"udp-readers"`
-	UDPSockets        int    `json:"udp-sockets"`
-	GoMaxProcs        int    `json:"gomaxprocs"`
-	LoopCheck         bool   `json:"loop-check"`
+	MaxClientInflight int
+	MaxTCPConns       int
+	MaxUDPSize        int
+	UDPReaders        string
+	UDPSockets        int
+	GoMaxProcs        int
+	LoopCheck         bool
 
-	Kubeconfig string `json:"kubeconfig"`
+	Kubeconfig string
 	// ClusterDomain lists the cluster's zones, the primary first: a
 	// string or a list in the file, a repeatable flag.
-	ClusterDomain List     `json:"cluster-domain"`
-	ClusterTTL    Duration `json:"cluster-ttl"`
-	Pods          string   `json:"pods"`
-	ClusterDNS    string   `json:"cluster-dns"`
-	NodeName      string   `json:"node-name"`
-	Autopath      bool     `json:"autopath"`
+	ClusterDomain List
+	ClusterTTL    Duration
+	Pods          string
+	ClusterDNS    string
+	NodeName      string
+	Autopath      bool
 	// ClusterSyncWait bounds how long the listeners wait for the cluster
 	// index at start when no other agent serves our addresses.
-	ClusterSyncWait Duration `json:"cluster-sync-wait"`
-	Search          List     `json:"search"`
+	ClusterSyncWait Duration
+	Search          List
 
 	// Cluster zone options of CoreDNS's kubernetes plugin (pkg/k8s.Config).
-	EndpointPodNames   bool   `json:"endpoint-pod-names"`
-	IgnoreEmptyService bool   `json:"ignore-empty-service"`
-	NoEndpoints        bool   `json:"no-endpoints"`
-	Namespaces         List   `json:"namespaces"`
-	NamespaceLabels    string `json:"namespace-labels"`
+	EndpointPodNames   bool
+	IgnoreEmptyService bool
+	NoEndpoints        bool
+	Namespaces         List
+	NamespaceLabels    string
 	// Fallthrough: an empty list (`--fallthrough=`, `fallthrough: []`)
 	// means none; the default is the reverse zones.
-	Fallthrough List `json:"fallthrough"`
+	Fallthrough List
 
-	LocalIP        List     `json:"local-ip"`
-	Interface      string   `json:"interface"`
-	SetupInterface bool     `json:"setup-interface"`
-	SetupIptables  bool     `json:"setup-iptables"`
-	SyncInterval   Duration `json:"sync-interval"`
-	Teardown       bool     `json:"teardown"`
-	Lameduck       Duration `json:"lameduck"`
+	LocalIP        List
+	Interface      string
+	SetupInterface bool
+	SetupIptables  bool
+	SyncInterval   Duration
+	Teardown       bool
+	Lameduck       Duration
 
-	LogLevel   string  `json:"log-level"`
-	LogQueries float64 `json:"log-queries"`
+	LogLevel   string
+	LogQueries float64
 
 	// MetricsCompat picks the compatibility series /metrics exports
 	// besides nodedns_*: coredns (CoreDNS 1.15 and node-cache names) or
 	// none.
-	MetricsCompat string `json:"metrics-compat"`
+	MetricsCompat string
 
 	// path is the --config file, watched for live reload.
 	path string
-	// searchSet records whether --search was given, since an empty list
-	// ("no extra domains") differs from "take them from resolv.conf".
-	searchSet bool
+	// given records the keys set by the file or a flag: some defaults are
+	// "derived" (--search: "take them from resolv.conf"), which an empty
+	// value given on purpose must not mean.
+	given map[string]bool
+	// fromFlags records the keys set on the command line (they win over
+	// the file, on reload too); file holds the file's raw values by key.
+	fromFlags map[string]bool
+	file      map[string]json.RawMessage
 }
+
+// isGiven reports whether key was set by the file or a flag.
+func (c *Config) isGiven(key string) bool { return c.given[key] }
 
 // schedulerProcs is the GOMAXPROCS the agent runs with: --gomaxprocs when
 // given; else $GOMAXPROCS when set (0: leave it); else one P for each UDP
@@ -115,92 +129,92 @@ func (c *Config) udpSockets() int {
 	return 1
 }
 
+// defaultConfig is the configuration before the file and the flags: every
+// setting's default from the table.
 func defaultConfig() Config {
-	return Config{
-		Admin:           "127.0.0.1:9253",
-		Policy:          "random",
-		CacheSize:       10000,
-		MaxTTL:          Duration(time.Hour),
-		MaxNegativeTTL:  Duration(30 * time.Minute),
-		ServeStale:      Duration(time.Hour),
-		Prefetch:        2,
-		MaxInflight:     2000,
-		MaxTCPConns:     1000,
-		MaxUDPSize:      1232,
-		UDPReaders:      "threads",
-		LoopCheck:       true,
-		ClusterDomain:   List{"cluster.local"},
-		Fallthrough:     List{"in-addr.arpa", "ip6.arpa"},
-		ClusterTTL:      Duration(5 * time.Second),
-		Pods:            "insecure",
-		NodeName:        os.Getenv("NODE_NAME"),
-		Autopath:        true,
-		ClusterSyncWait: Duration(5 * time.Second),
-		Interface:       "nodelocaldns",
-		SetupInterface:  true,
-		SetupIptables:   true,
-		SyncInterval:    Duration(60 * time.Second),
-		Teardown:        true,
-		Lameduck:        Duration(5 * time.Second),
-		LogLevel:        "info",
-		MetricsCompat:   "coredns",
+	var c Config
+	for _, s := range settings {
+		def := s.def
+		if s.env != "" {
+			if v, ok := os.LookupEnv(s.env); ok {
+				def = v
+			}
+		}
+		if def == "" {
+			continue
+		}
+		if err := s.value(&c).Set(def); err != nil {
+			panic(fmt.Sprintf("setting %s: default %q: %v", s.key, def, err)) // a bad table entry: TestSettingsTable catches it
+		}
 	}
+	return c
 }
 
 // bind registers every serve flag on fs, writing into c; the current values
 // of c are the flags' defaults.
 func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
-	fs.StringVar(configPath, "config", *configPath, "YAML file with the same settings (keys are flag names) plus stub-domains; flags override it")
-	fs.Var(&c.Listen, "listen", "comma-separated ip:port to serve DNS on, UDP and TCP (default: port 53 of each --local-ip)")
-	fs.Var(&c.Upstream, "upstream", "comma-separated ip[:port] of upstream resolvers (default: nameservers in /etc/resolv.conf, minus our own addresses)")
-	fs.StringVar(&c.Admin, "admin", c.Admin, "ip:port of the HTTP admin endpoint (/health, /ready, /metrics, /stats); empty disables it")
-	fs.StringVar(&c.AdminSocket, "admin-socket", c.AdminSocket, "unix socket serving the admin endpoint too (the DaemonSet's probes use it)")
-	fs.StringVar(&c.Policy, "policy", c.Policy, "upstream selection: random, round_robin or sequential")
-	fs.Var(&c.Stubs, "stub-domain", "zone=ip[:port][,ip...]; repeat for several zones (longest zone wins)")
-	fs.IntVar(&c.CacheSize, "cache-size", c.CacheSize, "maximum cached answers (external names)")
-	fs.Var(&c.MinTTL, "min-ttl", "lower bound on the lifetime of cached positive answers")
-	fs.Var(&c.MaxTTL, "max-ttl", "upper bound on the lifetime of cached positive answers")
-	fs.Var(&c.MaxNegativeTTL, "max-negative-ttl", "upper bound on cached NXDOMAIN/NODATA")
-	fs.Var(&c.ServeStale, "serve-stale", "how long past expiry an answer may be served when upstreams fail (0 disables)")
-	fs.IntVar(&c.Prefetch, "prefetch", c.Prefetch, "hits that make an entry popular enough to refresh before it expires (0 disables)")
-	fs.IntVar(&c.MaxInflight, "max-inflight", c.MaxInflight, "queries resolved at once off the readers; beyond it: SERVFAIL at once")
-	fs.IntVar(&c.MaxClientInflight, "max-client-inflight", c.MaxClientInflight, "of those, at most this many for one client address (0: max-inflight/8, at least 16; -1: no per-client bound)")
-	fs.IntVar(&c.MaxTCPConns, "max-tcp-conns", c.MaxTCPConns, "open TCP connections at most")
-	fs.StringVar(&c.UDPReaders, "udp-readers", c.UDPReaders, "how UDP sockets are read: threads (an OS thread per socket blocking in recvmmsg) or poller (Go netpoller)")
-	fs.IntVar(&c.UDPSockets, "udp-sockets", c.UDPSockets, "SO_REUSEPORT UDP sockets (each with its own reader) per listen address; 0: 1 (one reader serves about one core's worth of queries)")
-	fs.IntVar(&c.GoMaxProcs, "gomaxprocs", c.GoMaxProcs, "Go scheduler Ps (GOMAXPROCS); 0: $GOMAXPROCS when set, else one per UDP thread reader (sockets x listen addresses) plus one, measured cheapest per query (bench/RESULTS.md)")
-	fs.IntVar(&c.MaxUDPSize, "max-udp-size", c.MaxUDPSize, "largest UDP reply whatever the client advertises")
-	fs.BoolVar(&c.LoopCheck, "loop-check", c.LoopCheck, "at start, send a probe through the upstream and exit if it comes back (forwarding loop)")
-	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file (default: in-cluster config inside a pod, else no cluster zone)")
-	fs.Var(&repeatList{l: &c.ClusterDomain}, "cluster-domain", "the cluster's DNS domain; repeat (or separate by commas) to answer several zones from one index, the first primary (PTR targets, search-path walk)")
-	fs.Var(&c.ClusterTTL, "cluster-ttl", "TTL of cluster answers (0s-3600s)")
-	fs.StringVar(&c.Pods, "pods", c.Pods, "pod records: disabled, insecure or verified")
-	fs.StringVar(&c.ClusterDNS, "cluster-dns", c.ClusterDNS, "ip[:port] of the central cluster DNS, asked for cluster names only until the informers have synced")
-	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "this node's name (default $NODE_NAME); its pods are watched for the search-path walk")
-	fs.BoolVar(&c.Autopath, "autopath", c.Autopath, "walk pods' search lists on the server (one round trip instead of several)")
-	fs.Var(&c.ClusterSyncWait, "cluster-sync-wait", "at start, how long to wait for the cluster index before serving when no other agent answers on our addresses (one that does keeps serving until we synced)")
-	fs.Var(&c.Search, "search", "comma-separated extra search domains pods inherit (default: those after the cluster's in /etc/resolv.conf)")
-	fs.BoolVar(&c.EndpointPodNames, "endpoint-pod-names", c.EndpointPodNames, "name endpoints without a hostname after their pod (targetRef) instead of their address, as CoreDNS endpoint_pod_names")
-	fs.BoolVar(&c.IgnoreEmptyService, "ignore-empty-service", c.IgnoreEmptyService, "NXDOMAIN for a ClusterIP Service without ready endpoints, as CoreDNS `ignore empty_service`")
-	fs.BoolVar(&c.NoEndpoints, "no-endpoints", c.NoEndpoints, "do not watch EndpointSlices: headless and endpoint names are NXDOMAIN, as CoreDNS noendpoints")
-	fs.Var(&c.Namespaces, "namespaces", "comma-separated namespaces whose names exist; names in others are NXDOMAIN (default: all), as CoreDNS namespaces")
-	fs.StringVar(&c.NamespaceLabels, "namespace-labels", c.NamespaceLabels, "label selector (kubectl -l syntax): only namespaces it matches are exposed, as CoreDNS namespace_labels")
-	fs.Var(&c.Fallthrough, "fallthrough", "comma-separated zones (or CIDRs) where a cluster NXDOMAIN goes on to cache and upstream instead; '.' is every zone, empty none; replaces the default, as CoreDNS fallthrough")
-	fs.Var(&c.LocalIP, "local-ip", "comma-separated addresses to intercept (e.g. 169.254.20.10 and the kube-dns ClusterIP); enables the link and rules")
-	fs.StringVar(&c.Interface, "interface", c.Interface, "link that holds the local IPs")
-	fs.BoolVar(&c.SetupInterface, "setup-interface", c.SetupInterface, "create and maintain the link (with --local-ip)")
-	fs.BoolVar(&c.SetupIptables, "setup-iptables", c.SetupIptables, "install and maintain NOTRACK/ACCEPT rules (with --local-ip)")
-	fs.Var(&c.SyncInterval, "sync-interval", "how often the link and rules are checked and repaired (a Go duration)")
-	fs.BoolVar(&c.Teardown, "teardown", c.Teardown, "remove rules and link on exit when no other agent serves the addresses")
-	fs.Var(&c.Lameduck, "lameduck", "on SIGTERM: report not ready and keep answering this long before exiting")
-	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
-	fs.Float64Var(&c.LogQueries, "log-queries", c.LogQueries, "fraction of queries to log (0 to 1)")
-	fs.StringVar(&c.MetricsCompat, "metrics-compat", c.MetricsCompat, "series /metrics exports besides nodedns_*: coredns (CoreDNS 1.15 and NodeLocal DNSCache names, for their dashboards and alerts) or none")
+	fs.StringVar(configPath, "config", *configPath, "YAML file with the same settings (keys are flag names) plus stub-domains; flags override it; re-read when it changes")
+	for _, s := range settings {
+		if s.flagName() == "" {
+			continue
+		}
+		fs.Var(s.value(c), s.flagName(), s.help)
+	}
+}
+
+// Config file header: optional, but when present it must name this schema.
+const (
+	configAPIGroup   = "nodedns.io"
+	configAPIVersion = configAPIGroup + "/v1alpha1"
+	configKind       = "Config"
+)
+
+// loadResult is what loading a configuration found besides the
+// configuration itself: problems (the configuration must not be used)
+// and warnings (it may, e.g. with an unknown key ignored).
+type loadResult struct {
+	problems []string
+	warnings []string
+}
+
+func (r *loadResult) problem(format string, args ...any) {
+	r.problems = append(r.problems, fmt.Sprintf(format, args...))
+}
+
+func (r *loadResult) warn(format string, args ...any) {
+	r.warnings = append(r.warnings, fmt.Sprintf(format, args...))
+}
+
+// err is nil without problems, else one line naming each of them.
+func (r *loadResult) err() error {
+	if len(r.problems) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(r.problems, "; "))
 }
 
 // loadConfig returns the configuration for args: defaults, then the
-// --config file, then the flags in args.
-func loadConfig(args []string, stderr io.Writer) (Config, error) {
+// --config file, then the flags in args. Warnings (unknown keys in the
+// file) are written to warn, one line each; nil: dropped.
+func loadConfig(args []string, warn io.Writer) (Config, error) {
+	cfg, res, err := load(args, false, warn)
+	if err != nil {
+		return Config{}, err
+	}
+	if warn != nil {
+		for _, w := range res.warnings {
+			fmt.Fprintln(warn, "warning:", w)
+		}
+	}
+	return cfg, res.err()
+}
+
+// load is loadConfig with the findings returned. strict (`nodedns config
+// validate`) makes unknown keys and an unknown schema version problems.
+// err is a command-line error (-h, a bad flag); everything else is in the
+// loadResult.
+func load(args []string, strict bool, usage io.Writer) (Config, *loadResult, error) {
+	res := &loadResult{}
 	// First pass: only to find --config.
 	var path string
 	probe := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -208,152 +222,133 @@ func loadConfig(args []string, stderr io.Writer) (Config, error) {
 	tmp := defaultConfig()
 	tmp.bind(probe, &path)
 	if err := probe.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			probe.SetOutput(stderr)
+		if errors.Is(err, flag.ErrHelp) && usage != nil {
+			probe.SetOutput(usage)
 			probe.PrintDefaults()
 		}
-		return Config{}, err // one line: the flag package names the bad value
+		return Config{}, res, err // one line: the flag package names the bad value
 	}
 	if probe.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected argument %q", probe.Arg(0))
+		return Config{}, res, fmt.Errorf("unexpected argument %q", probe.Arg(0))
 	}
 	cfg := defaultConfig()
+	cfg.given, cfg.fromFlags = map[string]bool{}, map[string]bool{}
 	if path != "" {
-		if err := cfg.readFile(path); err != nil {
-			return Config{}, err
+		if !cfg.readFile(path, strict, res) {
+			return cfg, res, nil
 		}
 	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	cfg.bind(fs, &path)
 	if err := fs.Parse(args); err != nil {
-		return Config{}, err
+		return Config{}, res, err
 	}
 	cfg.path = path
 	cfg.Admin = normalizeHostPort(cfg.Admin)
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "search" {
-			cfg.searchSet = true
+		if s := settingByFlag(f.Name); s != nil {
+			cfg.given[s.key], cfg.fromFlags[s.key] = true, true
 		}
 	})
-	return cfg, cfg.validate()
+	cfg.validate(res)
+	return cfg, res, nil
 }
 
-// readFile overlays the YAML file at path on c. Unknown keys are errors: a
-// typo must not silently leave a default in place.
-func (c *Config) readFile(path string) error {
+// readFile overlays the YAML file at path on c, recording what is wrong in
+// res; false when the file could not be read or parsed at all. Each key is
+// decoded on its own, so every bad key is reported, by name. An unknown key
+// is a warning (a key of a newer version, kept in the ConfigMap while a
+// rollback runs the older agent, must not crash-loop it) unless strict.
+func (c *Config) readFile(path string, strict bool, res *loadResult) bool {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("reading config %s: %w", path, err)
+		res.problem("reading config %s: %v", path, err)
+		return false
 	}
 	var raw map[string]json.RawMessage
-	if err := yaml.Unmarshal(b, &raw); err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
+	// Strict only about duplicate keys: which of two would win is a guess.
+	if err := yaml.UnmarshalStrict(b, &raw); err != nil {
+		res.problem("config %s: %v", path, oneLine(err))
+		return false
 	}
-	if err := yaml.UnmarshalStrict(b, c); err != nil {
-		// Name the key: the decoder's own message often does not.
-		for k, v := range raw {
-			one, _ := json.Marshal(map[string]json.RawMessage{k: v})
-			var probe Config
-			if kerr := yaml.UnmarshalStrict(one, &probe); kerr != nil {
-				return fmt.Errorf("config %s: key %q: %w", path, k, kerr)
+	c.file = raw
+	if v, ok := raw["apiVersion"]; ok {
+		var s string
+		switch {
+		case json.Unmarshal(v, &s) != nil:
+			res.problem("config %s: apiVersion %s: want the string %q", path, v, configAPIVersion)
+		case s == configAPIVersion:
+		case strings.HasPrefix(s, configAPIGroup+"/") && !strict:
+			res.warn("config %s: apiVersion %q: this agent reads %s; reading the keys it knows", path, s, configAPIVersion)
+		default:
+			res.problem("config %s: apiVersion %q: want %q", path, s, configAPIVersion)
+		}
+	}
+	if v, ok := raw["kind"]; ok {
+		var s string
+		if json.Unmarshal(v, &s) != nil || s != configKind {
+			res.problem("config %s: kind %s: want %q", path, v, configKind)
+		}
+	}
+	for _, k := range sortedKeys(raw) {
+		if k == "apiVersion" || k == "kind" {
+			continue
+		}
+		s := settingByKey(k)
+		if s == nil {
+			msg := fmt.Sprintf("config %s: unknown key %q", path, k)
+			if near := nearestKey(k); near != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", near)
 			}
+			if strict {
+				res.problem("%s", msg)
+			} else {
+				res.warn("%s; ignored", msg)
+			}
+			continue
 		}
-		return fmt.Errorf("config %s: %w", path, err)
+		if err := s.decode(c, raw[k]); err != nil {
+			res.problem("config %s: key %q: %v", path, k, err)
+			continue
+		}
+		c.given[k] = true
 	}
-	if _, ok := raw["search"]; ok {
-		c.searchSet = true
-	}
-	return nil
+	return true
 }
 
-// validate checks values the packages would otherwise reject later, with a
-// message naming the bad value.
-func (c *Config) validate() error {
-	for _, a := range c.Listen {
-		if _, err := netip.ParseAddrPort(a); err != nil {
-			return fmt.Errorf("--listen %q: want ip:port", a)
+// validate records every value the packages would reject later, each with
+// a message naming the bad value.
+func (c *Config) validate(res *loadResult) {
+	for _, s := range settings {
+		if s.check == nil {
+			continue
+		}
+		if err := s.check(c); err != nil {
+			if c.given[s.key] && !c.fromFlags[s.key] && c.path != "" {
+				// Name the file and the key as written there.
+				res.problem("config %s: %s", c.path, strings.TrimPrefix(err.Error(), "--"))
+				continue
+			}
+			res.problem("%v", err)
 		}
 	}
-	for _, a := range c.LocalIP {
-		if _, err := netip.ParseAddr(a); err != nil {
-			return fmt.Errorf("--local-ip %q: want an IP address", a)
+	clean := len(res.problems) == 0
+	for _, check := range crossChecks {
+		if err := check(c); err != nil {
+			res.problem("%v", err)
 		}
 	}
-	if c.Admin != "" {
-		if _, err := netip.ParseAddrPort(c.Admin); err != nil {
-			return fmt.Errorf("--admin %q: want ip:port", c.Admin)
+	if clean {
+		if err := clusterCheck(c); err != nil {
+			res.problem("%v", err)
 		}
 	}
-	switch c.MetricsCompat {
-	case "coredns", "none":
-	default:
-		return fmt.Errorf("--metrics-compat %q: want coredns or none", c.MetricsCompat)
-	}
-	switch {
-	case c.CacheSize < 1:
-		return fmt.Errorf("--cache-size %d: want at least 1", c.CacheSize)
-	case c.MaxInflight < 1:
-		return fmt.Errorf("--max-inflight %d: want at least 1", c.MaxInflight)
-	case c.MaxTCPConns < 1:
-		return fmt.Errorf("--max-tcp-conns %d: want at least 1", c.MaxTCPConns)
-	case c.GoMaxProcs < 0 || c.UDPSockets < 0:
-		return fmt.Errorf("--gomaxprocs %d / --udp-sockets %d: want >= 0", c.GoMaxProcs, c.UDPSockets)
-	case c.MaxUDPSize < 512 || c.MaxUDPSize > 65535:
-		return fmt.Errorf("--max-udp-size %d: want 512 to 65535", c.MaxUDPSize)
-	case c.ClusterTTL < 0 || time.Duration(c.ClusterTTL) > time.Hour:
-		return fmt.Errorf("--cluster-ttl %s: want 0s to 1h", c.ClusterTTL)
-	case c.SyncInterval <= 0:
-		return fmt.Errorf("--sync-interval %s: want a positive duration", c.SyncInterval)
-	case c.ClusterSyncWait < 0:
-		return fmt.Errorf("--cluster-sync-wait %s: want a duration >= 0", c.ClusterSyncWait)
-	case c.Lameduck < 0:
-		return fmt.Errorf("--lameduck %s: want a duration >= 0", c.Lameduck)
-	case c.LogQueries < 0 || c.LogQueries > 1:
-		return fmt.Errorf("--log-queries %g: want 0 to 1", c.LogQueries)
-	}
-	switch c.UDPReaders {
-	case "threads", "poller":
-	default:
-		return fmt.Errorf("--udp-readers %q: want threads or poller", c.UDPReaders)
-	}
-	switch c.Pods {
-	case "disabled", "insecure", "verified":
-	default:
-		return fmt.Errorf("--pods %q: want disabled, insecure or verified", c.Pods)
-	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
-	}
-	if len(c.ClusterDomain) == 0 {
-		return errors.New("--cluster-domain: want at least one domain")
-	}
-	if err := clusterConfig(*c).Validate(); err != nil {
-		return err
-	}
-	if len(c.Listen) == 0 && len(c.LocalIP) == 0 {
-		return errors.New("nothing to listen on: give --listen or --local-ip")
-	}
-	return nil
 }
 
-// normalizeHostPort rewrites "[v4]:port" as "v4:port", so that one form,
-// "[$(HOST_IP)]:9253" in a manifest, works whether the node's address is
-// IPv4 or IPv6; anything else is returned as it is (validate judges it).
-func normalizeHostPort(s string) string {
-	if !strings.HasPrefix(s, "[") {
-		return s
-	}
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return s
-	}
-	if a, err := netip.ParseAddr(host); err == nil && a.Is4() {
-		return net.JoinHostPort(host, port)
-	}
-	return s
+// oneLine joins a multi-line error message (the YAML decoder's) into one.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
 }
 
 // List is a comma-separated flag, or a YAML list (or comma-separated
@@ -364,7 +359,7 @@ func (l *List) String() string { return strings.Join(*l, ",") }
 
 // Set implements flag.Value.
 func (l *List) Set(s string) error {
-	*l = nil
+	*l = List{}
 	for _, p := range strings.Split(s, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			*l = append(*l, p)
@@ -377,7 +372,7 @@ func (l *List) Set(s string) error {
 func (l *List) UnmarshalJSON(b []byte) error {
 	var ss []string
 	if err := json.Unmarshal(b, &ss); err == nil {
-		*l = nil
+		*l = List{}
 		for _, s := range ss {
 			if err := l.append(s); err != nil {
 				return err
@@ -419,7 +414,7 @@ func (r *repeatList) String() string {
 // Set implements flag.Value.
 func (r *repeatList) Set(s string) error {
 	if !r.used {
-		*r.l, r.used = nil, true
+		*r.l, r.used = List{}, true
 	}
 	return r.l.append(s)
 }
@@ -450,14 +445,71 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return d.Set(s)
 }
 
+// MarshalJSON writes the duration string UnmarshalJSON reads.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// Bytes is a size in bytes: a plain number, or one with a binary (Ki, Mi,
+// Gi) or decimal (k, M, G) suffix and an optional trailing B ("32Mi",
+// "64MiB", "1G"), in flags and in the file.
+type Bytes int64
+
+func (b Bytes) String() string {
+	switch {
+	case b != 0 && b%(1<<30) == 0:
+		return fmt.Sprintf("%dGi", b>>30)
+	case b != 0 && b%(1<<20) == 0:
+		return fmt.Sprintf("%dMi", b>>20)
+	case b != 0 && b%(1<<10) == 0:
+		return fmt.Sprintf("%dKi", b>>10)
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+// Set implements flag.Value.
+func (b *Bytes) Set(s string) error {
+	t := strings.TrimSuffix(strings.TrimSpace(s), "B")
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSuffix(t, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return fmt.Errorf("%q is not a size such as 33554432, 32Mi or 64MiB", s)
+	}
+	*b = Bytes(n * mult)
+	return nil
+}
+
+// MarshalJSON writes the size string Set reads.
+func (b Bytes) MarshalJSON() ([]byte, error) { return json.Marshal(b.String()) }
+
+// UnmarshalJSON reads a number or a size string.
+func (b *Bytes) UnmarshalJSON(data []byte) error {
+	var n int64
+	if err := json.Unmarshal(data, &n); err == nil {
+		return b.Set(strconv.FormatInt(n, 10))
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("size %s: want a number of bytes or a string such as \"32Mi\"", data)
+	}
+	return b.Set(s)
+}
+
 // StubsMap maps a zone to its servers. As a flag, each use adds
 // zone=ip[,ip...].
 type StubsMap map[string][]string
 
 func (m *StubsMap) String() string {
 	var parts []string
-	for z, s := range *m {
-		parts = append(parts, z+"="+strings.Join(s, ","))
+	for _, z := range sortedKeys(*m) {
+		parts = append(parts, z+"="+strings.Join((*m)[z], ","))
 	}
 	return strings.Join(parts, " ")
 }
@@ -475,4 +527,98 @@ func (m *StubsMap) Set(s string) error {
 	_ = l.Set(servers)
 	(*m)[strings.TrimSpace(zone)] = l
 	return nil
+}
+
+// Values for the plain Go types of Config fields, as flag.Value.
+
+type stringValue string
+
+func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
+func (v *stringValue) String() string     { return string(*v) }
+
+type intValue int
+
+func (v *intValue) Set(s string) error {
+	n, err := strconv.ParseInt(s, 0, strconv.IntSize)
+	if err != nil {
+		return fmt.Errorf("%q is not an integer", s)
+	}
+	*v = intValue(n)
+	return nil
+}
+func (v *intValue) String() string { return strconv.Itoa(int(*v)) }
+
+type boolValue bool
+
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("%q is not true or false", s)
+	}
+	*v = boolValue(b)
+	return nil
+}
+func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
+func (v *boolValue) IsBoolFlag() bool { return true }
+
+type floatValue float64
+
+func (v *floatValue) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return fmt.Errorf("%q is not a number", s)
+	}
+	*v = floatValue(f)
+	return nil
+}
+func (v *floatValue) String() string { return strconv.FormatFloat(float64(*v), 'g', -1, 64) }
+
+// decodeStrict decodes one key's JSON value into p, refusing fields p does
+// not have (in keys whose values are objects) and trailing data.
+func decodeStrict(b []byte, p any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(p); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return fmt.Errorf("want %s, got %s", jsonKind(te.Type.Kind().String()), b)
+		}
+		return err
+	}
+	return nil
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "int", "int64", "int32", "uint", "uint64", "uint32", "uint16":
+		return "an integer"
+	case "float64", "float32":
+		return "a number"
+	case "bool":
+		return "true or false"
+	case "string":
+		return "a string"
+	case "slice":
+		return "a list"
+	case "map", "struct":
+		return "a map"
+	}
+	return "a " + goKind
+}
+
+// normalizeHostPort rewrites "[v4]:port" as "v4:port", so that one form,
+// "[$(HOST_IP)]:9253" in a manifest, works whether the node's address is
+// IPv4 or IPv6; anything else is returned as it is (validate judges it).
+func normalizeHostPort(s string) string {
+	if !strings.HasPrefix(s, "[") {
+		return s
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return s
+	}
+	if a, err := netip.ParseAddr(host); err == nil && a.Is4() {
+		return net.JoinHostPort(host, port)
+	}
+	return s
 }

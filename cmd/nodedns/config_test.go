@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -34,10 +35,6 @@ func TestLoadConfigPrecedence(t *testing.T) {
 
 func TestLoadConfigErrorsNameTheValue(t *testing.T) {
 	dir := t.TempDir()
-	bad := filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(bad, []byte("listen: [127.0.0.1:5353]\ncahce-size: 5\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	num := filepath.Join(dir, "num.yaml")
 	if err := os.WriteFile(num, []byte("listen: [127.0.0.1:5353]\nsync-interval: 30\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -53,7 +50,6 @@ func TestLoadConfigErrorsNameTheValue(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:53", "--local-ip", "169.254.20.300"}, `--local-ip "169.254.20.300"`},
 		{[]string{"--listen", "127.0.0.1:53", "--cluster-ttl", "2h"}, "--cluster-ttl 2h0m0s"},
 		{[]string{}, "nothing to listen on"},
-		{[]string{"--config", bad}, "cahce-size"},
 		{[]string{"--config", num}, "sync-interval"},
 		{[]string{"--config", filepath.Join(dir, "missing.yaml")}, "missing.yaml"},
 	}
@@ -89,9 +85,12 @@ func TestDaemonSetConfigLoads(t *testing.T) {
 		if err := os.WriteFile(file, []byte(obj.Data["config.yaml"]), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := loadConfig([]string{"--config", file}, io.Discard)
+		cfg, res, err := load([]string{"--config", file}, true, nil)
+		if err == nil {
+			err = res.err()
+		}
 		if err != nil {
-			t.Fatalf("shipped config does not load: %v", err)
+			t.Fatalf("shipped config does not pass `nodedns config validate`: %v", err)
 		}
 		if len(cfg.LocalIP) != 1 || cfg.LocalIP[0] != "169.254.20.10" || cfg.AdminSocket == "" {
 			t.Fatalf("shipped config: %+v", cfg)
@@ -145,6 +144,178 @@ func TestSchedulerProcs(t *testing.T) {
 		}
 		if got := cfg.schedulerProcs(); got != c.want {
 			t.Errorf("%q with GOMAXPROCS=%q: %d Ps, want %d", c.args, c.env, got, c.want)
+		}
+	}
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestUnknownKey: an unknown key is a warning naming it (and the nearest
+// known key) when the agent loads the file, so a rollback to a version
+// that lacks a newer key does not crash-loop; `config validate` makes it
+// an error. It used to be an error at start.
+func TestUnknownKey(t *testing.T) {
+	file := writeFile(t, "listen: [127.0.0.1:5353]\ncahce-size: 5\nfancy-new-setting: {a: 1}\n")
+	var warn strings.Builder
+	cfg, err := loadConfig([]string{"--config", file}, &warn)
+	if err != nil {
+		t.Fatalf("unknown keys stop the agent: %v", err)
+	}
+	if cfg.CacheSize != 10000 {
+		t.Errorf("cache-size %d", cfg.CacheSize)
+	}
+	w := warn.String()
+	if !strings.Contains(w, `unknown key "cahce-size" (did you mean "cache-size"?)`) || !strings.Contains(w, `unknown key "fancy-new-setting"`) ||
+		strings.Count(w, "\n") != 2 {
+		t.Errorf("warnings:\n%s", w)
+	}
+	_, res, err := load([]string{"--config", file}, true, nil)
+	if err != nil || len(res.problems) != 2 || !strings.Contains(res.problems[0], "cahce-size") {
+		t.Errorf("strict: %v %q", err, res.problems)
+	}
+}
+
+// TestConfigHeaders: apiVersion and kind are optional; when present they
+// must name this schema. Another version of the same group is read with a
+// warning (a rollback), or refused by `config validate`.
+func TestConfigHeaders(t *testing.T) {
+	for _, c := range []struct {
+		head         string
+		warn, strict string // "" : none; else a substring of the warning / strict problem
+		problem      string
+	}{
+		{head: "apiVersion: nodedns.io/v1alpha1\nkind: Config\n"},
+		{head: "kind: Config\n"},
+		{head: "apiVersion: nodedns.io/v1beta1\nkind: Config\n", warn: `apiVersion "nodedns.io/v1beta1"`, strict: `apiVersion "nodedns.io/v1beta1"`},
+		{head: "apiVersion: v1\nkind: Config\n", problem: `apiVersion "v1"`},
+		{head: "apiVersion: nodedns.io/v1alpha1\nkind: ConfigMap\n", problem: `kind "ConfigMap"`},
+		{head: "apiVersion: 1\n", problem: "apiVersion 1"},
+	} {
+		file := writeFile(t, c.head+"listen: [127.0.0.1:5353]\n")
+		var warn strings.Builder
+		_, err := loadConfig([]string{"--config", file}, &warn)
+		switch {
+		case c.problem != "":
+			if err == nil || !strings.Contains(err.Error(), c.problem) {
+				t.Errorf("%q: err %v, want %q", c.head, err, c.problem)
+			}
+			continue
+		case err != nil:
+			t.Errorf("%q: %v", c.head, err)
+		case c.warn == "" && warn.Len() > 0 || c.warn != "" && !strings.Contains(warn.String(), c.warn):
+			t.Errorf("%q: warnings %q, want %q", c.head, warn.String(), c.warn)
+		}
+		_, res, _ := load([]string{"--config", file}, true, nil)
+		if got := strings.Join(res.problems, "; "); c.strict == "" && got != "" || !strings.Contains(got, c.strict) {
+			t.Errorf("%q strict: %q, want %q", c.head, got, c.strict)
+		}
+	}
+}
+
+// TestEveryProblemReported: each bad key of a file is reported, by name,
+// not only the first.
+func TestEveryProblemReported(t *testing.T) {
+	file := writeFile(t, "listen: [127.0.0.1:5353, nope]\ncache-size: zero\nmax-ttl: 30\npods: all\nupstream: [dns.example.com]\nmin-ttl: 2h\nlog-queries: 2\nlocal-ip: [127.0.0.1]\ninterface: much-too-long-name\n")
+	_, res, err := load([]string{"--config", file}, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"cache-size"`, `"max-ttl"`, `listen "nope"`, `pods "all"`, `upstream "dns.example.com"`, `--min-ttl 2h0m0s is above --max-ttl 1h0m0s`,
+		`log-queries 2`, `local-ip "127.0.0.1"`, `interface "much-too-long-name"`} {
+		found := false
+		for _, p := range res.problems {
+			found = found || strings.Contains(p, want)
+		}
+		if !found {
+			t.Errorf("no problem mentions %s:\n%s", want, strings.Join(res.problems, "\n"))
+		}
+	}
+	for _, p := range res.problems {
+		if strings.Contains(p, "\n") {
+			t.Errorf("problem on several lines: %q", p)
+		}
+	}
+	if !strings.Contains(strings.Join(res.problems, "\n"), "want an integer") {
+		t.Errorf("type error not explained: %q", res.problems)
+	}
+	if len(res.problems) != 9 {
+		t.Errorf("%d problems, want 9 (one each):\n%s", len(res.problems), strings.Join(res.problems, "\n"))
+	}
+}
+
+// TestSettingsTable keeps the table the one declaration of each setting:
+// every exported Config field has exactly one entry, keys and flags are
+// unique, defaults parse, help is there, and a reload either applies a
+// setting or reports it restart-only.
+func TestSettingsTable(t *testing.T) {
+	var c Config
+	fields := map[uintptr]string{}
+	rt := reflect.TypeOf(c)
+	base := reflect.ValueOf(&c).Pointer()
+	for i := range rt.NumField() {
+		if f := rt.Field(i); f.IsExported() {
+			fields[base+f.Offset] = f.Name
+		}
+	}
+	keys, flags, covered := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, s := range settings {
+		if keys[s.key] || s.key == "" || s.key == "apiVersion" || s.key == "kind" {
+			t.Errorf("key %q empty, reserved or declared twice", s.key)
+		}
+		keys[s.key] = true
+		if f := s.flagName(); f != "" {
+			if flags[f] || f == "config" {
+				t.Errorf("flag %q declared twice", f)
+			}
+			flags[f] = true
+		}
+		if s.help == "" {
+			t.Errorf("%s: no help", s.key)
+		}
+		name, ok := fields[reflect.ValueOf(s.field(&c)).Pointer()]
+		if !ok || covered[name] {
+			t.Errorf("%s: not a Config field, or a field declared twice (%s)", s.key, name)
+		}
+		covered[name] = true
+		if s.flagName() != "" || s.def != "" || s.env != "" {
+			_ = s.value(&c) // panics on a type without a flag.Value
+		}
+		for _, ap := range s.apply {
+			if !containsApplier(applierOrder, ap) {
+				t.Errorf("%s: applier %q not in applierOrder", s.key, ap.name)
+			}
+		}
+	}
+	for _, name := range fields {
+		if !covered[name] {
+			t.Errorf("Config.%s has no entry in the settings table", name)
+		}
+	}
+	_ = defaultConfig() // panics on a default that does not parse
+}
+
+// TestREADMEFlagTable keeps the README's flag table in step with the
+// settings table.
+func TestREADMEFlagTable(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	for _, s := range settings {
+		f := s.flagName()
+		if f == "" {
+			f = s.key // a file-only key is listed by its key
+		}
+		if !strings.Contains(readme, "`--"+f+"`") && !strings.Contains(readme, "`"+f+"`") {
+			t.Errorf("README has no row for --%s", f)
 		}
 	}
 }

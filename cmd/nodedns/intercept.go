@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -36,6 +37,40 @@ func interceptConfig(cfg Config, log *slog.Logger) (intercept.Config, bool) {
 	return ic, true
 }
 
+// interceptor is what the agent needs of pkg/intercept's Interceptor (a
+// fake in unit tests).
+type interceptor interface {
+	EnsureLink() error
+	EnsureRules() error
+	Run(ctx context.Context)
+	Teardown() error
+	RulesPresent() bool
+	Status() intercept.Status
+}
+
+// undoIntercept runs when the start fails once the link or the rules may
+// be in place (a listener that cannot bind, rules that cannot be
+// installed, an admin endpoint that cannot bind): it removes them unless
+// another agent serves the addresses, so that a crash loop does not leave
+// pods sending DNS to an address nobody answers (and, with the kube-dns
+// ClusterIP among --local-ip, gives them kube-proxy's path back). It does
+// so whatever --teardown says: that flag hands the interception over to
+// the next agent on exit, and here no agent serves it.
+func (a *agent) undoIntercept(cause error) {
+	if a.ic == nil {
+		return
+	}
+	ok, why := intercept.ShouldTeardown(a.icfg)
+	if !ok {
+		a.log.Info("start failed; leaving the interception in place", "why", why, "err", cause)
+		return
+	}
+	a.log.Warn("start failed: removing the link and rules, so pods do not send DNS to an address nobody answers", "why", why, "err", cause)
+	if err := a.ic.Teardown(); err != nil {
+		a.log.Error("removing the interception after a failed start", "err", err)
+	}
+}
+
 // interceptReady is the /ready condition for interception: the rules are in
 // place when this agent manages them.
 func (a *agent) interceptReady() admin.Check {
@@ -54,7 +89,7 @@ func (a *agent) teardownIntercept() {
 	if a.ic == nil {
 		return
 	}
-	if !a.cfg.Teardown {
+	if !a.running().Teardown { // a reload may have changed it
 		a.log.Info("leaving interception in place (--teardown=false)")
 		return
 	}

@@ -3,6 +3,7 @@
 //	nodedns serve [flags]     run the agent
 //	nodedns stats [flags]     print the local agent's figures
 //	nodedns cleanup [flags]   remove the link and rules (uninstall)
+//	nodedns config validate FILE | print [flags]  check or show a configuration
 //	nodedns probe health|ready  liveness/readiness check for kubelet
 //	nodedns version           print the version
 //
@@ -43,6 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cleanup(args[1:], stderr)
 	case "probe":
 		err = probe(args[1:], stdout, stderr)
+	case "config":
+		err = configCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -53,6 +56,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	if errors.Is(err, errReported) {
+		return 1
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nodedns %s: %v\n", args[0], err)
@@ -69,6 +75,8 @@ commands:
   stats     print the local agent's figures (reads its /stats)
   cleanup   remove the link and iptables rules the agent installs
   probe     exit 0 when the agent is healthy/ready (probe health|ready)
+  config    check a config file (config validate FILE) or print the
+            effective configuration (config print [serve flags])
   version   print the version
 
 Run 'nodedns <command> -h' for the command's flags.

@@ -30,7 +30,7 @@ func (a *agent) newRecorder() (*metrics.Recorder, error) {
 			},
 			Forwarder: func() metrics.ForwarderFigures {
 				f := a.fwd.Load()
-				return metrics.ForwarderFigures{Coalesced: f.Coalesced(), Overloaded: f.Overloaded(), AllDown: f.AllDown()}
+				return metrics.ForwarderFigures{Coalesced: f.Coalesced(), Overloaded: f.Overloaded(), ClientLimited: f.ClientLimited(), AllDown: f.AllDown()}
 			},
 			Server: func() server.Stats { return a.srv.Stats() },
 			Intercept: func() metrics.InterceptFigures {
@@ -42,6 +42,7 @@ func (a *agent) newRecorder() (*metrics.Recorder, error) {
 					RulesPresent: st.RulesPresent, RulesWanted: st.RulesWanted, Repairs: st.Repairs, LastRepair: st.LastRepair, LastError: st.LastError,
 					Errors: st.Errors}
 			},
+			Peers: a.peerFigures,
 			Informers: func() metrics.InformerFigures {
 				if a.ix == nil {
 					return metrics.InformerFigures{}
@@ -51,7 +52,7 @@ func (a *agent) newRecorder() (*metrics.Recorder, error) {
 					"services": st.Services, "endpointslices": st.EndpointSlices, "namespaces": st.Namespaces,
 					"pods": st.Pods, "endpoints": st.Endpoints}}
 			},
-			ConfigErrors: a.reloadFailures.Load,
+			ConfigErrors: a.reloads.failures.Load,
 		}})
 }
 

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"io"
 	"os"
-	"reflect"
+	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodedns/nodedns/pkg/upstream"
 )
@@ -20,15 +22,64 @@ const upstreamBudget = 10 * time.Second
 // swap a ConfigMap volume does on update.
 var reloadPoll = 2 * time.Second
 
+// applier puts changed settings into effect in the running agent. prepare
+// does the part that can fail, without changing anything (a reload with a
+// failing prepare changes nothing at all); the commit it returns makes the
+// change. Commits run in applierOrder; only the first may fail.
+type applier struct {
+	name    string
+	prepare func(a *agent, cfg *Config) (commit func() error, err error)
+}
+
+var (
+	// applyCache reconfigures the cache in place (entries are kept).
+	applyCache = &applier{name: "cache", prepare: func(a *agent, cfg *Config) (func() error, error) {
+		return func() error { return a.cache.Reconfigure(cacheConfig(*cfg, a.log)) }, nil
+	}}
+	// applyForwarder builds a new forwarder (reading the resolv.conf again
+	// when it supplies the upstreams) and swaps it in; exchanges under way
+	// finish on the old one. The stub domains are zones of the
+	// CoreDNS-compatible series, so those follow.
+	applyForwarder = &applier{name: "upstreams", prepare: func(a *agent, cfg *Config) (func() error, error) {
+		fwd, err := newForwarder(*cfg, a.log, a.panics)
+		if err != nil {
+			return nil, err
+		}
+		zones := metricZones(*cfg)
+		return func() error { a.swapForwarder(fwd); a.rec.SetZones(zones); return nil }, nil
+	}}
+	// applySearch replaces the search-path settings of the server.
+	applySearch = &applier{name: "search path", prepare: func(a *agent, cfg *Config) (func() error, error) {
+		zone := "cluster.local."
+		if a.ix != nil {
+			zone = a.ix.Zone()
+		}
+		search := searchDomains(*cfg, zone)
+		return func() error { a.srv.SetSearchPath(cfg.Autopath, search); return nil }, nil
+	}}
+	applyLogLevel = &applier{name: "log level", prepare: func(a *agent, cfg *Config) (func() error, error) {
+		return func() error { return a.level.UnmarshalText([]byte(cfg.LogLevel)) }, nil
+	}}
+	applyLogQueries = &applier{name: "query log", prepare: func(a *agent, cfg *Config) (func() error, error) {
+		return func() error { return a.rec.SetLogQueries(cfg.LogQueries) }, nil
+	}}
+	// applyAtExit: the setting is read when the agent stops (lameduck,
+	// teardown), from the running configuration a reload replaces.
+	applyAtExit = &applier{name: "at exit", prepare: func(*agent, *Config) (func() error, error) {
+		return func() error { return nil }, nil
+	}}
+)
+
+// applierOrder is the order commits run in: the one commit that can fail
+// (the cache's own checks) first, so that a failure leaves nothing applied.
+var applierOrder = []*applier{applyCache, applyForwarder, applySearch, applyLogLevel, applyLogQueries, applyAtExit}
+
 // watchConfig re-applies the configuration whenever the --config file's
 // content changes, until ctx is done.
 func (a *agent) watchConfig(ctx context.Context) {
 	if a.cfg.path == "" {
 		return
 	}
-	// cur is the running configuration as far as reloads go; only this
-	// goroutine reads or writes it.
-	cur := a.cfg
 	last, _ := os.ReadFile(a.cfg.path)
 	t := time.NewTicker(reloadPoll)
 	defer t.Stop()
@@ -43,6 +94,7 @@ func (a *agent) watchConfig(ctx context.Context) {
 		if err != nil {
 			if err.Error() != lastErr {
 				a.log.Warn("config file unreadable; keeping the running configuration", "file", a.cfg.path, "err", err)
+				a.reloads.failed(err)
 				lastErr = err.Error()
 			}
 			continue
@@ -52,58 +104,106 @@ func (a *agent) watchConfig(ctx context.Context) {
 			continue
 		}
 		last = b
-		cur = a.reload(cur)
+		a.reload()
 	}
 }
 
-// reload reads the configuration again and applies what can change while
-// serving: upstreams and stub domains, cache size and TTL bounds,
-// serve-stale and prefetch, search domains and autopath, log level. Sockets
-// are not touched, so no query is dropped. A bad file changes nothing.
-func (a *agent) reload(old Config) Config {
-	cfg, err := loadConfig(a.args, io.Discard)
+// reload reads the configuration again (the file, then the command line
+// over it) and applies what changed, or nothing: the whole configuration
+// is validated, and every change prepared, before any of it is applied.
+// What a reload can apply is declared per setting (keys.go); a change to
+// a setting read only at start is logged as one warning naming the keys,
+// and the running value is kept (so the next reload warns again). Sockets
+// are not touched, so no query is dropped.
+func (a *agent) reload() {
+	old := a.running()
+	cfg, res, err := load(a.args, false, nil)
+	if err == nil {
+		err = res.err()
+	}
+	for _, w := range res.warnings {
+		a.log.Warn("config: " + w)
+	}
 	if err != nil {
-		a.reloadFailures.Add(1)
-		a.log.Error("config reload rejected; keeping the running configuration", "err", err)
-		return old
+		a.log.Error("config reload rejected; keeping the running configuration", "file", old.path, "err", err)
+		a.reloads.failed(err)
+		return
 	}
-	if !reflect.DeepEqual([]any{cfg.Upstream, cfg.Stubs, cfg.Policy}, []any{old.Upstream, old.Stubs, old.Policy}) {
-		fwd, err := newForwarder(cfg, a.log)
-		if err != nil {
-			a.reloadFailures.Add(1)
-			a.log.Error("config reload rejected; keeping the running configuration", "err", err)
-			return old
+	var live, restart, overridden []string
+	var todo []*applier
+	for _, s := range settings {
+		if s.fromFlagsChanged(old, &cfg) {
+			overridden = append(overridden, s.key)
 		}
-		a.swapForwarder(fwd)
-		a.rec.SetZones(metricZones(cfg))
+		if !s.differs(old, &cfg) {
+			continue
+		}
+		if !s.live() {
+			restart = append(restart, s.key)
+			s.copyFrom(&cfg, old)
+			continue
+		}
+		live = append(live, s.key)
+		for _, ap := range s.apply {
+			if !containsApplier(todo, ap) {
+				todo = append(todo, ap)
+			}
+		}
 	}
-	if err := a.cache.Reconfigure(cacheConfig(cfg, a.log)); err != nil {
-		a.reloadFailures.Add(1)
-		a.log.Error("config reload: cache settings rejected", "err", err)
-		return old
+	commits := make([]func() error, 0, len(todo))
+	for _, ap := range applierOrder {
+		if !containsApplier(todo, ap) {
+			continue
+		}
+		commit, err := ap.prepare(a, &cfg)
+		if err != nil {
+			a.log.Error("config reload rejected; keeping the running configuration", "file", old.path, "applying", ap.name, "err", err)
+			a.reloads.failed(err)
+			return
+		}
+		commits = append(commits, commit)
 	}
-	zone := "cluster.local."
-	if a.ix != nil {
-		zone = a.ix.Zone()
+	for i, commit := range commits {
+		if err := commit(); err != nil {
+			// Only the first commit can fail (applierOrder): nothing was
+			// applied.
+			a.log.Error("config reload rejected; keeping the running configuration", "file", old.path, "err", err)
+			a.reloads.failed(err)
+			if i > 0 {
+				a.log.Error("config reload partly applied", "keys", live)
+			}
+			return
+		}
 	}
-	a.srv.SetSearchPath(cfg.Autopath, searchDomains(cfg, zone))
-	_ = a.level.UnmarshalText([]byte(cfg.LogLevel))
-	for _, name := range restartOnly(old, cfg) {
-		a.log.Warn("config change needs a restart to apply", "setting", name)
+	a.live.Store(&cfg)
+	if len(overridden) > 0 {
+		a.log.Warn("config file changes overridden by command-line flags", "file", cfg.path, "keys", strings.Join(overridden, ","))
 	}
-	// Keep the running values of what was not applied, so the next reload
-	// warns again rather than forgetting.
-	cfg.Listen, cfg.LocalIP, cfg.Admin, cfg.AdminSocket = old.Listen, old.LocalIP, old.Admin, old.AdminSocket
-	cfg.Kubeconfig, cfg.ClusterDomain, cfg.ClusterTTL, cfg.Pods, cfg.ClusterDNS, cfg.NodeName = old.Kubeconfig, old.ClusterDomain, old.ClusterTTL, old.Pods, old.ClusterDNS, old.NodeName
-	cfg.Interface, cfg.SetupInterface, cfg.SetupIptables, cfg.SyncInterval = old.Interface, old.SetupInterface, old.SetupIptables, old.SyncInterval
-	cfg.MaxInflight, cfg.MaxTCPConns, cfg.MaxUDPSize = old.MaxInflight, old.MaxTCPConns, old.MaxUDPSize
-	cfg.MaxClientInflight = old.MaxClientInflight
-	cfg.EndpointPodNames, cfg.IgnoreEmptyService, cfg.NoEndpoints = old.EndpointPodNames, old.IgnoreEmptyService, old.NoEndpoints
-	cfg.Namespaces, cfg.NamespaceLabels, cfg.Fallthrough = old.Namespaces, old.NamespaceLabels, old.Fallthrough
-	cfg.MetricsCompat = old.MetricsCompat
-	a.log.Info("configuration reloaded", "file", cfg.path)
-	return cfg
+	if len(restart) > 0 {
+		a.log.Warn("config changes need a restart to take effect; running with the old values", "file", cfg.path, "keys", strings.Join(restart, ","))
+	}
+	a.log.Info("configuration reloaded", "file", cfg.path, "applied", strings.Join(live, ","))
+	a.reloads.succeeded(restart)
 }
+
+// fromFlagsChanged reports whether the file changed the setting while a
+// command-line flag overrides it (so the change has no effect).
+func (s *setting) fromFlagsChanged(old, cfg *Config) bool {
+	return cfg.fromFlags[s.key] && !bytes.Equal(old.file[s.key], cfg.file[s.key])
+}
+
+func containsApplier(list []*applier, ap *applier) bool {
+	for _, x := range list {
+		if x == ap {
+			return true
+		}
+	}
+	return false
+}
+
+// running is the configuration in effect: the start configuration, as
+// replaced by each reload (restart-only settings keep their start values).
+func (a *agent) running() *Config { return a.live.Load() }
 
 // swapForwarder makes fwd the upstream; the old forwarder keeps probing
 // until the exchanges it carries are past their budget, then stops.
@@ -117,32 +217,61 @@ func (a *agent) swapForwarder(fwd *upstream.Forwarder) {
 	a.log.Info("upstreams replaced", "servers", len(fwd.Servers()))
 }
 
-// restartOnly lists the settings that differ between a and b but apply
+// restartOnly lists the settings that differ between a and b and apply
 // only at start.
 func restartOnly(a, b Config) []string {
-	pairs := []struct {
-		name string
-		x, y any
-	}{
-		{"listen", a.Listen, b.Listen}, {"local-ip", a.LocalIP, b.LocalIP}, {"admin", a.Admin, b.Admin},
-		{"admin-socket", a.AdminSocket, b.AdminSocket}, {"kubeconfig", a.Kubeconfig, b.Kubeconfig},
-		{"cluster-domain", a.ClusterDomain, b.ClusterDomain}, {"cluster-ttl", a.ClusterTTL, b.ClusterTTL},
-		{"pods", a.Pods, b.Pods}, {"cluster-dns", a.ClusterDNS, b.ClusterDNS}, {"node-name", a.NodeName, b.NodeName},
-		{"interface", a.Interface, b.Interface}, {"setup-interface", a.SetupInterface, b.SetupInterface},
-		{"setup-iptables", a.SetupIptables, b.SetupIptables}, {"sync-interval", a.SyncInterval, b.SyncInterval},
-		{"max-inflight", a.MaxInflight, b.MaxInflight}, {"max-tcp-conns", a.MaxTCPConns, b.MaxTCPConns},
-		{"max-udp-size", a.MaxUDPSize, b.MaxUDPSize}, {"max-client-inflight", a.MaxClientInflight, b.MaxClientInflight},
-		{"endpoint-pod-names", a.EndpointPodNames, b.EndpointPodNames},
-		{"ignore-empty-service", a.IgnoreEmptyService, b.IgnoreEmptyService},
-		{"no-endpoints", a.NoEndpoints, b.NoEndpoints}, {"namespaces", a.Namespaces, b.Namespaces},
-		{"namespace-labels", a.NamespaceLabels, b.NamespaceLabels}, {"fallthrough", a.Fallthrough, b.Fallthrough},
-		{"metrics-compat", a.MetricsCompat, b.MetricsCompat},
-	}
 	var out []string
-	for _, p := range pairs {
-		if !reflect.DeepEqual(p.x, p.y) {
-			out = append(out, p.name)
+	for _, s := range settings {
+		if !s.live() && s.differs(&a, &b) {
+			out = append(out, s.key)
 		}
 	}
 	return out
+}
+
+// reloadStats are the reload figures: nodedns_config_reloads_total{result}
+// and friends, for the "config reload failed" alert.
+type reloadStats struct {
+	total       *prometheus.CounterVec
+	lastOK      prometheus.Gauge
+	lastSuccess prometheus.Gauge
+	pending     prometheus.Gauge
+	// failures counts rejected reloads, for coredns_reload_failed_total.
+	failures atomic.Uint64
+}
+
+func newReloadStats() *reloadStats {
+	r := &reloadStats{
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodedns_config_reloads_total",
+			Help: "Reloads of the --config file after it changed, by result: success (applied; restart-only changes are kept for the next start), failure (rejected, nothing applied)."},
+			[]string{"result"}),
+		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodedns_config_last_reload_successful",
+			Help: "1 when the last reload of the --config file was applied (or none happened yet), 0 when it was rejected."}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodedns_config_last_reload_success_timestamp_seconds",
+			Help: "Unix time of the last applied reload, or of the start."}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodedns_config_restart_pending_keys",
+			Help: "Settings changed in the --config file that take effect only at the next start (the log names them)."}),
+	}
+	r.total.WithLabelValues("success")
+	r.total.WithLabelValues("failure")
+	r.lastOK.Set(1)
+	r.lastSuccess.SetToCurrentTime()
+	return r
+}
+
+func (r *reloadStats) collectors() []prometheus.Collector {
+	return []prometheus.Collector{r.total, r.lastOK, r.lastSuccess, r.pending}
+}
+
+func (r *reloadStats) succeeded(restartPending []string) {
+	r.total.WithLabelValues("success").Inc()
+	r.lastOK.Set(1)
+	r.lastSuccess.SetToCurrentTime()
+	r.pending.Set(float64(len(restartPending)))
+}
+
+func (r *reloadStats) failed(error) {
+	r.failures.Add(1)
+	r.total.WithLabelValues("failure").Inc()
+	r.lastOK.Set(0)
 }

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,12 +24,22 @@ import (
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// A port free for both UDP and TCP: the agent binds both.
+	for range 50 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := pc.LocalAddr().(*net.UDPAddr).Port
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		pc.Close()
+		if err == nil {
+			l.Close()
+			return port
+		}
 	}
-	defer pc.Close()
-	return pc.LocalAddr().(*net.UDPAddr).Port
+	t.Fatal("no port free for both UDP and TCP")
+	return 0
 }
 
 // answerWith answers every A query with ip.
@@ -66,58 +80,157 @@ func writeConfigMap(t *testing.T, dir, content string) {
 	}
 }
 
-func TestLiveReload(t *testing.T) {
-	reloadPoll = 50 * time.Millisecond
-	up1 := dnstest.Start(t, answerWith("192.0.2.1"))
-	up2 := dnstest.Start(t, answerWith("192.0.2.2"))
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	dir := t.TempDir()
-	base := fmt.Sprintf("listen: [%s]\nadmin: \"\"\nloop-check: false\nlameduck: 0s\n", addr)
-	writeConfigMap(t, dir, base+"upstream: ["+up1.Addr+"]\ncache-size: 100\n")
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
 
-	args := []string{"--config", filepath.Join(dir, "config.yaml")}
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// testAgent is an agent run in-process on a loopback port, configured by
+// a file laid out like a ConfigMap volume.
+type testAgent struct {
+	t      *testing.T
+	a      *agent
+	addr   string
+	dir    string
+	base   string // the file's lines every version keeps
+	logs   *syncBuffer
+	cancel context.CancelFunc
+	done   chan error
+	exited bool
+}
+
+// startTestAgent starts an agent whose file is base settings (listen,
+// no admin, no loop check) plus content; extra are command-line flags.
+func startTestAgent(t *testing.T, content string, extra ...string) *testAgent {
+	t.Helper()
+	reloadPoll = 50 * time.Millisecond
+	ta := &testAgent{t: t, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), dir: t.TempDir(), logs: &syncBuffer{}}
+	ta.base = fmt.Sprintf("listen: [%s]\nadmin: \"\"\nloop-check: false\n", ta.addr)
+	writeConfigMap(t, ta.dir, ta.base+content)
+	args := append([]string{"--config", filepath.Join(ta.dir, "config.yaml")}, extra...)
 	cfg, err := loadConfig(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := build(cfg, log)
-	if err != nil {
+	log, level := newLogger("debug", ta.logs)
+	if ta.a, err = build(cfg, log); err != nil {
 		t.Fatal(err)
 	}
-	a.args, a.level = args, new(slog.LevelVar)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.run(ctx) }()
+	ta.a.args, ta.a.level = args, level
+	var ctx context.Context
+	ctx, ta.cancel = context.WithCancel(context.Background())
+	ta.done = make(chan error, 1)
+	go func() { ta.done <- ta.a.run(ctx) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if _, err := ta.stop(); err != nil {
 			t.Errorf("run: %v", err)
 		}
 	})
+	return ta
+}
 
-	c := &dns.Client{Timeout: time.Second}
-	ask := func(name string) (string, error) {
-		m := new(dns.Msg)
-		m.SetQuestion(name, dns.TypeA)
-		r, _, err := c.Exchange(m, addr)
-		if err != nil {
-			return "", err
-		}
-		if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
-			return "", fmt.Errorf("%s: rcode %s, %d answers", name, dns.RcodeToString[r.Rcode], len(r.Answer))
-		}
-		return r.Answer[0].(*dns.A).A.String(), nil
+// write replaces the file's content (after the base lines).
+func (ta *testAgent) write(content string) { writeConfigMap(ta.t, ta.dir, ta.base+content) }
+
+// stop cancels the agent (as SIGTERM does) and returns how long it took
+// to exit.
+func (ta *testAgent) stop() (time.Duration, error) {
+	if ta.exited {
+		return 0, nil
 	}
+	ta.exited = true
+	t0 := time.Now()
+	ta.cancel()
+	err := <-ta.done
+	return time.Since(t0), err
+}
+
+// waitLog waits until the log holds substr.
+func (ta *testAgent) waitLog(substr string) string {
+	ta.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if ip, err := ask("first.example."); err == nil && ip == "192.0.2.1" {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("agent not answering through up1: %v %v", ip, err)
+	for !strings.Contains(ta.logs.String(), substr) {
+		if time.Now().After(deadline) {
+			ta.t.Fatalf("log never showed %q:\n%s", substr, ta.logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, l := range strings.Split(ta.logs.String(), "\n") {
+		if strings.Contains(l, substr) {
+			return l
+		}
+	}
+	return ""
+}
+
+// metric returns the value of one exposed series (name with labels as
+// the exposition writes them), or -1.
+func (ta *testAgent) metric(series string) float64 {
+	ta.t.Helper()
+	rec := httptest.NewRecorder()
+	ta.a.rec.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, l := range strings.Split(rec.Body.String(), "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				ta.t.Fatalf("%s: %v", l, err)
+			}
+			return f
+		}
+	}
+	return -1
+}
+
+// ask queries the agent for name/A and returns the address answered.
+func (ta *testAgent) ask(name string) (string, error) {
+	c := &dns.Client{Timeout: time.Second}
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	r, _, err := c.Exchange(m, ta.addr)
+	if err != nil {
+		return "", err
+	}
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+		return "", fmt.Errorf("%s: rcode %s, %d answers", name, dns.RcodeToString[r.Rcode], len(r.Answer))
+	}
+	return r.Answer[0].(*dns.A).A.String(), nil
+}
+
+// waitAnswer waits until a fresh name is answered with ip.
+func (ta *testAgent) waitAnswer(ip string) {
+	ta.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for i := 0; ; i++ {
+		got, err := ta.ask(fmt.Sprintf("w%d-%d.example.", time.Now().UnixNano(), i))
+		if err == nil && got == ip {
+			return
+		}
+		if time.Now().After(deadline) {
+			ta.t.Fatalf("agent not answering %s: %q %v", ip, got, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+func TestLiveReload(t *testing.T) {
+	up1 := dnstest.Start(t, answerWith("192.0.2.1"))
+	up2 := dnstest.Start(t, answerWith("192.0.2.2"))
+	ta := startTestAgent(t, "lameduck: 0s\nupstream: ["+up1.Addr+"]\ncache-size: 100\n")
+	a, ask := ta.a, ta.ask
+	ta.waitAnswer("192.0.2.1")
 
 	// Queries keep flowing during every reload; none may fail.
 	var failed, sent atomic.Int64
@@ -141,15 +254,15 @@ func TestLiveReload(t *testing.T) {
 	}()
 
 	// A bad file is rejected and the old configuration stays.
-	writeConfigMap(t, dir, base+"upstream: ["+up2.Addr+"]\ncache-size: zero\n")
+	ta.write("lameduck: 0s\nupstream: [" + up2.Addr + "]\ncache-size: zero\n")
 	time.Sleep(300 * time.Millisecond)
 	if ip, err := ask("second.example."); err != nil || ip != "192.0.2.1" {
 		t.Fatalf("after a bad file: %q %v, want the old upstream's 192.0.2.1", ip, err)
 	}
 
 	// A good file switches upstreams.
-	writeConfigMap(t, dir, base+"upstream: ["+up2.Addr+"]\ncache-size: 50\nlog-level: debug\n")
-	deadline = time.Now().Add(5 * time.Second)
+	ta.write("lameduck: 0s\nupstream: [" + up2.Addr + "]\ncache-size: 50\nlog-level: warn\n")
+	deadline := time.Now().Add(5 * time.Second)
 	for i := 0; ; i++ {
 		ip, err := ask(fmt.Sprintf("third%d.example.", i))
 		if err == nil && ip == "192.0.2.2" {
@@ -168,7 +281,135 @@ func TestLiveReload(t *testing.T) {
 	if got := a.cache.Stats().Capacity; got != 50 {
 		t.Fatalf("cache capacity after reload = %d, want 50", got)
 	}
-	if a.level.Level() != slog.LevelDebug {
+	if a.level.Level() != slog.LevelWarn {
 		t.Fatalf("log level not reloaded")
+	}
+}
+
+// TestReloadValidatesBeforeApplying: a file whose upstream change is fine
+// but whose cache settings are not changes nothing. The new upstream used
+// to go live before the cache rejected its bounds.
+func TestReloadValidatesBeforeApplying(t *testing.T) {
+	up1 := dnstest.Start(t, answerWith("192.0.2.1"))
+	up2 := dnstest.Start(t, answerWith("192.0.2.2"))
+	ta := startTestAgent(t, "lameduck: 0s\nupstream: ["+up1.Addr+"]\n")
+	ta.waitAnswer("192.0.2.1")
+	if v := ta.metric(`nodedns_config_reloads_total{result="failure"}`); v != 0 {
+		t.Fatalf("failures at start: %v", v)
+	}
+	ta.write("lameduck: 0s\nupstream: [" + up2.Addr + "]\nmin-ttl: 2h\nmax-ttl: 1h\nlog-level: error\n")
+	line := ta.waitLog("config reload rejected")
+	if !strings.Contains(line, "min-ttl") {
+		t.Errorf("rejection does not name the setting: %s", line)
+	}
+	for i := range 5 {
+		if ip, err := ta.ask(fmt.Sprintf("after-bad-%d.example.", i)); err != nil || ip != "192.0.2.1" {
+			t.Fatalf("after a rejected reload: %q %v, want the old upstream's 192.0.2.1", ip, err)
+		}
+	}
+	if ta.a.level.Level() != slog.LevelDebug {
+		t.Errorf("log level changed by a rejected reload")
+	}
+	if v := ta.metric(`nodedns_config_reloads_total{result="failure"}`); v != 1 {
+		t.Errorf("failure count %v, want 1", v)
+	}
+	if v := ta.metric(`nodedns_config_last_reload_successful`); v != 0 {
+		t.Errorf("last_reload_successful %v, want 0", v)
+	}
+	// Fixed: applied, counted.
+	ta.write("lameduck: 0s\nupstream: [" + up2.Addr + "]\nmin-ttl: 1m\nmax-ttl: 1h\n")
+	ta.waitAnswer("192.0.2.2")
+	if v := ta.metric(`nodedns_config_reloads_total{result="success"}`); v != 1 {
+		t.Errorf("success count %v, want 1", v)
+	}
+	if v := ta.metric(`nodedns_config_last_reload_successful`); v != 1 {
+		t.Errorf("last_reload_successful %v, want 1", v)
+	}
+}
+
+// TestReloadLameduck: lameduck is read at shutdown, so a reload applies it
+// (it used to be ignored silently: neither applied nor warned about).
+func TestReloadLameduck(t *testing.T) {
+	up := dnstest.Start(t, answerWith("192.0.2.1"))
+	ta := startTestAgent(t, "lameduck: 0s\nupstream: ["+up.Addr+"]\n")
+	ta.waitAnswer("192.0.2.1")
+	ta.write("lameduck: 800ms\nupstream: [" + up.Addr + "]\n")
+	line := ta.waitLog("configuration reloaded")
+	if !strings.Contains(line, "applied=lameduck") {
+		t.Errorf("reload log does not name lameduck as applied: %s", line)
+	}
+	if strings.Contains(ta.logs.String(), "need a restart") {
+		t.Errorf("lameduck reported as restart-only:\n%s", ta.logs.String())
+	}
+	took, err := ta.stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took < 800*time.Millisecond {
+		t.Errorf("stopped after %v; the reloaded lameduck is 800ms", took)
+	}
+	if !strings.Contains(ta.logs.String(), "for=800ms") {
+		t.Errorf("lameduck log:\n%s", ta.logs.String())
+	}
+}
+
+// TestReloadRestartOnly: changes to settings read only at start are one
+// warning naming every such key; the live ones in the same file apply;
+// the running values stay (the next reload warns again).
+func TestReloadRestartOnly(t *testing.T) {
+	up := dnstest.Start(t, answerWith("192.0.2.1"))
+	ta := startTestAgent(t, "lameduck: 0s\nupstream: ["+up.Addr+"]\n")
+	ta.waitAnswer("192.0.2.1")
+	ta.write("lameduck: 0s\nupstream: [" + up.Addr + "]\nudp-sockets: 2\nudp-readers: poller\ngomaxprocs: 3\nmax-inflight: 10\ncluster-sync-wait: 1s\nlog-queries: 0.5\nteardown: false\n")
+	line := ta.waitLog("need a restart")
+	if !strings.Contains(line, `keys=max-inflight,udp-readers,udp-sockets,gomaxprocs,cluster-sync-wait`) {
+		t.Errorf("warning: %s", line)
+	}
+	if n := strings.Count(ta.logs.String(), "need a restart"); n != 1 {
+		t.Errorf("%d restart warnings, want one line", n)
+	}
+	line = ta.waitLog("configuration reloaded")
+	if !strings.Contains(line, "applied=teardown,log-queries") {
+		t.Errorf("applied: %s", line)
+	}
+	run := ta.a.running()
+	if run.UDPSockets != 0 || run.MaxInflight != 2000 || run.ClusterSyncWait != Duration(5*time.Second) || run.Teardown || run.LogQueries != 0.5 {
+		t.Errorf("running config after reload: %+v", run)
+	}
+	if v := ta.metric("nodedns_config_restart_pending_keys"); v != 5 {
+		t.Errorf("restart_pending_keys %v, want 5", v)
+	}
+}
+
+// TestReloadFlagOverride: a file change to a key the command line sets
+// has no effect, and the log says so.
+func TestReloadFlagOverride(t *testing.T) {
+	up := dnstest.Start(t, answerWith("192.0.2.1"))
+	ta := startTestAgent(t, "upstream: ["+up.Addr+"]\nlameduck: 1s\n", "--lameduck", "0s")
+	ta.waitAnswer("192.0.2.1")
+	ta.write("upstream: [" + up.Addr + "]\nlameduck: 3s\n")
+	line := ta.waitLog("overridden by command-line flags")
+	if !strings.Contains(line, "keys=lameduck") {
+		t.Errorf("override warning: %s", line)
+	}
+	if d := ta.a.running().Lameduck; d != 0 {
+		t.Errorf("lameduck %v, want the flag's 0s", d)
+	}
+}
+
+// TestReloadUnknownKey: an unknown key (a newer version's, during a
+// rollback) is a warning naming it; the rest applies.
+func TestReloadUnknownKey(t *testing.T) {
+	up := dnstest.Start(t, answerWith("192.0.2.1"))
+	ta := startTestAgent(t, "lameduck: 0s\nupstream: ["+up.Addr+"]\n")
+	ta.waitAnswer("192.0.2.1")
+	ta.write("lameduck: 0s\nupstream: [" + up.Addr + "]\nfrobnicate-upstreams: true\ncache-size: 77\n")
+	line := ta.waitLog("unknown key")
+	if !strings.Contains(line, `frobnicate-upstreams`) {
+		t.Errorf("warning: %s", line)
+	}
+	ta.waitLog("configuration reloaded")
+	if got := ta.a.cache.Stats().Capacity; got != 77 {
+		t.Errorf("cache size %d after reload, want 77", got)
 	}
 }

@@ -9,12 +9,9 @@ import (
 	"net/netip"
 	"os/signal"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/admin"
 	"github.com/nodedns/nodedns/pkg/cache"
@@ -22,11 +19,12 @@ import (
 	"github.com/nodedns/nodedns/pkg/k8s"
 	"github.com/nodedns/nodedns/pkg/metrics"
 	"github.com/nodedns/nodedns/pkg/ndots"
+	"github.com/nodedns/nodedns/pkg/peers"
+	"github.com/nodedns/nodedns/pkg/recovery"
+	"github.com/nodedns/nodedns/pkg/resolvconf"
 	"github.com/nodedns/nodedns/pkg/server"
 	"github.com/nodedns/nodedns/pkg/upstream"
 )
-
-const resolvConf = "/etc/resolv.conf"
 
 // agent holds the wired parts of a running agent.
 type agent struct {
@@ -40,18 +38,26 @@ type agent struct {
 	admin    *admin.Server
 	ix       *k8s.Index
 	rec      *metrics.Recorder
-	ic       *intercept.Interceptor
+	ic       interceptor // nil: no interception
 	icfg     intercept.Config
 	started  time.Time
 	draining atomic.Bool
+	// panics is the one count of recovered panics: server, cache and
+	// forwarder (a reload's new forwarder too) share it.
+	panics *recovery.Counter
+	// live is the running configuration: cfg as replaced by each reload
+	// (see running); reloads counts them.
+	live    atomic.Pointer[Config]
+	reloads *reloadStats
+	// peers is the last report of other processes serving our
+	// addresses (peers.go).
+	peers atomic.Pointer[peers.Report]
 	// runCtx is run's context; stopFwd stops the current forwarder's
 	// probes (both used by the reload goroutine only, after run set them).
 	runCtx  context.Context
 	stopFwd context.CancelFunc
 	// clusterDNS is the --cluster-dns forwarder (nil without one).
 	clusterDNS *upstream.Forwarder
-	// reloadFailures counts configuration reloads rejected.
-	reloadFailures atomic.Uint64
 }
 
 // newLogger returns a text logger at level (validated by the config);
@@ -63,12 +69,18 @@ func newLogger(level string, w io.Writer) (*slog.Logger, *slog.LevelVar) {
 }
 
 func serve(args []string, stderr io.Writer) error {
-	cfg, err := loadConfig(args, stderr)
+	cfg, res, err := load(args, false, stderr)
+	if err == nil {
+		err = res.err()
+	}
 	if err != nil {
 		return err
 	}
 	log, level := newLogger(cfg.LogLevel, stderr)
 	slog.SetDefault(log)
+	for _, w := range res.warnings {
+		log.Warn("config: " + w)
+	}
 	if n := cfg.schedulerProcs(); n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
@@ -136,49 +148,60 @@ func upstreams(cfg Config, listen []string, log *slog.Logger) ([]string, error) 
 		}
 		return out, nil
 	}
-	rc, err := dns.ClientConfigFromFile(resolvConf)
+	rc, err := readResolvConf(cfg.ResolvConf, log)
 	if err != nil {
-		return nil, fmt.Errorf("no --upstream and reading %s: %w", resolvConf, err)
+		return nil, fmt.Errorf("no --upstream and %w", err)
 	}
 	var out []string
-	for _, s := range rc.Servers {
-		n, err := upstream.NormalizeAddr(netip.AddrPortFrom(netip.MustParseAddr(strings.Trim(s, "[]")), 53).String())
-		if err != nil {
-			log.Warn("ignoring nameserver from resolv.conf", "server", s, "err", err)
-			continue
-		}
+	for _, ip := range rc.Nameservers {
+		n := netip.AddrPortFrom(ip, 53).String()
 		if isOwn(n) {
-			log.Info("dropping our own address from resolv.conf upstreams", "server", n)
+			log.Info("dropping our own address from resolv.conf upstreams", "server", n, "file", cfg.ResolvConf)
 			continue
 		}
 		out = append(out, n)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no --upstream and %s names no usable nameserver", resolvConf)
+		return nil, fmt.Errorf("no --upstream and %s names no usable nameserver (%d skipped as malformed, %d of this agent's own)",
+			cfg.ResolvConf, len(rc.Problems), len(rc.Nameservers))
 	}
 	return out, nil
+}
+
+// readResolvConf reads the node's resolver configuration; every line
+// skipped as malformed is logged as a warning naming the file and line.
+func readResolvConf(path string, log *slog.Logger) (resolvconf.File, error) {
+	rc, err := resolvconf.ReadFile(path)
+	if err != nil {
+		return rc, err
+	}
+	for _, p := range rc.Problems {
+		log.Warn("skipping a malformed line of resolv.conf", "file", path, "line", p.Line, "text", p.Text, "err", p.Err)
+	}
+	return rc, nil
 }
 
 // searchDomains is --search, else the node's own search domains from
 // resolv.conf (those after the cluster's).
 func searchDomains(cfg Config, zone string) []string {
-	if cfg.searchSet {
+	if cfg.isGiven("search") {
 		return ndots.Search(cfg.Search, zone)
 	}
-	rc, err := dns.ClientConfigFromFile(resolvConf)
+	rc, err := resolvconf.ReadFile(cfg.ResolvConf)
 	if err != nil {
 		return nil
 	}
 	return ndots.Search(rc.Search, zone)
 }
 
-// newForwarder builds the upstream forwarder of cfg.
-func newForwarder(cfg Config, log *slog.Logger) (*upstream.Forwarder, error) {
+// newForwarder builds the upstream forwarder of cfg; its recovered panics
+// count on panics.
+func newForwarder(cfg Config, log *slog.Logger, panics *recovery.Counter) (*upstream.Forwarder, error) {
 	ups, err := upstreams(cfg, listenAddrs(cfg), log)
 	if err != nil {
 		return nil, err
 	}
-	return upstream.New(upstream.Config{Servers: ups, Stubs: cfg.Stubs, Policy: upstream.Policy(cfg.Policy), Logger: log})
+	return upstream.New(upstream.Config{Servers: ups, Stubs: cfg.Stubs, Policy: upstream.Policy(cfg.Policy), Panics: panics, Logger: log})
 }
 
 // cacheConfig maps cfg onto the cache's settings (0 disables prefetch and
@@ -192,29 +215,38 @@ func cacheConfig(cfg Config, log *slog.Logger) cache.Config {
 	if stale == 0 {
 		stale = -1
 	}
-	return cache.Config{Size: cfg.CacheSize, MinTTL: time.Duration(cfg.MinTTL), MaxTTL: time.Duration(cfg.MaxTTL),
+	return cache.Config{Size: cfg.CacheSize, MaxBytes: int64(cfg.CacheMaxBytes), MinTTL: time.Duration(cfg.MinTTL), MaxTTL: time.Duration(cfg.MaxTTL),
 		MaxNegativeTTL: time.Duration(cfg.MaxNegativeTTL), StaleFor: stale, PrefetchHits: prefetch, Logger: log}
 }
 
 func build(cfg Config, log *slog.Logger) (*agent, error) {
-	a := &agent{cfg: cfg, log: log, started: time.Now()}
-	fwd, err := newForwarder(cfg, log)
+	a := &agent{cfg: cfg, log: log, started: time.Now(), reloads: newReloadStats(), panics: new(recovery.Counter)}
+	a.live.Store(&cfg)
+	fwd, err := newForwarder(cfg, log, a.panics)
 	if err != nil {
 		return nil, err
 	}
 	a.fwd.Store(fwd)
-	a.cache, err = cache.New(cacheConfig(cfg, log), fwd)
+	ccfg := cacheConfig(cfg, log)
+	ccfg.Panics = a.panics
+	a.cache, err = cache.New(ccfg, fwd)
 	if err != nil {
 		return nil, err
 	}
 	listen := listenAddrs(cfg)
-	scfg := server.Config{Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
+	scfg := server.Config{Panics: a.panics, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
 		MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.udpSockets(), Logger: log}
 	if err := a.wireCluster(&scfg); err != nil {
 		return nil, err
 	}
+	// After wireCluster: the plugins the recorder reports depend on it.
 	if a.rec, err = a.newRecorder(); err != nil {
 		return nil, err
+	}
+	for _, c := range a.reloads.collectors() {
+		if err := a.rec.Register(c); err != nil {
+			return nil, err
+		}
 	}
 	scfg.Observer = a.rec
 	a.srv, err = server.New(scfg)
@@ -223,14 +255,16 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 	}
 	if icfg, ok := interceptConfig(cfg, log); ok {
 		a.icfg = icfg
-		if a.ic, err = intercept.New(icfg); err != nil {
+		ic, err := intercept.New(icfg)
+		if err != nil {
 			return nil, err
 		}
+		a.ic = ic
 	}
 	return a, nil
 }
 
-func (a *agent) run(ctx context.Context) error {
+func (a *agent) run(ctx context.Context) (err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	a.runCtx = ctx
@@ -242,6 +276,14 @@ func (a *agent) run(ctx context.Context) error {
 	go a.rec.Run(ctx)
 	a.startCluster(ctx)
 
+	// Until the agent serves, a failure removes the interception it put
+	// in place (undoIntercept).
+	serving := false
+	defer func() {
+		if err != nil && !serving {
+			a.undoIntercept(err)
+		}
+	}()
 	// The link first (the addresses must exist to be bound), then the
 	// listeners, and only then the rules that send traffic to them.
 	if a.ic != nil {
@@ -254,18 +296,17 @@ func (a *agent) run(ctx context.Context) error {
 		return err
 	}
 	a.srv.Serve()
+	// Who else serves our addresses, before /ready can say yes.
+	a.checkPeers(ctx)
 	if a.ic != nil {
 		if err := a.ic.EnsureRules(); err != nil {
 			_ = a.srv.Shutdown(context.Background())
 			return err
 		}
-		go a.ic.Run(ctx)
 	}
-	a.log.Info("serving DNS", "listen", listenAddrs(a.cfg), "upstreams", len(a.fwd.Load().Servers()), "version", version)
-
 	if a.cfg.Admin != "" || a.cfg.AdminSocket != "" {
 		var err error
-		a.admin, err = admin.New(admin.Config{Addr: a.cfg.Admin, Socket: a.cfg.AdminSocket, Ready: a.readyChecks(), Logger: a.log,
+		a.admin, err = admin.New(admin.Config{Addr: a.cfg.Admin, Socket: a.cfg.AdminSocket, Health: a.healthChecks(), Ready: a.readyChecks(), Logger: a.log,
 			Stats: func() any { return a.rec.Stats() }, Metrics: a.rec.Handler()}, a.draining.Load)
 		if err != nil {
 			_ = a.srv.Shutdown(context.Background())
@@ -277,6 +318,12 @@ func (a *agent) run(ctx context.Context) error {
 			}
 		}()
 	}
+	serving = true
+	if a.ic != nil {
+		go a.ic.Run(ctx)
+	}
+	go a.watchPeers(ctx)
+	a.log.Info("serving DNS", "listen", listenAddrs(a.cfg), "upstreams", len(a.fwd.Load().Servers()), "version", version)
 	if a.cfg.LoopCheck {
 		go func() {
 			if err := a.srv.CheckLoop(ctx, 3*time.Second); err != nil {
@@ -299,9 +346,10 @@ func (a *agent) run(ctx context.Context) error {
 // over), then the sockets close.
 func (a *agent) shutdown(lameduck bool) {
 	a.draining.Store(true)
-	if lameduck && a.cfg.Lameduck > 0 {
-		a.log.Info("lameduck: not ready, still answering", "for", a.cfg.Lameduck.String())
-		time.Sleep(time.Duration(a.cfg.Lameduck))
+	// Read now: a reload may have changed it since the start.
+	if d := a.running().Lameduck; lameduck && d > 0 {
+		a.log.Info("lameduck: not ready, still answering", "for", d.String())
+		time.Sleep(time.Duration(d))
 	}
 	// Let the sockets' queues empty before they close (see Server.Drain).
 	a.srv.Drain(200 * time.Millisecond)
@@ -317,11 +365,17 @@ func (a *agent) shutdown(lameduck bool) {
 	a.log.Info("stopped")
 }
 
+// healthChecks are the liveness conditions: what the agent cannot repair
+// by itself, so that kubelet restarts it.
+func (a *agent) healthChecks() []admin.Check {
+	return []admin.Check{{Name: "udp readers", Fn: a.srv.ReadersHealthy}}
+}
+
 func (a *agent) readyChecks() []admin.Check {
 	return []admin.Check{{Name: "listeners", Fn: func() error {
 		if !a.srv.Bound() {
 			return errors.New("not bound")
 		}
 		return nil
-	}}, a.clusterReady(), a.interceptReady()}
+	}}, a.clusterReady(), a.interceptReady(), a.peersReady()}
 }

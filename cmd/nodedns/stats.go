@@ -261,8 +261,12 @@ func renderStats(w io.Writer, d *metrics.Document) {
 	r.line("Autopath", "%d shortcuts, %d upstream round trips saved (%d search-path steps walked by the agent)",
 		d.Autopath.Shortcuts, d.Autopath.Saved, d.Autopath.Steps)
 	if s := d.Server; s != nil {
-		r.line("Server", "%d in flight, %d TCP connections, %d overloaded, %d panics; %d UDP readers (%d holding a P)",
-			s.InFlight, s.TCPConns, s.Overloaded, s.Panics, s.UDPReaders, s.UDPReadersHoldingP)
+		r.line("Server", "%d in flight, %d TCP connections, %d overloaded, %d panics", s.InFlight, s.TCPConns, s.Overloaded, s.Panics)
+		readers := fmt.Sprintf("%d of %d UDP readers live (%d holding a P), %d restarts", s.UDPReadersLive, s.UDPReaders, s.UDPReadersHoldingP, s.UDPReaderRestarts)
+		if s.UDPReadersLive < s.UDPReaders {
+			readers += " [DOWN: see the agent's log]"
+		}
+		r.line("", "%s", readers)
 	}
 	r.blank()
 
@@ -287,6 +291,7 @@ func renderStats(w io.Writer, d *metrics.Document) {
 	r.blank()
 
 	renderIntercept(r, d)
+	renderPeers(r, d.Peers)
 	renderInformers(r, d.Informers)
 	r.blank()
 
@@ -393,6 +398,27 @@ func renderIntercept(r report, d *metrics.Document) {
 	r.line("", "%d repairs, last %s", ic.Repairs, last)
 	if ic.LastError != "" {
 		r.line("", "last error: %s", printable(ic.LastError))
+	}
+}
+
+// renderPeers writes who else serves the agent's addresses.
+func renderPeers(r report, p *metrics.PeerFigures) {
+	if p == nil {
+		return // an older agent
+	}
+	if len(p.Agents)+len(p.Foreign)+len(p.Unidentified) == 0 {
+		r.line("Sharing", "no other process serves our addresses")
+		return
+	}
+	label := "Sharing"
+	for _, group := range []struct {
+		what string
+		list []string
+	}{{"FOREIGN DNS SERVER (not ready until it is gone):", p.Foreign}, {"unidentified:", p.Unidentified}, {"nodedns agent:", p.Agents}} {
+		for _, s := range group.list {
+			r.line(label, "%s %s", group.what, printable(s))
+			label = ""
+		}
 	}
 }
 

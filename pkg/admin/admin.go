@@ -1,7 +1,12 @@
 // Package admin serves the agent's HTTP admin endpoint: /health (the process
-// is alive), /ready (it should receive traffic), /metrics (Prometheus) and
-// /stats (a JSON document for `nodedns stats`). It owns no DNS logic; the
-// agent hands it the checks and the stats source.
+// is alive and can recover by itself), /ready (it should receive traffic),
+// /metrics (Prometheus) and /stats (a JSON document for `nodedns stats`).
+// It owns no DNS logic; the agent hands it the checks and the stats source.
+//
+// /stats names the busiest client addresses and query names of the node's
+// pods, so it is served only over the unix socket and on loopback
+// addresses; an endpoint bound to another address (the node's IP, for
+// Prometheus) serves metrics and probes there and answers 404 for /stats.
 package admin
 
 import (
@@ -12,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"syscall"
 	"time"
@@ -34,7 +40,12 @@ type Config struct {
 	// Socket is a unix socket path served too; empty: none. Each agent pod
 	// has its own, so probes through it always reach their own agent even
 	// while two agents share the TCP port.
-	Socket  string
+	Socket string
+	// Health are the liveness conditions (/health): a failing one means
+	// the process cannot recover by itself and should be restarted. Ready
+	// are the readiness conditions (/ready): whether it should receive
+	// traffic now.
+	Health  []Check
 	Ready   []Check
 	Stats   func() any   // the /stats document; nil: 404
 	Metrics http.Handler // /metrics; nil: 404
@@ -63,6 +74,10 @@ func New(cfg Config, notReady func() bool) (*Server, error) {
 			return nil, fmt.Errorf("binding admin endpoint %s: %w", cfg.Addr, err)
 		}
 		s.lns = append(s.lns, ln)
+		if ap, err := netip.ParseAddrPort(cfg.Addr); err == nil && !ap.Addr().Unmap().IsLoopback() && cfg.Stats != nil {
+			cfg.Logger.Warn("admin endpoint on a non-loopback address: it serves /metrics, /health and /ready there; /stats (top client addresses and query names) only on loopback and the admin socket",
+				"component", "admin", "addr", cfg.Addr)
+		}
 	}
 	if cfg.Socket != "" {
 		// A stale socket of a previous run of this pod is ours to replace.
@@ -82,6 +97,10 @@ func New(cfg Config, notReady func() bool) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) {
+		if err := runChecks(cfg.Health); err != nil {
+			http.Error(w, "unhealthy: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/ready", s.ready)
@@ -89,7 +108,11 @@ func New(cfg Config, notReady func() bool) (*Server, error) {
 		mux.Handle("/metrics", cfg.Metrics)
 	}
 	if cfg.Stats != nil {
-		mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
+		mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
+			if !private(r) {
+				http.Error(w, "/stats (client addresses and query names) is served on loopback and the admin socket only", http.StatusNotFound)
+				return
+			}
 			w.Header().Set("Content-Type", "application/json")
 			enc := json.NewEncoder(w)
 			enc.SetIndent("", "  ")
@@ -138,8 +161,14 @@ func (s *Server) Ready() error {
 	if s.down != nil && s.down() {
 		return errors.New("shutting down")
 	}
+	return runChecks(s.cfg.Ready)
+}
+
+// runChecks runs every check; nil when all pass, else one error naming
+// each failing one.
+func runChecks(checks []Check) error {
 	var errs []error
-	for _, c := range s.cfg.Ready {
+	for _, c := range checks {
 		if err := c.Fn(); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", c.Name, err))
 		}
@@ -153,6 +182,22 @@ func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	_, _ = fmt.Fprintln(w, "ready")
+}
+
+// private reports whether r came over the unix socket or to a loopback
+// address: the only places /stats is served, since it names the pods'
+// addresses and what they look up. The connection's own local address
+// decides, so an endpoint bound to the wildcard address still serves
+// /stats to a local client on 127.0.0.1, and never to one from the
+// network.
+func private(r *http.Request) bool {
+	switch a := r.Context().Value(http.LocalAddrContextKey).(type) {
+	case *net.UnixAddr:
+		return true
+	case *net.TCPAddr:
+		return a.AddrPort().Addr().Unmap().IsLoopback()
+	}
+	return false
 }
 
 func reusePort(network, address string, c syscall.RawConn) error {

@@ -3,11 +3,15 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,13 +29,19 @@ func get(t *testing.T, c *http.Client, url string) (int, string) {
 }
 
 func TestEndpoints(t *testing.T) {
-	var broken atomic.Bool
+	var broken, dead atomic.Bool
 	var draining atomic.Bool
 	sock := filepath.Join(t.TempDir(), "admin.sock")
 	s, err := New(Config{Addr: "127.0.0.1:0", Socket: sock,
 		Ready: []Check{{Name: "listeners", Fn: func() error {
 			if broken.Load() {
 				return errors.New("not bound")
+			}
+			return nil
+		}}},
+		Health: []Check{{Name: "udp readers", Fn: func() error {
+			if dead.Load() {
+				return errors.New("1 reader down")
 			}
 			return nil
 		}}},
@@ -89,6 +99,10 @@ func TestEndpoints(t *testing.T) {
 	if code, _ := get(t, tcp, base+"/health"); code != 200 {
 		t.Fatalf("/health while draining = %d", code)
 	}
+	dead.Store(true)
+	if code, body := get(t, tcp, base+"/health"); code != http.StatusServiceUnavailable || !strings.Contains(body, "udp readers: 1 reader down") {
+		t.Fatalf("/health with a failing check = %d %q", code, body)
+	}
 }
 
 func TestTwoAgentsShareThePort(t *testing.T) {
@@ -106,3 +120,67 @@ func TestTwoAgentsShareThePort(t *testing.T) {
 		t.Fatal("no address and no socket accepted")
 	}
 }
+
+// TestStatsOnlyOnLoopback: /stats (client addresses and query names) is
+// served over the unix socket and to loopback addresses only; on any
+// other address of the endpoint only metrics and probes are, and binding
+// such an address logs a warning.
+func TestStatsOnlyOnLoopback(t *testing.T) {
+	var logs strings.Builder
+	var mu sync.Mutex
+	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) })
+	s, err := New(Config{Addr: "0.0.0.0:0", Stats: func() any { return map[string]int{"answers": 7} },
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "nodedns_up 1\n") }),
+		Logger:  slog.New(slog.NewTextHandler(w, nil))}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.closeAll()
+	mu.Lock()
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "/stats") {
+		t.Errorf("no warning for a non-loopback admin address:\n%s", logs.String())
+	}
+	mu.Unlock()
+	for _, c := range []struct {
+		local net.Addr
+		path  string
+		want  int
+	}{
+		{&net.TCPAddr{IP: net.ParseIP("127.0.0.1")}, "/stats", 200},
+		{&net.TCPAddr{IP: net.ParseIP("::1")}, "/stats", 200},
+		{&net.TCPAddr{IP: net.ParseIP("::ffff:127.0.0.1")}, "/stats", 200},
+		{&net.UnixAddr{Name: "/run/nodedns/admin.sock", Net: "unix"}, "/stats", 200},
+		{&net.TCPAddr{IP: net.ParseIP("169.254.3.4")}, "/stats", 404},
+		{&net.TCPAddr{IP: net.ParseIP("fd00::4")}, "/stats", 404},
+		{nil, "/stats", 404},
+		{&net.TCPAddr{IP: net.ParseIP("169.254.3.4")}, "/metrics", 200},
+		{&net.TCPAddr{IP: net.ParseIP("169.254.3.4")}, "/health", 200},
+		{&net.TCPAddr{IP: net.ParseIP("169.254.3.4")}, "/ready", 200},
+	} {
+		req := httptest.NewRequest("GET", c.path, nil)
+		if c.local != nil {
+			req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, c.local))
+		}
+		rec := httptest.NewRecorder()
+		s.srv.Handler.ServeHTTP(rec, req)
+		if rec.Code != c.want {
+			t.Errorf("%s to %v: %d %q, want %d", c.path, c.local, rec.Code, rec.Body.String(), c.want)
+		}
+	}
+	// And over a real connection to the loopback address of the wildcard
+	// listener.
+	done := make(chan error, 1)
+	go func() { done <- s.Serve() }()
+	defer func() {
+		_ = s.Shutdown(context.Background())
+		<-done
+	}()
+	port := s.Addr().(*net.TCPAddr).Port
+	if code, body := get(t, &http.Client{Timeout: 2 * time.Second}, fmt.Sprintf("http://127.0.0.1:%d/stats", port)); code != 200 || !strings.Contains(body, "answers") {
+		t.Errorf("/stats over loopback: %d %q", code, body)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

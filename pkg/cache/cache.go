@@ -6,10 +6,16 @@
 //
 // Entries are kept in wire form: the packed reply (ID zero, lower-case
 // names, no OPT) plus the offsets of its TTL fields, so a hit is a copy and a
-// few stores. The LRU is github.com/hashicorp/golang-lru/v2, split in shards
-// so that concurrent hits do not all queue on one lock; each shard evicts
-// its own least recently used entry, so the bound is exact and the order is
-// LRU per shard, not globally.
+// few stores. The LRU is github.com/hashicorp/golang-lru/v2's simplelru,
+// split in shards so that concurrent hits do not all queue on one lock;
+// each shard evicts its own least recently used entries, so the bounds are
+// exact and the order is LRU per shard, not globally. The cache is bounded
+// by entries and by bytes (a reply's wire size plus a fixed overhead per
+// entry), and replies above a size limit are never kept: a flood of names
+// with very large answers cannot grow the agent past its memory limit.
+//
+// Lifetimes are measured on the monotonic clock: a step of the wall clock
+// neither lengthens a TTL nor expires every entry at once.
 package cache
 
 import (
@@ -24,10 +30,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/dnswire"
+	"github.com/nodedns/nodedns/pkg/recovery"
 )
 
 // Exchanger sends a query upstream. It is what the cache needs from
@@ -48,6 +55,14 @@ type Key struct {
 type Config struct {
 	// Size bounds the number of entries; default 10000.
 	Size int
+	// MaxBytes bounds what the entries hold: their replies in wire form
+	// plus entryOverhead each; default DefaultMaxBytes. The least
+	// recently used entries go first.
+	MaxBytes int64
+	// MaxEntryBytes: a reply larger than this in wire form (compressed) is
+	// answered but never kept; default DefaultMaxEntryBytes, at most
+	// MaxBytes/16.
+	MaxEntryBytes int
 	// MinTTL and MaxTTL clamp the lifetime of positive answers; defaults 0
 	// and 1h. A record's own TTL is honoured down to MinTTL.
 	MinTTL, MaxTTL time.Duration
@@ -76,10 +91,28 @@ type Config struct {
 	PrefetchPercent int
 	// MaxRefresh bounds concurrent background refreshes; default 32.
 	MaxRefresh int
-	// Now is the clock; default time.Now. Tests inject their own.
-	Now    func() time.Time
+	// Clock reads monotonic time: the time elapsed since an origin of its
+	// choosing, which never steps back or jumps with the wall clock.
+	// Default: the runtime's monotonic clock (time.Since a reading taken
+	// at New). Tests inject their own.
+	Clock func() time.Duration
+	// Panics counts panics recovered in background refreshes; nil: a
+	// counter of the cache's own.
+	Panics *recovery.Counter
 	Logger *slog.Logger
 }
+
+// Defaults of the byte bounds. DefaultMaxBytes fits the DaemonSet's memory
+// limit (deploy/daemonset.yaml: 256 MiB) with room for the cluster index at
+// 10k Services and the Go heap's headroom; the default 10,000 entries of
+// ordinary replies (a few hundred bytes) take about a tenth of it.
+const (
+	DefaultMaxBytes      = 32 << 20
+	DefaultMaxEntryBytes = 16 << 10
+	// entryOverhead is what an entry costs besides its bytes: the entry
+	// itself (64 bytes), the LRU's list element and map slot.
+	entryOverhead = 160
+)
 
 func (c *Config) defaults() error {
 	if c.Size == 0 {
@@ -88,6 +121,16 @@ func (c *Config) defaults() error {
 	if c.Size < 1 {
 		return fmt.Errorf("cache size %d: want at least 1", c.Size)
 	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
+	}
+	if c.MaxBytes < 64<<10 {
+		return fmt.Errorf("cache max bytes %d: want at least 64 KiB", c.MaxBytes)
+	}
+	if c.MaxEntryBytes <= 0 {
+		c.MaxEntryBytes = DefaultMaxEntryBytes
+	}
+	c.MaxEntryBytes = int(min(int64(c.MaxEntryBytes), c.MaxBytes/16, dns.MaxMsgSize))
 	if c.MaxTTL == 0 {
 		c.MaxTTL = time.Hour
 	}
@@ -124,8 +167,12 @@ func (c *Config) defaults() error {
 	if c.MaxRefresh <= 0 {
 		c.MaxRefresh = 32
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		origin := time.Now()
+		c.Clock = func() time.Duration { return time.Since(origin) }
+	}
+	if c.Panics == nil {
+		c.Panics = new(recovery.Counter)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -150,10 +197,10 @@ type entry struct {
 	// capacity holds the offsets of its TTL fields, two bytes each (see
 	// ttlOffsets): one allocation and no second slice header.
 	wire     []byte
-	stored   int64 // unix nanoseconds
+	stored   int64 // Clock reading, nanoseconds
 	lifetime int64 // nanoseconds
 	// staleUntil: after a failed refresh, stale answers are given at once
-	// until this time (unix nanoseconds).
+	// until this Clock reading.
 	staleUntil atomic.Int64
 	hits       atomic.Uint32
 	rcode      uint16 // up to 4095 with the extended bits
@@ -179,10 +226,18 @@ func (e *entry) expires() int64 { return e.stored + e.lifetime }
 // denial reports whether e is a denial (NXDOMAIN, NODATA or SERVFAIL).
 func (e *entry) denial() bool { return e.kind != kindPositive }
 
+// cost is what e counts against MaxBytes.
+func (e *entry) cost() int64 { return int64(cap(e.wire)) + entryOverhead }
+
 // Stats are the cache's counters.
 type Stats struct {
-	Entries     int    `json:"entries"`
-	Capacity    int    `json:"capacity"`
+	Entries  int `json:"entries"`
+	Capacity int `json:"capacity"`
+	// Bytes is what the entries hold (MaxBytes bounds it).
+	Bytes    int64 `json:"bytes"`
+	MaxBytes int64 `json:"max_bytes"`
+	// TooLarge counts replies not kept for their size (MaxEntryBytes).
+	TooLarge    uint64 `json:"too_large"`
 	Hits        uint64 `json:"hits"`
 	Misses      uint64 `json:"misses"`
 	Evictions   uint64 `json:"evictions"`
@@ -191,9 +246,7 @@ type Stats struct {
 	// DenialEntries, DenialHits and DenialEvictions are the part of
 	// Entries, Hits and Evictions that are denials (NXDOMAIN, NODATA and
 	// cached SERVFAIL): CoreDNS's cache type "denial", the rest being
-	// "success". DenialEntries is counted as entries come and go, and may
-	// be off by one per race of two stores of one key with different
-	// kinds; it is clamped to [0, Entries].
+	// "success".
 	DenialEntries   int    `json:"denial_entries"`
 	DenialHits      uint64 `json:"denial_hits"`
 	DenialEvictions uint64 `json:"denial_evictions"`
@@ -212,7 +265,7 @@ type Cache struct {
 	// so a collision is a miss, never a wrong answer. Keying by the hash
 	// instead of the Key saves the name string, and 16 bytes in each of
 	// the LRU's list element and map slot: about 90 bytes an entry.
-	shards []*lru.Cache[uint64, *entry]
+	shards []*shard
 	// refreshSem bounds background refreshes (prefetch and stale refresh).
 	refreshSem chan struct{}
 	// bg is the context background refreshes run under; Close cancels it.
@@ -223,11 +276,68 @@ type Cache struct {
 	closed bool
 	wg     sync.WaitGroup
 
-	hits, misses, evictions, stale, prefetches atomic.Uint64
+	hits, misses, evictions, stale, prefetches, tooLarge atomic.Uint64
 	// denialHits and denialEvictions count the denial part of hits and
-	// evictions; denialEntries the denial entries stored (see Stats).
+	// evictions (see Stats).
 	denialHits, denialEvictions atomic.Uint64
-	denialEntries               atomic.Int64
+}
+
+// shard is one lock around an LRU and what its entries cost, so that a
+// replacement (the old entry's cost out, the new one's in) and the
+// evictions it causes are one step and the count cannot drift.
+type shard struct {
+	mu     sync.Mutex
+	lru    *simplelru.LRU[uint64, *entry]
+	bytes  int64 // guarded by mu
+	budget int64 // guarded by mu
+	// denials counts the denial entries held; guarded by mu.
+	denials int
+}
+
+// add stores e under h, then evicts the least recently used entries while
+// the shard is over its byte budget (e itself stays: it fits MaxEntryBytes).
+func (sh *shard) add(h uint64, e *entry) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	// Add replaces a present value without the evict callback: the old
+	// entry's cost leaves the count here.
+	if old, ok := sh.lru.Peek(h); ok {
+		sh.bytes -= old.cost()
+		if old.denial() {
+			sh.denials--
+		}
+	}
+	sh.bytes += e.cost()
+	if e.denial() {
+		sh.denials++
+	}
+	sh.lru.Add(h, e)
+	sh.trim()
+}
+
+// trim evicts the oldest entries while over budget; sh.mu is held.
+func (sh *shard) trim() {
+	for sh.bytes > sh.budget && sh.lru.Len() > 1 {
+		sh.lru.RemoveOldest()
+	}
+}
+
+// resize applies new bounds; sh.mu is not held.
+func (sh *shard) resize(size int, budget int64) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.budget = budget
+	sh.lru.Resize(max(size, 1))
+	sh.trim()
+}
+
+// split divides total among n shards, the remainder to the first ones.
+func split(total int64, n, i int) int64 {
+	v := total / int64(n)
+	if int64(i) < total%int64(n) {
+		v++
+	}
+	return v
 }
 
 // New returns a cache in front of up.
@@ -245,21 +355,22 @@ func New(cfg Config, up Exchanger) (*Cache, error) {
 	c.up.Store(&exchangerBox{up})
 	c.bg, c.cancel = context.WithCancel(context.Background())
 	for i := 0; i < n; i++ {
-		size := cfg.Size / n
-		if i < cfg.Size%n {
-			size++
-		}
-		l, err := lru.NewWithEvict(size, func(_ uint64, e *entry) {
+		size := int(split(int64(cfg.Size), n, i))
+		sh := &shard{budget: split(cfg.MaxBytes, n, i)}
+		// The callback runs under sh.mu: only the shard's own calls evict.
+		l, err := simplelru.NewLRU(size, func(_ uint64, e *entry) {
+			sh.bytes -= e.cost()
 			c.evictions.Add(1)
 			if e.denial() {
+				sh.denials--
 				c.denialEvictions.Add(1)
-				c.denialEntries.Add(-1)
 			}
 		})
 		if err != nil {
 			return nil, fmt.Errorf("creating cache shard of %d: %w", size, err)
 		}
-		c.shards = append(c.shards, l)
+		sh.lru = l
+		c.shards = append(c.shards, sh)
 	}
 	return c, nil
 }
@@ -272,29 +383,29 @@ func (c *Cache) conf() *Config { return c.cfg.Load() }
 // under way finish with the old one.
 func (c *Cache) SetExchanger(up Exchanger) { c.up.Store(&exchangerBox{up}) }
 
-// Reconfigure applies new limits (live reload): size, TTL clamps,
-// negative and SERVFAIL lifetimes, serve-stale and prefetch settings. The
-// clock, logger and MaxRefresh stay as they were. Entries already stored
-// keep their lifetimes; a smaller size evicts the least recently used.
+// Reconfigure applies new limits (live reload): size and byte bounds, TTL
+// clamps, negative and SERVFAIL lifetimes, serve-stale and prefetch
+// settings. The clock, panic counter, logger and MaxRefresh stay as they
+// were. Entries already stored keep their lifetimes; smaller bounds evict
+// the least recently used.
 func (c *Cache) Reconfigure(cfg Config) error {
 	old := c.conf()
-	cfg.Now, cfg.Logger, cfg.MaxRefresh = old.Now, old.Logger, old.MaxRefresh
+	cfg.Clock, cfg.Panics, cfg.Logger, cfg.MaxRefresh = old.Clock, old.Panics, old.Logger, old.MaxRefresh
 	if err := cfg.defaults(); err != nil {
 		return err
 	}
-	if cfg.Size != old.Size {
+	if cfg.Size != old.Size || cfg.MaxBytes != old.MaxBytes {
 		n := len(c.shards)
 		for i, sh := range c.shards {
-			size := cfg.Size / n
-			if i < cfg.Size%n {
-				size++
-			}
-			sh.Resize(max(size, 1))
+			sh.resize(int(split(int64(cfg.Size), n, i)), split(cfg.MaxBytes, n, i))
 		}
 	}
 	c.cfg.Store(&cfg)
 	return nil
 }
+
+// now reads the cache's monotonic clock, in nanoseconds.
+func (c *Cache) now() int64 { return int64(c.conf().Clock()) }
 
 // Close stops background refreshes and waits for them to return. The
 // cache still answers afterwards, without refreshing in the background.
@@ -306,8 +417,11 @@ func (c *Cache) Close() {
 	c.wg.Wait()
 }
 
-// background runs f on a goroutine Close waits for; false once closed.
-func (c *Cache) background(f func()) bool {
+// background runs f on a goroutine Close waits for; false once closed. A
+// panic in f is recovered, counted and logged (f's own deferred calls run
+// first, so it can clean up what it holds): background work must never
+// take the agent down.
+func (c *Cache) background(what string, f func()) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -316,13 +430,14 @@ func (c *Cache) background(f func()) bool {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
+		defer c.conf().Panics.Recover(c.log, what)
 		f()
 	}()
 	return true
 }
 
 // slot returns k's shard and hash.
-func (c *Cache) slot(k *Key) (*lru.Cache[uint64, *entry], uint64) {
+func (c *Cache) slot(k *Key) (*shard, uint64) {
 	h := maphash.String(c.seed, k.Name)
 	// The rest of the key, spread by an odd multiplier (a bijection, so
 	// keys that differ only here always hash apart).
@@ -344,11 +459,13 @@ func (c *Cache) lookup(k *Key, touch bool) (*entry, bool) {
 	sh, h := c.slot(k)
 	var e *entry
 	var ok bool
+	sh.mu.Lock()
 	if touch {
-		e, ok = sh.Get(h)
+		e, ok = sh.lru.Get(h)
 	} else {
-		e, ok = sh.Peek(h)
+		e, ok = sh.lru.Peek(h)
 	}
+	sh.mu.Unlock()
 	if !ok || !e.is(k) {
 		return nil, false
 	}
@@ -418,13 +535,17 @@ func wireNameIs(m []byte, off int, name string) (int, bool) {
 
 // Stats returns the cache's counters.
 func (c *Cache) Stats() Stats {
-	s := Stats{Capacity: c.conf().Size, Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load(),
-		StaleServed: c.stale.Load(), Prefetches: c.prefetches.Load()}
+	cfg := c.conf()
+	s := Stats{Capacity: cfg.Size, MaxBytes: cfg.MaxBytes, Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load(),
+		StaleServed: c.stale.Load(), Prefetches: c.prefetches.Load(), TooLarge: c.tooLarge.Load()}
 	for _, sh := range c.shards {
-		s.Entries += sh.Len()
+		sh.mu.Lock()
+		s.Entries += sh.lru.Len()
+		s.Bytes += sh.bytes
+		s.DenialEntries += sh.denials
+		sh.mu.Unlock()
 	}
 	s.DenialHits, s.DenialEvictions = c.denialHits.Load(), c.denialEvictions.Load()
-	s.DenialEntries = int(min(max(c.denialEntries.Load(), 0), int64(s.Entries)))
 	return s
 }
 
@@ -440,7 +561,9 @@ func (c *Cache) countHit(e *entry) {
 func (c *Cache) Len() int {
 	n := 0
 	for _, sh := range c.shards {
-		n += sh.Len()
+		sh.mu.Lock()
+		n += sh.lru.Len()
+		sh.mu.Unlock()
 	}
 	return n
 }
@@ -456,8 +579,7 @@ func (c *Cache) AppendHit(dst []byte, name string, qtype, qclass uint16, do, cd 
 	if !found {
 		return dst, 0, false
 	}
-	now := c.conf().Now().UnixNano()
-	remain := e.expires() - now
+	remain := e.expires() - c.now()
 	if remain <= 0 {
 		return dst, 0, false
 	}
@@ -478,7 +600,7 @@ func (c *Cache) Peek(name string, qtype, qclass uint16, do, cd bool) (*dns.Msg, 
 	if !found {
 		return nil, false
 	}
-	remain := e.expires() - c.conf().Now().UnixNano()
+	remain := e.expires() - c.now()
 	if remain <= 0 {
 		return nil, false
 	}
@@ -508,7 +630,7 @@ func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCa
 	}
 	k := KeyOf(q)
 	e, found := c.get(&k)
-	now := c.conf().Now().UnixNano()
+	now := c.now()
 	if found {
 		if remain := e.expires() - now; remain > 0 {
 			c.countHit(e)
@@ -541,14 +663,19 @@ func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCa
 	id := q.Id // q is the caller's: not to be touched once Resolve returns
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(c.bg, cancel)
-	if !c.background(func() {
+	if !c.background("refreshing an expired entry", func() {
 		defer cancel()
 		defer stop()
-		r, _, err := c.fetch(fctx, k, id)
-		if err != nil || failed(r) {
-			c.staleFor(e)
-		}
-		ch <- result{r, err}
+		res := result{err: errors.New("cache: refresh did not finish")}
+		// Sent however the fetch ends, a panic included: the query
+		// waiting on it then answers stale at once.
+		defer func() {
+			if res.err != nil || failed(res.r) {
+				c.staleFor(e)
+			}
+			ch <- res
+		}()
+		res.r, _, res.err = c.fetch(fctx, k, id)
 	}) {
 		// Closed: no background work any more; ask in the foreground.
 		cancel()
@@ -579,7 +706,7 @@ func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCa
 
 // staleFor makes e answer stale at once for StaleRetry.
 func (c *Cache) staleFor(e *entry) {
-	e.staleUntil.Store(c.conf().Now().Add(c.conf().StaleRetry).UnixNano())
+	e.staleUntil.Store(c.now() + int64(c.conf().StaleRetry))
 }
 
 func (c *Cache) usableStale(e *entry, now int64) bool {
@@ -678,7 +805,7 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 	if q := r.Question[0]; q.Qtype != k.Type || q.Qclass != k.Class || !strings.EqualFold(q.Name, k.Name) {
 		return 0, false
 	}
-	now := c.conf().Now()
+	now := c.now()
 	var life time.Duration
 	var kd kind
 	switch {
@@ -696,7 +823,7 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 	case r.Rcode == dns.RcodeServerFailure:
 		kd = kindServfail
 		life = c.conf().ServfailTTL
-		if old, ok := c.peek(&k); ok && c.keeps(old, now.UnixNano()) {
+		if old, ok := c.peek(&k); ok && c.keeps(old, now) {
 			return 0, false
 		}
 	default:
@@ -705,22 +832,17 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 	if life <= 0 {
 		return 0, false
 	}
-	wire, err := pack(k, r)
+	wire, err := pack(k, r, c.conf().MaxEntryBytes)
 	if err != nil {
-		c.log.Debug("not caching unpackable reply", "name", k.Name, "type", k.Type, "err", err)
+		if errors.Is(err, errTooLarge) {
+			c.tooLarge.Add(1)
+		}
+		c.log.Debug("not caching reply", "name", k.Name, "type", k.Type, "err", err)
 		return 0, false
 	}
-	e := &entry{wire: wire, kind: kd, flags: keyFlags(&k), rcode: uint16(r.Rcode), stored: now.UnixNano(), lifetime: int64(life)}
+	e := &entry{wire: wire, kind: kd, flags: keyFlags(&k), rcode: uint16(r.Rcode), stored: now, lifetime: int64(life)}
 	sh, h := c.slot(&k)
-	// Add replaces an entry without telling the evict callback: account
-	// for the one replaced here.
-	if old, ok := sh.Peek(h); ok && old.denial() {
-		c.denialEntries.Add(-1)
-	}
-	if e.denial() {
-		c.denialEntries.Add(1)
-	}
-	sh.Add(h, e)
+	sh.add(h, e)
 	return life, true
 }
 
@@ -748,21 +870,34 @@ func findSOA(r *dns.Msg) *dns.SOA {
 	return nil
 }
 
+// errTooLarge: the reply is larger than MaxEntryBytes.
+var errTooLarge = errors.New("reply larger than the cache's entry limit")
+
 // pack stores r in wire form: ID 0, lower-case question and owner names (so
 // owners equal to the question compress against it and take the client's
-// case when the server patches the question), no OPT.
-func pack(k Key, r *dns.Msg) ([]byte, error) {
+// case when the server patches the question), no OPT. A reply that packs
+// into more than limit bytes is refused with errTooLarge.
+func pack(k Key, r *dns.Msg, limit int) ([]byte, error) {
 	m := &dns.Msg{MsgHdr: r.MsgHdr, Compress: true}
 	m.Id = 0
 	m.Question = []dns.Question{{Name: k.Name, Qtype: k.Type, Qclass: k.Class}}
+	// A reply whose records alone, each with a name compressed to a
+	// pointer, exceed the limit is refused before anything is copied or
+	// packed: the flood of very large answers this limit is for costs
+	// no work here.
+	if floor := packedFloor(r); floor > limit {
+		return nil, fmt.Errorf("reply for %s: at least %d bytes: %w", k.Name, floor, errTooLarge)
+	}
 	lower := func(in []dns.RR) []dns.RR {
 		out := make([]dns.RR, 0, len(in))
 		for _, rr := range in {
 			if rr.Header().Rrtype == dns.TypeOPT {
 				continue
 			}
-			rr = dns.Copy(rr)
-			rr.Header().Name = strings.ToLower(rr.Header().Name)
+			if name := rr.Header().Name; hasUpper(name) {
+				rr = dns.Copy(rr)
+				rr.Header().Name = strings.ToLower(name)
+			}
 			out = append(out, rr)
 		}
 		return out
@@ -771,6 +906,9 @@ func pack(k Key, r *dns.Msg) ([]byte, error) {
 	packed, err := m.Pack()
 	if err != nil {
 		return nil, fmt.Errorf("packing reply for %s: %w", k.Name, err)
+	}
+	if len(packed) > limit {
+		return nil, fmt.Errorf("reply for %s: %d bytes: %w", k.Name, len(packed), errTooLarge)
 	}
 	// miekg/dns packs some records it unpacked into bytes it cannot read
 	// back (a record with empty RDATA, say). The hit path serves these
@@ -791,6 +929,29 @@ func pack(k Key, r *dns.Msg) ([]byte, error) {
 		buf = binary.BigEndian.AppendUint16(buf, o)
 	}
 	return buf[:len(packed)], nil
+}
+
+// packedFloor is a lower bound on r's packed size: the header, and each
+// record's fixed fields and RDATA with its owner name a 2-byte pointer.
+// RDATA lengths are the ones read off the wire (r came from Unpack);
+// records built in memory have none and count for their fixed part only.
+func packedFloor(r *dns.Msg) int {
+	n := dnswire.HeaderLen
+	for _, sec := range [][]dns.RR{r.Answer, r.Ns, r.Extra} {
+		for _, rr := range sec {
+			n += 2 + 10 + int(rr.Header().Rdlength)
+		}
+	}
+	return n
+}
+
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return true
+		}
+	}
+	return false
 }
 
 // msg unpacks the entry with every TTL set to ttl.
@@ -837,9 +998,19 @@ func (c *Cache) refreshAsync(k Key, e *entry) bool {
 		e.refreshing.Store(false)
 		return false
 	}
-	started := c.background(func() {
+	started := c.background("refreshing a cached entry", func() {
 		defer func() { <-c.refreshSem }()
+		fetched := false
+		defer func() {
+			if !fetched {
+				// The fetch panicked (background recovers it): leave e
+				// so that a later query may refresh it again.
+				c.staleFor(e)
+				e.refreshing.Store(false)
+			}
+		}()
 		r, stored, err := c.fetch(c.bg, k, 0)
+		fetched = true
 		switch {
 		case err != nil || failed(r):
 			// Stale answers (once e expires) go out at once for

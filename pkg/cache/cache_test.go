@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,28 +17,49 @@ import (
 
 	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/cache"
+	"github.com/nodedns/nodedns/pkg/recovery"
 	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// clock is the injected clock: time moves only when a test says so.
+// clock is the injected clock: time moves only when a test says so. Like
+// the system's, it has a wall reading, which an administrator or NTP may
+// step, and a monotonic one, which only ever advances with time.
 type clock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu   sync.Mutex
+	wall time.Time
+	mono time.Duration
 }
 
-func newClock() *clock { return &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+func newClock() *clock { return &clock{wall: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
 
+// Now is the wall reading.
 func (c *clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.t
+	return c.wall
 }
 
+// Mono is the monotonic reading (the cache's Config.Clock).
+func (c *clock) Mono() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mono
+}
+
+// Advance lets d pass.
 func (c *clock) Advance(d time.Duration) {
 	c.mu.Lock()
-	c.t = c.t.Add(d)
+	c.wall = c.wall.Add(d)
+	c.mono += d
+	c.mu.Unlock()
+}
+
+// Step sets the wall clock d away, as settimeofday(2) does; no time passes.
+func (c *clock) Step(d time.Duration) {
+	c.mu.Lock()
+	c.wall = c.wall.Add(d)
 	c.mu.Unlock()
 }
 
@@ -57,7 +79,7 @@ func forwarder(t testing.TB, addrs ...string) *upstream.Forwarder {
 func newCache(t testing.TB, cfg cache.Config, clk *clock, up cache.Exchanger) *cache.Cache {
 	t.Helper()
 	if clk != nil {
-		cfg.Now = clk.Now
+		cfg.Clock = clk.Mono
 	}
 	cfg.Logger = quiet
 	c, err := cache.New(cfg, up)
@@ -276,7 +298,18 @@ func TestKey(t *testing.T) {
 		mu.Lock()
 		got = append(got, s)
 		mu.Unlock()
-		dnstest.Records(dns.RcodeSuccess, "{q} 300 IN A 192.0.2.1")(w, r)
+		// An answer of the type and class asked (the forwarder keeps
+		// only what answers the question).
+		m := new(dns.Msg)
+		m.SetReply(r)
+		q := r.Question[0]
+		hdr := dns.RR_Header{Name: q.Name, Rrtype: q.Qtype, Class: q.Qclass, Ttl: 300}
+		if q.Qtype == dns.TypeAAAA {
+			m.Answer = []dns.RR{&dns.AAAA{Hdr: hdr, AAAA: net.ParseIP("2001:db8::1")}}
+		} else {
+			m.Answer = []dns.RR{&dns.A{Hdr: hdr, A: net.IPv4(192, 0, 2, 1)}}
+		}
+		_ = w.WriteMsg(m)
 	})
 	ctx := context.Background()
 	ask := func(name string, qtype, qclass uint16, do, cd bool) {
@@ -602,6 +635,51 @@ func TestServeStale(t *testing.T) {
 	}
 }
 
+// TestClockStep: lifetimes follow the time that passed, not the wall
+// clock. A step back must not serve a TTL longer than the upstream gave; a
+// step forward must not expire every entry, nor push them past the
+// serve-stale window so that an upstream outage right then finds nothing to
+// fall back on.
+func TestClockStep(t *testing.T) {
+	c, up, clk := setup(t, cache.Config{StaleFor: time.Hour, StaleTTL: 7 * time.Second, StaleAnswerAfter: 5 * time.Second,
+		PrefetchHits: -1}, dnstest.Records(dns.RcodeSuccess, "{q} 300 IN A 192.0.2.30"))
+	resolve(t, c, "step.example.test.", dns.TypeA)
+	clk.Advance(100 * time.Second)
+	m, _, ok := hit(t, c, "step.example.test.", dns.TypeA, false, false)
+	if !ok {
+		t.Fatal("miss 100 s into a 300 s TTL")
+	}
+	wantTTL(t, "before the steps", m, 200)
+
+	clk.Step(-time.Hour)
+	m, _, ok = hit(t, c, "step.example.test.", dns.TypeA, false, false)
+	if !ok {
+		t.Fatal("miss after the wall clock stepped back")
+	}
+	wantTTL(t, "after the wall clock stepped back an hour", m, 200)
+
+	clk.Advance(10 * time.Second)
+	clk.Step(2 * time.Hour)
+	m, _, ok = hit(t, c, "step.example.test.", dns.TypeA, false, false)
+	if !ok {
+		t.Fatal("the entry expired when the wall clock stepped forward")
+	}
+	wantTTL(t, "after the wall clock stepped forward two hours", m, 190)
+
+	// The upstream goes away; once the entry has really expired, it is
+	// still there to be served stale.
+	up.Stop()
+	clk.Advance(200 * time.Second)
+	r, fromCache, stale := resolve(t, c, "step.example.test.", dns.TypeA)
+	if !stale || !fromCache || r.Answer[0].(*dns.A).A.String() != "192.0.2.30" {
+		t.Fatalf("10 s past expiry with the upstream gone: stale %v, from cache %v: %v", stale, fromCache, r)
+	}
+	wantTTL(t, "stale", r, 7)
+	if up.Count() != 1 {
+		t.Fatalf("upstream asked %d times, want once", up.Count())
+	}
+}
+
 func TestServeStaleRefreshedWhenUpstreamBack(t *testing.T) {
 	c, up, clk := setup(t, cache.Config{StaleAnswerAfter: 5 * time.Second}, dnstest.Zone(10))
 	resolve(t, c, "back.example.test.", dns.TypeA)
@@ -782,6 +860,62 @@ func a(name string) *dns.Msg {
 
 func key(name string) cache.Key { return cache.Key{Name: name, Type: dns.TypeA, Class: dns.ClassINET} }
 
+// txt is a reply of n TXT records of 200 bytes each (about 210 bytes
+// each in wire form, the owner compressed).
+func txt(name string, n int) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeTXT)
+	m.Response = true
+	for i := 0; i < n; i++ {
+		m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 300},
+			Txt: []string{fmt.Sprintf("%03d%s", i, strings.Repeat("x", 196))}})
+	}
+	return m
+}
+
+// TestByteBound: the cache holds at most MaxBytes whatever the size of
+// the replies, evicting the least recently used; a reply over
+// MaxEntryBytes is answered but never kept.
+func TestByteBound(t *testing.T) {
+	const maxBytes = 1 << 20
+	c := newCache(t, cache.Config{Size: 100000, MaxBytes: maxBytes, MaxEntryBytes: 8 << 10}, newClock(), nil)
+	for i := 0; i < 2000; i++ {
+		n := fmt.Sprintf("big%d.example.test.", i)
+		c.Put(cache.Key{Name: n, Type: dns.TypeTXT, Class: dns.ClassINET}, txt(n, 20)) // ~4.3 KB
+		if st := c.Stats(); st.Bytes > maxBytes {
+			t.Fatalf("after %d puts: %d bytes held, bound %d", i+1, st.Bytes, maxBytes)
+		}
+	}
+	st := c.Stats()
+	if st.MaxBytes != maxBytes || st.Bytes < maxBytes*8/10 || st.Entries < 150 || st.Entries > 250 || st.Entries+int(st.Evictions) != 2000 {
+		t.Fatalf("stats %+v: want about %d KiB in about 200 entries of ~4.5 KiB, entries + evictions = 2000", st, maxBytes>>10)
+	}
+	// The most recent are the ones kept.
+	if _, _, ok := c.AppendHit(nil, "big1999.example.test.", dns.TypeTXT, dns.ClassINET, false, false); !ok {
+		t.Fatal("the newest entry was evicted")
+	}
+	if _, _, ok := c.AppendHit(nil, "big0.example.test.", dns.TypeTXT, dns.ClassINET, false, false); ok {
+		t.Fatal("the oldest entry is still there")
+	}
+
+	// Over MaxEntryBytes: answered, not kept, counted.
+	up := dnstest.StartStable(t, func(w dns.ResponseWriter, r *dns.Msg) {
+		m := txt(r.Question[0].Name, 50) // ~10.7 KB: TC over UDP, then TCP
+		m.SetReply(r)
+		dnstest.WriteTruncated(w, r, m)
+	})
+	c2 := newCache(t, cache.Config{MaxEntryBytes: 8 << 10}, newClock(), forwarder(t, up.Addr))
+	for i := 0; i < 2; i++ {
+		r, fromCache, _ := resolve(t, c2, "huge.example.test.", dns.TypeTXT)
+		if fromCache || len(r.Answer) != 50 {
+			t.Fatalf("query %d for a reply over the entry limit: from cache %v, %d records", i, fromCache, len(r.Answer))
+		}
+	}
+	if st := c2.Stats(); st.Entries != 0 || st.TooLarge != 2 || st.Bytes != 0 {
+		t.Fatalf("stats %+v: want nothing kept and 2 replies too large", st)
+	}
+}
+
 func TestSizeBound(t *testing.T) {
 	t.Run("LRU order", func(t *testing.T) {
 		c := newCache(t, cache.Config{Size: 3}, newClock(), nil)
@@ -904,5 +1038,61 @@ func TestAppendHitAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("AppendHit: %v allocations per hit, want 0", allocs)
+	}
+}
+
+// panicky answers until told to panic, as a bug in the upstream path would.
+type panicky struct{ panicNow atomic.Bool }
+
+func (p *panicky) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
+	if p.panicNow.Load() {
+		panic("bug in the upstream path")
+	}
+	m := new(dns.Msg)
+	m.SetReply(q)
+	m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 100}, A: net.IPv4(192, 0, 2, 1)}}
+	return m, nil
+}
+
+// TestBackgroundPanicRecovered: a panic in a prefetch or in the refresh of
+// an expired entry is recovered and counted; it does not take the process
+// down, the query waiting on the refresh is answered stale at once, and
+// the entry can be refreshed again later.
+func TestBackgroundPanicRecovered(t *testing.T) {
+	up := &panicky{}
+	panics := new(recovery.Counter)
+	clk := newClock()
+	c := newCache(t, cache.Config{Panics: panics, StaleAnswerAfter: time.Minute}, clk, up)
+	const name = "bug.example.test."
+	resolve(t, c, name, dns.TypeA)
+	up.panicNow.Store(true)
+
+	clk.Advance(95 * time.Second) // in the prefetch window
+	for i := 0; i < 3; i++ {
+		if _, _, ok := hit(t, c, name, dns.TypeA, false, false); !ok {
+			t.Fatal("miss on a fresh entry")
+		}
+	}
+	eventually(t, "the prefetch's panic to be counted", func() bool { return panics.Count() == 1 })
+
+	clk.Advance(10 * time.Second) // expired
+	start := time.Now()
+	r, fromCache, stale := resolve(t, c, name, dns.TypeA)
+	if !stale || !fromCache || len(r.Answer) != 1 {
+		t.Fatalf("expired entry whose refresh panicked: stale %v from cache %v %v", stale, fromCache, r)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("the query waited %v for a refresh that had panicked", d)
+	}
+	eventually(t, "the refresh's panic to be counted", func() bool { return panics.Count() >= 2 })
+
+	// Fixed upstream: the entry is refreshed again.
+	up.panicNow.Store(false)
+	clk.Advance(time.Minute) // past the stale-retry window
+	if _, _, stale = resolve(t, c, name, dns.TypeA); stale {
+		t.Fatal("stale answer with the upstream fixed")
+	}
+	if _, _, ok := hit(t, c, name, dns.TypeA, false, false); !ok {
+		t.Fatal("entry not refreshed with the upstream fixed")
 	}
 }

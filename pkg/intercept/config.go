@@ -72,7 +72,7 @@ func (c Config) normalized() (Config, error) {
 		c.Backend = BackendAuto
 	}
 	var errs []error
-	if err := validIfName(c.Interface); err != nil {
+	if err := ValidInterfaceName(c.Interface); err != nil {
 		errs = append(errs, err)
 	}
 	if c.SyncInterval < 0 {
@@ -110,8 +110,9 @@ func (c Config) normalized() (Config, error) {
 	return c, nil
 }
 
-// validIfName applies the kernel's rules for link names (dev_valid_name).
-func validIfName(name string) error {
+// ValidInterfaceName applies the kernel's rules for link names
+// (dev_valid_name), so a bad name is refused before anything is touched.
+func ValidInterfaceName(name string) error {
 	if len(name) == 0 || len(name) > 15 || name == "." || name == ".." ||
 		strings.ContainsAny(name, "/: \t\n") {
 		return fmt.Errorf("interface name %q: want 1-15 characters, no '/', ':' or whitespace", name)
@@ -125,6 +126,10 @@ type Status struct {
 	// ("dummy", "bridge"), empty while the link is absent or not managed.
 	Link     string
 	LinkType string
+	// LinkOwned: the link was created by nodedns (it carries its mark) and
+	// is removed at teardown; false for a link found in place, which is
+	// used but left.
+	LinkOwned bool
 	// IPs are the local IPs being intercepted.
 	IPs []string
 	// Backend is the iptables backend in use ("nft", "legacy"), empty when

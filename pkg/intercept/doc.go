@@ -18,7 +18,13 @@
 //
 // The link is a dummy link. Kernels built without the dummy driver (some
 // hardened images) get an empty bridge instead, which holds local addresses
-// the same way; the fallback is logged once.
+// the same way; the fallback is logged once. A link the package creates is
+// marked with an ifalias ("nodedns: ...", see linkAlias), which lives in
+// the kernel with the link, so the next agent (a restart, a rolling
+// update, `nodedns cleanup`) knows it may delete it. A link found in place
+// without the mark (NodeLocal DNSCache's dummy of the same name, an
+// operator's bridge) is used but never deleted: Teardown removes only the
+// addresses this process added to it.
 //
 // The rules are one table (see ruleTable in rules.go). Each is identified
 // by its comment, inserted at the top of its chain, and exists exactly

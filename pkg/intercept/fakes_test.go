@@ -161,17 +161,19 @@ type fakeLink struct {
 	kind  string
 	up    bool
 	ports int
+	alias string
 	addrs []netip.Addr
 }
 
 // fakeLinks is a netlink keyed by link name.
 type fakeLinks struct {
-	mu      sync.Mutex
-	noDummy bool // the kernel has no dummy driver
-	links   map[string]*fakeLink
-	adds    []string // kinds passed to Add, in order
-	watches int
-	events  chan struct{} // the channel of the current Watch
+	mu       sync.Mutex
+	noDummy  bool  // the kernel has no dummy driver
+	aliasErr error // SetAlias fails with it
+	links    map[string]*fakeLink
+	adds     []string // kinds passed to Add, in order
+	watches  int
+	events   chan struct{} // the channel of the current Watch
 }
 
 func newFakeLinks() *fakeLinks { return &fakeLinks{links: make(map[string]*fakeLink)} }
@@ -183,7 +185,21 @@ func (f *fakeLinks) Get(name string) (linkInfo, bool, error) {
 	if !ok {
 		return linkInfo{}, false, nil
 	}
-	return linkInfo{Kind: l.kind, Up: l.up, Ports: l.ports}, true, nil
+	return linkInfo{Kind: l.kind, Up: l.up, Ports: l.ports, Alias: l.alias}, true, nil
+}
+
+func (f *fakeLinks) SetAlias(name, alias string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.links[name]
+	if !ok {
+		return errors.New("no such device")
+	}
+	if f.aliasErr != nil {
+		return f.aliasErr
+	}
+	l.alias = alias
+	return nil
 }
 
 func (f *fakeLinks) Add(name, kind string) error {
@@ -312,7 +328,7 @@ func (f *fakeLinks) link(name string) fakeLink {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if l, ok := f.links[name]; ok {
-		return fakeLink{kind: l.kind, up: l.up, ports: l.ports, addrs: slices.Clone(l.addrs)}
+		return fakeLink{kind: l.kind, up: l.up, ports: l.ports, alias: l.alias, addrs: slices.Clone(l.addrs)}
 	}
 	return fakeLink{}
 }

@@ -30,7 +30,23 @@ type ruleOps interface {
 type linkInfo struct {
 	Kind  string // "dummy", "bridge", ...
 	Up    bool
-	Ports int // links enslaved to it (bridges)
+	Ports int    // links enslaved to it (bridges)
+	Alias string // IFLA_IFALIAS; linkAlias on a link this package created
+}
+
+// linkAlias marks a link this package created (its ifalias, shown by
+// `ip link`). It lives in the kernel with the link, so an agent started
+// later (a restart, the next pod of a rolling update, `nodedns cleanup`)
+// knows the link is nodedns's to delete; a link without it (another
+// program's, or one an operator made) is used but never deleted.
+const linkAlias = "nodedns: holds the node-local DNS addresses; created and removed by nodedns"
+
+// ownLink reports whether info describes a link this package created and
+// may delete: marked, and still of a kind it creates (a bridge someone
+// enslaved ports to is theirs now).
+func ownLink(info linkInfo) bool {
+	return strings.HasPrefix(info.Alias, "nodedns:") &&
+		(info.Kind == kindDummy || info.Kind == kindBridge && info.Ports == 0)
 }
 
 // errKindNotSupported is returned (wrapped) by linkOps.Add when the kernel
@@ -43,6 +59,9 @@ var errKindNotSupported = errors.New("link kind not supported by this kernel")
 type linkOps interface {
 	Get(name string) (info linkInfo, ok bool, err error)
 	Add(name, kind string) error
+	// SetAlias sets the link's ifalias (the kernel does not take one when
+	// a link is created).
+	SetAlias(name, alias string) error
 	Del(name string) error
 	SetUp(name string) error
 	Addrs(name string) ([]netip.Addr, error)
@@ -81,6 +100,11 @@ type Interceptor struct {
 	linkOn  bool       // EnsureLink was called (and no Teardown since)
 	rulesOn bool       // EnsureRules was called (and no Teardown since)
 	kind    string     // kind to create; becomes kindBridge once dummy is refused
+	// added holds the local IPs this process put on a link it does not
+	// own (see ownLink): Teardown removes those and no others from it.
+	added map[netip.Addr]bool
+	// foreignLogged: the "not ours" warning was given for the current link.
+	foreignLogged bool
 
 	stMu sync.Mutex // guards st; never held while touching the host
 	st   Status
@@ -97,6 +121,7 @@ func newInterceptor(cfg Config, log *slog.Logger, links linkOps, r4, r6 ruleOps,
 		rules6: r6,
 		now:    time.Now,
 		kind:   kindDummy,
+		added:  map[netip.Addr]bool{},
 	}
 	if cfg.SetupIptables {
 		ic.wanted = renderRules(cfg.LocalIPs, cfg.AdminPort)
@@ -266,9 +291,11 @@ func (ic *Interceptor) reconcile(reason string) {
 }
 
 // Teardown removes every copy of the rules first (traffic then falls back
-// to the cluster DNS path), then the link. A link this package would not
-// have created (not a dummy, or a bridge with ports) is kept and only the
-// local IPs are removed from it. Run stops repairing once Teardown starts.
+// to the cluster DNS path), then the link, if this package created it (in
+// this process or an earlier one: see linkAlias). From a link it did not
+// create, only the local IPs this process added are removed; the link and
+// anything that was on it before stay. Run stops repairing once Teardown
+// starts.
 func (ic *Interceptor) Teardown() error {
 	ic.mu.Lock()
 	defer ic.mu.Unlock()
@@ -279,7 +306,14 @@ func (ic *Interceptor) Teardown() error {
 		ic.setRules(0)
 	}
 	if ic.cfg.SetupInterface && ic.links != nil {
-		errs = append(errs, removeLink(ic.links, ic.cfg.Interface, ic.cfg.LocalIPs, ic.log))
+		var added []netip.Addr
+		for _, ip := range ic.cfg.LocalIPs {
+			if ic.added[ip] {
+				added = append(added, ip)
+			}
+		}
+		errs = append(errs, removeLink(ic.links, ic.cfg.Interface, added, ic.log))
+		clear(ic.added)
 		ic.stMu.Lock()
 		ic.st.LinkType = ""
 		ic.stMu.Unlock()
@@ -351,9 +385,18 @@ func (ic *Interceptor) ensureLink() ([]string, error) {
 			return fixed, ic.countErr(ErrInterfaceCheck, fmt.Errorf("looking up link %q after creating it: %w", name, errors.Join(err, fs.ErrNotExist)))
 		}
 	}
+	own := ownLink(info)
 	ic.stMu.Lock()
 	ic.st.LinkType = info.Kind
+	ic.st.LinkOwned = own
 	ic.stMu.Unlock()
+	if !own && !ic.foreignLogged {
+		ic.foreignLogged = true
+		ic.log.Warn("the link exists and was not created by nodedns: using it, and leaving it (and what was on it) in place at teardown",
+			"link", name, "kind", info.Kind, "ports", info.Ports, "alias", info.Alias)
+	} else if own {
+		ic.foreignLogged = false
+	}
 
 	have, err := ic.links.Addrs(name)
 	if err != nil {
@@ -368,6 +411,9 @@ func (ic *Interceptor) ensureLink() ([]string, error) {
 			errs = append(errs, ic.countErr(ErrInterfaceAdd, fmt.Errorf("adding %s to link %q: %w", hostPrefix(ip), name, err)))
 			continue
 		}
+		if !own {
+			ic.added[ip] = true
+		}
 		fixed = append(fixed, fmt.Sprintf("added %s to %s", hostPrefix(ip), name))
 	}
 	if !info.Up {
@@ -381,14 +427,15 @@ func (ic *Interceptor) ensureLink() ([]string, error) {
 }
 
 // createLink creates the link as a dummy, or as an empty bridge once the
-// kernel has refused a dummy (logged the first time only). created is false
-// when another process created the link first.
+// kernel has refused a dummy (logged the first time only), and marks it
+// with linkAlias. created is false when another process created the link
+// first.
 func (ic *Interceptor) createLink(name string) (kind string, created bool, err error) {
 	if ic.kind == kindDummy {
 		err := ic.links.Add(name, kindDummy)
 		switch {
 		case err == nil:
-			return kindDummy, true, nil
+			return kindDummy, true, ic.mark(name, kindDummy)
 		case errors.Is(err, fs.ErrExist):
 			return kindDummy, false, nil
 		case !errors.Is(err, errKindNotSupported):
@@ -400,15 +447,30 @@ func (ic *Interceptor) createLink(name string) (kind string, created bool, err e
 	err = ic.links.Add(name, ic.kind)
 	switch {
 	case err == nil:
-		return ic.kind, true, nil
+		return ic.kind, true, ic.mark(name, ic.kind)
 	case errors.Is(err, fs.ErrExist):
 		return ic.kind, false, nil
 	}
 	return "", false, fmt.Errorf("creating %s link %q: %w", ic.kind, name, err)
 }
 
-// removeLink deletes the link if it is of a kind this package creates (a
-// dummy, or a bridge without ports); otherwise it only removes ips from it.
+// mark sets linkAlias on a link just created. A link that cannot be marked
+// is deleted again: unmarked, no later agent would know to remove it.
+func (ic *Interceptor) mark(name, kind string) error {
+	err := ic.links.SetAlias(name, linkAlias)
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("marking the new %s link %q as nodedns's: %w", kind, name, err)
+	if derr := ic.links.Del(name); derr != nil {
+		err = errors.Join(err, fmt.Errorf("deleting it again: %w", derr))
+	}
+	return err
+}
+
+// removeLink deletes the link if this package created it (ownLink);
+// otherwise it only removes ips from it, leaving the link and everything
+// else on it.
 func removeLink(links linkOps, name string, ips []netip.Addr, log *slog.Logger) error {
 	info, ok, err := links.Get(name)
 	if err != nil {
@@ -417,13 +479,14 @@ func removeLink(links linkOps, name string, ips []netip.Addr, log *slog.Logger) 
 	if !ok {
 		return nil
 	}
-	if info.Kind == kindDummy || (info.Kind == kindBridge && info.Ports == 0) {
+	if ownLink(info) {
 		if err := links.Del(name); err != nil {
 			return fmt.Errorf("deleting link %q: %w", name, err)
 		}
 		return nil
 	}
-	log.Warn("link is not one nodedns creates; removing only its local IPs", "link", name, "kind", info.Kind, "ports", info.Ports)
+	log.Warn("the link was not created by nodedns: leaving it, removing only local IPs nodedns added", "link", name, "kind", info.Kind,
+		"ports", info.Ports, "alias", info.Alias, "removing", describeIPs(ips))
 	have, err := links.Addrs(name)
 	if err != nil {
 		return fmt.Errorf("listing addresses of link %q: %w", name, err)

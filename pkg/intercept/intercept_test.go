@@ -437,6 +437,91 @@ func TestTeardownKeepsForeignLink(t *testing.T) {
 	}
 }
 
+// TestTeardownKeepsUnmarkedLink: a dummy link or an empty bridge that
+// carries the configured name but was not created by nodedns (another
+// program's, NodeLocal DNSCache's) is used and left in place at teardown,
+// with what was on it; only the addresses this agent added go. Such links
+// used to be deleted because of their kind.
+func TestTeardownKeepsUnmarkedLink(t *testing.T) {
+	for _, kind := range []string{kindDummy, kindBridge} {
+		t.Run(kind, func(t *testing.T) {
+			h := newHarness(t, allOn)
+			other := netip.MustParseAddr("169.254.1.1")
+			// ip4 was on it already (e.g. NodeLocal DNSCache's), ip6 was not.
+			h.links.links[DefaultInterface] = &fakeLink{kind: kind, up: true, addrs: []netip.Addr{other, ip4}}
+			if err := h.ic.EnsureLink(); err != nil {
+				t.Fatal(err)
+			}
+			if st := h.ic.Status(); st.LinkOwned {
+				t.Error("status says the link is ours")
+			}
+			if h.logs.count("not created by nodedns") != 1 {
+				t.Error("using a foreign link not logged")
+			}
+			if err := h.ic.Teardown(); err != nil {
+				t.Fatal(err)
+			}
+			got := h.links.link(DefaultInterface)
+			if got.kind != kind || !slices.Equal(got.addrs, []netip.Addr{other, ip4}) {
+				t.Errorf("after teardown: %+v, want the %s link with its own addresses (ip6, which we added, removed)", got, kind)
+			}
+		})
+	}
+}
+
+// TestLinkMarkSurvivesRestart: the link one agent creates carries the
+// mark in the kernel, so the next agent (another process, another
+// Interceptor) deletes it at teardown; a link whose mark cannot be set is
+// deleted again at once.
+func TestLinkMarkSurvivesRestart(t *testing.T) {
+	for _, noDummy := range []bool{false, true} {
+		h := newHarness(t, allOn)
+		h.links.noDummy = noDummy
+		if err := h.ic.EnsureLink(); err != nil {
+			t.Fatal(err)
+		}
+		if l := h.links.link(DefaultInterface); l.alias != linkAlias {
+			t.Fatalf("created link not marked: %+v", l)
+		}
+		// The first agent is SIGKILLed: no teardown. The next one starts.
+		next := newInterceptor(h.ic.cfg, h.ic.log, h.links, h.r4, h.r6, BackendNFT)
+		if err := next.EnsureLink(); err != nil {
+			t.Fatal(err)
+		}
+		if !next.Status().LinkOwned {
+			t.Error("the next agent does not see the link as nodedns's")
+		}
+		if err := next.Teardown(); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := h.links.links[DefaultInterface]; ok {
+			t.Errorf("noDummy=%v: the next agent left the marked link", noDummy)
+		}
+	}
+
+	h := newHarness(t, allOn)
+	h.links.aliasErr = errors.New("operation not permitted")
+	if err := h.ic.EnsureLink(); err == nil || !strings.Contains(err.Error(), "marking") {
+		t.Fatalf("EnsureLink = %v, want the marking error", err)
+	}
+	if _, ok := h.links.links[DefaultInterface]; ok {
+		t.Error("an unmarked link was left behind")
+	}
+
+	// A marked bridge someone enslaved a port to is theirs now.
+	h = newHarness(t, allOn)
+	h.links.links[DefaultInterface] = &fakeLink{kind: kindBridge, up: true, ports: 1, alias: linkAlias}
+	if err := h.ic.EnsureLink(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ic.Teardown(); err != nil {
+		t.Fatal(err)
+	}
+	if l := h.links.link(DefaultInterface); l.kind != kindBridge || len(l.addrs) != 0 {
+		t.Errorf("bridge with a port: %+v, want kept, our addresses removed", l)
+	}
+}
+
 func TestOtherBackendPurgedOnEnsureAndTeardown(t *testing.T) {
 	h := newHarness(t, allOn)
 	var calls []map[string]bool

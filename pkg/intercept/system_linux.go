@@ -10,8 +10,10 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -38,11 +40,18 @@ func New(cfg Config) (*Interceptor, error) {
 		r4, r6  ruleOps
 		backend string
 	)
+	// The legacy backend is out of reach without CAP_NET_RAW once its
+	// tables exist (see legacyUnreadable).
+	noLegacy := legacyUnreadable()
 	if cfg.SetupIptables {
 		var reason string
-		backend, reason, err = resolveBackend(cfg.Backend)
+		backend, reason, err = resolveBackend(cfg.Backend, noLegacy)
 		if err != nil {
 			return nil, err
+		}
+		if backend == BackendLegacy && noLegacy {
+			// Forced, or the only backend installed.
+			return nil, fmt.Errorf("the iptables-legacy backend (%s) needs CAP_NET_RAW: libiptc reaches the kernel through a raw IP socket; add NET_RAW to the container's capabilities", reason)
 		}
 		log.Info("iptables backend", "backend", backend, "reason", reason)
 		if slices.ContainsFunc(cfg.LocalIPs, netip.Addr.Is4) {
@@ -61,6 +70,10 @@ func New(cfg Config) (*Interceptor, error) {
 		other := BackendLegacy
 		if backend == BackendLegacy {
 			other = BackendNFT
+		}
+		if other == BackendLegacy && noLegacy {
+			log.Warn("without CAP_NET_RAW the iptables-legacy tables cannot be read: copies of our rules a run on the legacy backend left there are not removed (nodedns cleanup with NET_RAW removes them)")
+			return ic, nil
 		}
 		ic.purgeOther = func(comments map[string]bool) (int, error) {
 			var (
@@ -120,6 +133,9 @@ func cleanupBackend(backend string, v6 bool, match func(comment string) bool) (r
 	if _, err := exec.LookPath(save); err != nil {
 		return 0, nil
 	}
+	if backend == BackendLegacy && legacyUnreadable() {
+		return 0, fmt.Errorf("reading the iptables-legacy tables needs CAP_NET_RAW (libiptc opens a raw IP socket)")
+	}
 	var ops ruleOps
 	for round := 0; ; round++ {
 		out, err := runSave(save)
@@ -152,8 +168,40 @@ func cleanupBackend(backend string, v6 bool, match func(comment string) bool) (r
 	}
 }
 
-// resolveBackend returns the forced backend, or detects it.
-func resolveBackend(want string) (backend, reason string, err error) {
+// capNetRawBit is CAP_NET_RAW's bit in /proc/self/status's CapEff.
+const capNetRawBit = 13
+
+// legacyUnreadable reports whether the iptables-legacy tables exist in this
+// network namespace but cannot be read or changed by this process: libiptc
+// (iptables-legacy) talks to the kernel through socket(AF_INET, SOCK_RAW,
+// IPPROTO_RAW), which needs CAP_NET_RAW; iptables-nft speaks netlink and
+// needs CAP_NET_ADMIN only. With no legacy table loaded, iptables-legacy-save
+// opens no socket and works without it.
+func legacyUnreadable() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false // cannot tell: let iptables say
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil || caps&(1<<capNetRawBit) != 0 {
+				return false
+			}
+		}
+	}
+	for _, f := range []string{"/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"} {
+		if b, err := os.ReadFile(f); err == nil && len(bytes.TrimSpace(b)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// resolveBackend returns the forced backend, or detects it. noLegacy:
+// the legacy tables cannot be read (legacyUnreadable), so they are no
+// evidence.
+func resolveBackend(want string, noLegacy bool) (backend, reason string, err error) {
 	if want != BackendAuto {
 		return want, "set in the configuration", nil
 	}
@@ -162,6 +210,8 @@ func resolveBackend(want string) (backend, reason string, err error) {
 		return err == nil
 	}
 	switch nft, legacy := have(BackendNFT), have(BackendLegacy); {
+	case nft && legacy && noLegacy:
+		return BackendNFT, "the iptables-legacy tables are loaded but unreadable without CAP_NET_RAW (add NET_RAW if kube-proxy uses iptables-legacy on this node)", nil
 	case nft && legacy:
 		n := countSave(saveBoth(BackendNFT))
 		l := countSave(saveBoth(BackendLegacy))
@@ -284,7 +334,7 @@ func (o netlinkOps) Get(name string) (linkInfo, bool, error) {
 	if err != nil || !ok {
 		return linkInfo{}, ok, err
 	}
-	info := linkInfo{Kind: l.Type(), Up: l.Attrs().Flags&net.FlagUp != 0}
+	info := linkInfo{Kind: l.Type(), Up: l.Attrs().Flags&net.FlagUp != 0, Alias: l.Attrs().Alias}
 	if info.Kind == kindBridge {
 		all, err := retryDump(netlink.LinkList)
 		if err != nil {
@@ -316,6 +366,17 @@ func (netlinkOps) Add(name, kind string) error {
 		return fmt.Errorf("%w: %w", errKindNotSupported, err)
 	}
 	return err
+}
+
+func (o netlinkOps) SetAlias(name, alias string) error {
+	l, ok, err := o.link(name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("link %q: %w", name, unix.ENODEV)
+	}
+	return netlink.LinkSetAlias(l, alias)
 }
 
 func (o netlinkOps) Del(name string) error {

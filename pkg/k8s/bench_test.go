@@ -95,8 +95,9 @@ func BenchmarkLookup(b *testing.B) {
 	})
 }
 
-// TestAllocs pins the hot paths at zero allocations: bare service names
-// and the negative answers a search-path walk produces.
+// TestAllocs pins the hot paths at zero allocations: bare service names,
+// the negative answers a search-path walk produces, and (from their second
+// query on) endpoint, port, SRV, pod and PTR answers.
 func TestAllocs(t *testing.T) {
 	ix := synthetic(t, 100, 3)
 	for _, q := range []struct {
@@ -116,6 +117,11 @@ func TestAllocs(t *testing.T) {
 		{"example.com.cluster.local.", dns.TypeA},
 		{"nope.svc1.ns1.svc.cluster.local.", dns.TypeA},
 		{"10-1-2-3.svc1.ns1.svc.cluster.local.", dns.TypeA},
+		// Pod and PTR answers: assembled once, then kept in the memo.
+		{"10-1-2-3.ns1.pod.cluster.local.", dns.TypeA},
+		{"fd00-1--3.ns1.pod.cluster.local.", dns.TypeAAAA},
+		{"1.0.96.10.in-addr.arpa.", dns.TypePTR},
+		{"10.0.128.10.in-addr.arpa.", dns.TypePTR},
 		{"example.com.", dns.TypeA},
 	} {
 		if r, ok := ix.Lookup(q.name, q.qtype); q.name != "example.com." && (!ok || r.Msg == nil) {

@@ -5,10 +5,12 @@
 // leave the node.
 //
 // It owns the Service, EndpointSlice (discovery.k8s.io/v1), Namespace and,
-// when a mode needs them, Pod informers. Each object is stripped to what DNS
-// needs before it is stored (list pages as they arrive, watch events by an
-// informer transform), and an event rebuilds the records of the one Service
-// it touches. A query is a few map lookups: the answers of bare service
+// when a mode needs them, Pod informers, and how they list (list.go): at
+// resourceVersion "0", whole, from the API server's watch cache, never a
+// paged quorum read from etcd; the protobuf list is read as a stream and
+// each item decoded straight into the stripped object DNS needs
+// (decode.go), watch events by an informer transform. An event rebuilds
+// the records of the one Service it touches. A query is a few map lookups: the answers of bare service
 // names and the zone's negative answers are prebuilt, shared messages;
 // endpoint, port, SRV, pod and PTR answers are assembled from prebuilt
 // per-service data in time proportional to the answer, and the service's
@@ -31,7 +33,11 @@
 //     to the upstream.
 //   - In verified pod mode every pod of the cluster is watched, as in
 //     CoreDNS: about 100 bytes per pod, and an API watch that grows with
-//     the cluster. The default, insecure, watches only this node's pods.
+//     the cluster. The default, insecure, watches only this node's pods,
+//     and does without them (no search-path walk) when RBAC forbids it.
+//   - A list from the watch cache may be older than etcd (another API
+//     server's cache, just behind): the watch that follows brings the rest,
+//     as for kube-proxy.
 //   - Until the informers have synced, in-zone names return NotSynced
 //     (never NXDOMAIN) and reverse names are left to the upstream.
 //   - After the API server goes away, the last known state is served while

@@ -16,7 +16,7 @@ import (
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -47,7 +47,14 @@ type Index struct {
 
 	started atomic.Bool
 	synced  atomic.Bool
-	zoneMsg atomic.Pointer[zoneSet]
+	// podsForbidden: the last list of pods was refused (RBAC).
+	podsForbidden atomic.Bool
+	syncCh        chan struct{} // closed once synced
+	zoneMsg       atomic.Pointer[zoneSet]
+	// gen moves after every change that may change an answer (Generation).
+	gen atomic.Uint64
+	// answers keeps pod and PTR answers assembled per query (memo.go).
+	answers *answerMemo
 
 	// Writer side: touched only by informer handlers, under wmu.
 	wmu        sync.Mutex
@@ -205,12 +212,14 @@ func New(client kubernetes.Interface, cfg Config) (*Index, error) {
 		bySvc:      make(map[string][]*endpointSlice),
 		sliceByKey: make(map[string]*endpointSlice),
 		podByKey:   make(map[string]*pod),
+		syncCh:     make(chan struct{}),
 		views:      make(map[string]*svcView),
 		nss:        make(map[string]struct{}),
 		clusterIPs: make(addrIndex[string]),
 		epIPs:      newEPIndex(),
 		podIPs:     make(addrIndex[*pod]),
 		localPods:  make(addrIndex[*pod]),
+		answers:    newAnswerMemo(),
 	}
 	ix.wmu.Lock()
 	ix.rebuildZone()
@@ -229,6 +238,17 @@ func (ix *Index) Zones() []string { return slices.Clone(ix.zones) }
 // It never goes back to false: after an API server outage the last state is
 // served while client-go relists.
 func (ix *Index) Synced() bool { return ix.synced.Load() }
+
+// SyncedCh is closed once Synced is true, for callers that wait for it.
+func (ix *Index) SyncedCh() <-chan struct{} { return ix.syncCh }
+
+// Generation is a counter that moves after every change to the index that
+// may change an answer of Lookup (a Service, EndpointSlice, Namespace or,
+// in verified mode, Pod event, and the sync). A caller that keeps
+// something derived from answers (the server's search-path shortcuts)
+// knows it is still current while Generation has not moved. It says
+// nothing about PodNamespace.
+func (ix *Index) Generation() uint64 { return ix.gen.Load() }
 
 // watchesPods says which pods are watched: all of them in verified mode
 // (pod records must be checked against every pod of the cluster, as CoreDNS
@@ -254,51 +274,64 @@ func (ix *Index) Run(ctx context.Context) error {
 	ix.wmu.Unlock()
 
 	cl := ix.client
+	core, disc := cl.CoreV1().RESTClient(), cl.DiscoveryV1().RESTClient()
 	ctrls := []cache.Controller{
-		ix.informer(&corev1.Service{}, transformService, ix.onService,
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		ix.informer(&corev1.Service{}, ix.onService, listSpec{
+			resource: "services", rc: core, transform: transformService, log: ix.log,
+			decode: decodeService, sized: ix.reserveServices,
+			typed: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return cl.CoreV1().Services("").List(ctx, o)
 			},
-			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return cl.CoreV1().Services("").Watch(ctx, o)
-			}),
-		ix.informer(&corev1.Namespace{}, namespaceTransform(ix.cfg.nsSel != nil), ix.onNamespace,
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cl.CoreV1().Services("").Watch(ctx, o)
+		}),
+		ix.informer(&corev1.Namespace{}, ix.onNamespace, listSpec{
+			resource: "namespaces", rc: core, transform: namespaceTransform(ix.cfg.nsSel != nil), log: ix.log,
+			decode: namespaceDecoder(ix.cfg.nsSel != nil),
+			typed: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return cl.CoreV1().Namespaces().List(ctx, o)
 			},
-			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return cl.CoreV1().Namespaces().Watch(ctx, o)
-			}),
+		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cl.CoreV1().Namespaces().Watch(ctx, o)
+		}),
 	}
 	if !ix.cfg.NoEndpoints {
 		// Only slices that belong to a Service: the label is how CoreDNS
 		// ties a slice to its service, and unlabelled slices cannot be
 		// named. With NoEndpoints there is no slice watch at all, as with
 		// CoreDNS's noendpoints.
-		ctrls = append(ctrls, ix.informer(&discoveryv1.EndpointSlice{}, endpointSliceTransform(ix.cfg.EndpointPodNames), ix.onSlice,
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.LabelSelector = discoveryv1.LabelServiceName
+		ctrls = append(ctrls, ix.informer(&discoveryv1.EndpointSlice{}, ix.onSlice, listSpec{
+			resource: "endpointslices", rc: disc, transform: endpointSliceTransform(ix.cfg.EndpointPodNames), log: ix.log,
+			decode: endpointSliceDecoder(ix.cfg.EndpointPodNames), sized: ix.reserveSlices,
+			opts: func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName },
+			typed: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return cl.DiscoveryV1().EndpointSlices("").List(ctx, o)
 			},
-			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.LabelSelector = discoveryv1.LabelServiceName
-				return cl.DiscoveryV1().EndpointSlices("").Watch(ctx, o)
-			}))
+		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cl.DiscoveryV1().EndpointSlices("").Watch(ctx, o)
+		}))
 	}
+	var podCtrl cache.Controller
 	if watchPods, clusterWide := ix.watchesPods(); watchPods {
 		sel := ""
 		if !clusterWide {
+			// This node's pods only: the API server serves this from its
+			// watch cache's spec.nodeName index, as it does for kubelet.
 			sel = fields.OneTermEqualSelector("spec.nodeName", ix.cfg.NodeName).String()
 		}
-		ctrls = append(ctrls, ix.informer(&corev1.Pod{}, podTransform(ix.cfg.NodeName), ix.onPod,
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = sel
+		tr := podTransform(ix.cfg.NodeName)
+		podCtrl = ix.informer(&corev1.Pod{}, ix.onPod, listSpec{
+			resource: "pods", rc: core, transform: tr, log: ix.log,
+			decode: podDecoder(ix.cfg.NodeName),
+			opts:   func(o *metav1.ListOptions) { o.FieldSelector = sel },
+			failed: ix.podListFailed, sized: func([]runtime.Object) { ix.podListed() },
+			typed: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return cl.CoreV1().Pods("").List(ctx, o)
 			},
-			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = sel
-				return cl.CoreV1().Pods("").Watch(ctx, o)
-			}))
+		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cl.CoreV1().Pods("").Watch(ctx, o)
+		})
+		ctrls = append(ctrls, podCtrl)
 	}
 	if ix.cfg.IgnoreEmptyService && ix.cfg.NoEndpoints {
 		ix.log.Warn("ignore-empty-service with no-endpoints: no Service has endpoints, so every ClusterIP Service is NXDOMAIN (as in CoreDNS)")
@@ -324,7 +357,12 @@ func (ix *Index) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		ix.waitSynced(ctx, ctrls)
+		ix.waitSynced(ctx, ctrls, func(c cache.Controller) bool {
+			// This node's pods only feed the search-path walk, which
+			// does without them; a ClusterRole without pods must not keep
+			// the zone from syncing. Verified pod records need them.
+			return c == podCtrl && ix.cfg.Pods != PodsVerified && ix.podsForbidden.Load()
+		})
 	}()
 	<-ctx.Done()
 	wg.Wait()
@@ -332,15 +370,18 @@ func (ix *Index) Run(ctx context.Context) error {
 	return nil
 }
 
-// waitSynced flips Synced once every informer has handled its initial list.
-func (ix *Index) waitSynced(ctx context.Context, ctrls []cache.Controller) {
-	t := time.NewTicker(20 * time.Millisecond)
+// waitSynced flips Synced once every informer has handled its initial list
+// (but those for which skip says they need not). client-go has no callback
+// for that, so it polls; often, because the listeners of a starting agent
+// wait for it.
+func (ix *Index) waitSynced(ctx context.Context, ctrls []cache.Controller, skip func(cache.Controller) bool) {
+	t := time.NewTicker(2 * time.Millisecond)
 	defer t.Stop()
 	lastLog := ix.now()
 	for {
 		all := true
 		for _, c := range ctrls {
-			if !c.HasSynced() {
+			if !c.HasSynced() && !skip(c) {
 				all = false
 				break
 			}
@@ -352,6 +393,8 @@ func (ix *Index) waitSynced(ctx context.Context, ctrls []cache.Controller) {
 			ix.touch(true)
 			ix.wmu.Unlock()
 			ix.synced.Store(true)
+			ix.gen.Add(1)
+			close(ix.syncCh)
 			st := ix.Stats()
 			ix.log.Info("cluster zone synced", "took", took, "services", st.Services,
 				"endpointslices", st.EndpointSlices, "endpoints", st.Endpoints,
@@ -370,12 +413,19 @@ func (ix *Index) waitSynced(ctx context.Context, ctrls []cache.Controller) {
 	}
 }
 
-func (ix *Index) informer(objType runtime.Object, transform cache.TransformFunc, handle func(old, cur any),
-	list cache.ListWithContextFunc, watchFn cache.WatchFuncWithContext) cache.Controller {
+func (ix *Index) informer(objType runtime.Object, handle func(old, cur any), ls listSpec, watchFn cache.WatchFuncWithContext) cache.Controller {
 	_, c := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: &cache.ListWatch{ListWithContextFunc: strippedLister(list, transform), WatchFuncWithContext: watchFn},
-		ObjectType:    objType,
-		Transform:     transform,
+		ListerWatcher: &cache.ListWatch{
+			ListWithContextFunc: ls.lister(),
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				if ls.opts != nil {
+					ls.opts(&o)
+				}
+				return watchFn(ctx, o)
+			},
+		},
+		ObjectType: objType,
+		Transform:  ls.transform,
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { handle(nil, obj) },
 			UpdateFunc: func(old, cur any) { handle(old, cur) },
@@ -390,11 +440,81 @@ func (ix *Index) informer(objType runtime.Object, transform cache.TransformFunc,
 	return c
 }
 
+// podListFailed is told every failed list of pods. A Forbidden one means
+// the ServiceAccount may not list pods (a ClusterRole without them): that
+// is said once, with what it costs.
+func (ix *Index) podListFailed(err error) {
+	if !apierrors.IsForbidden(err) || !ix.podsForbidden.CompareAndSwap(false, true) {
+		return
+	}
+	if ix.cfg.Pods == PodsVerified {
+		ix.log.Error("listing pods is forbidden: pods verified needs list and watch on pods (deploy/daemonset.yaml's ClusterRole); the cluster zone is not answered until then", "err", err)
+		return
+	}
+	ix.log.Warn("listing this node's pods is forbidden: the search-path walk (autopath) is off until the ServiceAccount may list and watch pods (deploy/daemonset.yaml's ClusterRole); cluster names are answered", "err", err)
+}
+
+// podListed is told every successful list of pods.
+func (ix *Index) podListed() {
+	if ix.podsForbidden.CompareAndSwap(true, false) {
+		ix.log.Info("listing pods allowed again")
+	}
+}
+
+// reserveServices sizes the service maps for a list of items before the
+// informer hands them over one by one. Growing maps of 10,000 services and
+// 100,000 endpoint addresses doubling by doubling was a tenth of the
+// start-up; relists find them sized already.
+func (ix *Index) reserveServices(items []runtime.Object) {
+	n := len(items)
+	ix.wmu.Lock()
+	defer ix.wmu.Unlock()
+	if n <= 2*len(ix.svcs)+1024 {
+		return
+	}
+	ix.svcs = sized(ix.svcs, n)
+	ix.mu.Lock()
+	ix.views = sized(ix.views, n)
+	ix.clusterIPs = sized(ix.clusterIPs, n)
+	ix.mu.Unlock()
+}
+
+// reserveSlices is reserveServices for EndpointSlices and their addresses.
+func (ix *Index) reserveSlices(items []runtime.Object) {
+	var v4, v6 int
+	for _, it := range items {
+		if e, ok := it.(*endpointSlice); ok && e.service != "" {
+			if e.v6 {
+				v6 += e.len()
+			} else {
+				v4 += e.len()
+			}
+		}
+	}
+	ix.wmu.Lock()
+	defer ix.wmu.Unlock()
+	if n := len(items); n > 2*len(ix.sliceByKey)+1024 {
+		ix.sliceByKey = sized(ix.sliceByKey, n)
+		ix.bySvc = sized(ix.bySvc, n)
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if v4 > 2*len(ix.epIPs.v4)+1024 {
+		ix.epIPs.v4 = sized(ix.epIPs.v4, v4)
+	}
+	if v6 > 2*len(ix.epIPs.v6)+1024 {
+		ix.epIPs.v6 = sized(ix.epIPs.v6, v6)
+	}
+}
+
 // touch records a change: the SOA serial is the Unix time of the last
 // change, as in CoreDNS. The shared negative answers carry the SOA, so they
 // are rebuilt when the serial moves (at most once a second) or when force
 // is set (the NS data changed). Called with wmu held.
 func (ix *Index) touch(force bool) {
+	// After the change is in place: a reader that built an answer from the
+	// old state read the old generation first (Generation).
+	ix.gen.Add(1)
 	ix.counters.events++
 	ix.lastChange = ix.now()
 	if force || uint32(ix.lastChange.Unix()) != ix.zoneMsg.Load().serial {
@@ -792,69 +912,11 @@ func (ix *Index) buildZoneMsgs(zone string, idx int, serial uint32) *zoneMsgs {
 	return zm
 }
 
-// strippedLister wraps a List call so that each page is stripped before it
-// is returned. client-go's pager gathers all pages of a list before the
-// informer sees any; with the API types that is every Service and every
-// EndpointSlice of the cluster decoded at once, several times the size of
-// the index and the agent's peak memory. Stripped pages make the peak one
-// decoded page.
-//
-// That only helps if the list is paged: the API server ignores limit for
-// resourceVersion "0" (a list served whole from its watch cache), which is
-// what a reflector asks first. So the first list asks for the most recent
-// version instead (""), which pages. Since Kubernetes 1.31 such consistent
-// lists are served from the watch cache too (ConsistentListFromCache, and
-// paged from it with ListFromCacheSnapshot in 1.33+), so a fleet of agents
-// starting at once does not turn into a storm of etcd range reads. Relists
-// keep the version the reflector asks for.
-func strippedLister(list cache.ListWithContextFunc, transform cache.TransformFunc) cache.ListWithContextFunc {
-	return func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		if opts.ResourceVersion == "0" && opts.Continue == "" {
-			opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
-			opts.Limit = listPage
-		} else if opts.Continue != "" {
-			opts.Limit = listPage
-		}
-		obj, err := list(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		lm, err := meta.ListAccessor(obj)
-		if err != nil {
-			return nil, fmt.Errorf("list result %T: %w", obj, err)
-		}
-		items, err := meta.ExtractList(obj)
-		if err != nil {
-			return nil, fmt.Errorf("list result %T: %w", obj, err)
-		}
-		out := &strippedList{Items: make([]runtime.Object, 0, len(items))}
-		out.ResourceVersion, out.Continue = lm.GetResourceVersion(), lm.GetContinue()
-		out.RemainingItemCount = lm.GetRemainingItemCount()
-		for _, it := range items {
-			s, err := transform(it)
-			if err != nil {
-				return nil, err
-			}
-			out.Items = append(out.Items, s.(runtime.Object))
-		}
-		return out, nil
+// sized returns a copy of m with room for n entries.
+func sized[M ~map[K]V, K comparable, V any](m M, n int) M {
+	out := make(M, max(n, len(m)))
+	for k, v := range m {
+		out[k] = v
 	}
-}
-
-// listPage is the page size of paged lists, client-go's default. Measured
-// with 10,000 Services and EndpointSlices: pages of 2000 start the agent
-// about 0.5 s sooner but raise its peak RSS by 10 MiB.
-const listPage = 500
-
-// strippedList is a page of stripped objects with the list's metadata.
-type strippedList struct {
-	metav1.TypeMeta
-	metav1.ListMeta
-	Items []runtime.Object
-}
-
-func (l *strippedList) DeepCopyObject() runtime.Object {
-	c := *l
-	c.Items = slices.Clone(l.Items)
-	return &c
+	return out
 }

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 var bg = context.Background()
@@ -248,46 +247,6 @@ func TestConcurrentLookups(t *testing.T) {
 	waitAnswer(t, ix, web, dns.TypeA, "NOERROR aa\nan "+web+" 5 A 10.96.5.29")
 	cancel()
 	wg.Wait()
-}
-
-// TestStrippedLister checks the first list is asked in pages of the most
-// recent version and comes back stripped, with the list's metadata.
-func TestStrippedLister(t *testing.T) {
-	var asked []metav1.ListOptions
-	list := func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		asked = append(asked, o)
-		l := &corev1.ServiceList{ListMeta: metav1.ListMeta{ResourceVersion: "42", Continue: "next"}}
-		l.Items = append(l.Items, *clusterIPSvc("ns1", "a", []string{"10.96.0.1"}, svcPort("http", corev1.ProtocolTCP, 80)))
-		return l, nil
-	}
-	lister := strippedLister(list, transformService)
-	for _, o := range []metav1.ListOptions{
-		{ResourceVersion: "0", Limit: 500},
-		{ResourceVersion: "", Continue: "next", Limit: 500},
-		{ResourceVersion: "17"},
-	} {
-		obj, err := lister(bg, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := obj.(*strippedList)
-		if l.ResourceVersion != "42" || l.Continue != "next" || len(l.Items) != 1 {
-			t.Fatalf("list meta/items: %+v", l)
-		}
-		if s, ok := l.Items[0].(*service); !ok || s.name != "a" || s.ips[0] != mustAddr("10.96.0.1") {
-			t.Fatalf("item not stripped: %#v", l.Items[0])
-		}
-	}
-	want := []metav1.ListOptions{
-		{ResourceVersion: "", Limit: listPage},
-		{ResourceVersion: "", Continue: "next", Limit: listPage},
-		{ResourceVersion: "17"},
-	}
-	for i := range want {
-		if asked[i] != want[i] {
-			t.Errorf("call %d asked %+v, want %+v", i, asked[i], want[i])
-		}
-	}
 }
 
 // TestSharedAddress covers an address claimed by endpoints of two

@@ -430,30 +430,74 @@ func parseDashIP(label string) (netip.Addr, bool) {
 	if strings.Count(label, "-") == 3 && !strings.Contains(label, "--") {
 		return parseDashIPv4(label)
 	}
-	// IPv6: hex digits and at least two dashes, checked first so that
-	// ordinary labels are refused without allocating.
-	var b [45]byte
-	dashes := 0
-	for i := 0; i < len(label); i++ {
-		c := label[i]
-		switch {
-		case c == '-':
-			c = ':'
-			dashes++
-		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
-		default:
+	return parseDashIPv6(label)
+}
+
+// parseDashIPv6 reads an IPv6 address written with '-' for ':' (at most
+// one "--" for "::"), as netip.ParseAddr reads the address with the
+// colons put back, without allocating: it runs for every pod-shaped name.
+// A v4-mapped address is returned as IPv4, as before.
+func parseDashIPv6(label string) (netip.Addr, bool) {
+	var ip [16]byte
+	ellipsis := -1 // groups before "--"
+	n, i := 0, 0   // groups read, position
+	if strings.HasPrefix(label, "--") {
+		ellipsis, i = 0, 2
+	}
+	for i < len(label) {
+		v, digits := 0, 0
+		for ; i < len(label); i++ {
+			d, ok := hexDigit(label[i])
+			if !ok {
+				break
+			}
+			v = v<<4 | d
+			digits++
+		}
+		if digits == 0 || digits > 4 || n == 8 {
 			return netip.Addr{}, false
 		}
-		b[i] = c
+		ip[2*n], ip[2*n+1] = byte(v>>8), byte(v)
+		n++
+		if i == len(label) {
+			break
+		}
+		if label[i] != '-' {
+			return netip.Addr{}, false
+		}
+		i++
+		switch {
+		case i < len(label) && label[i] == '-':
+			if ellipsis >= 0 {
+				return netip.Addr{}, false
+			}
+			ellipsis = n
+			i++
+		case i == len(label):
+			return netip.Addr{}, false // a single trailing dash
+		}
 	}
-	if dashes < 2 {
+	switch {
+	case ellipsis < 0 && n != 8, ellipsis >= 0 && n == 8:
+		// Eight groups without "--", or "--" standing for no group.
 		return netip.Addr{}, false
+	case ellipsis >= 0:
+		// Move the groups after "--" to the end.
+		gap := 2 * (8 - n)
+		copy(ip[2*ellipsis+gap:], ip[2*ellipsis:2*n])
+		clear(ip[2*ellipsis : 2*ellipsis+gap])
 	}
-	ip, err := netip.ParseAddr(string(b[:len(label)]))
-	if err != nil || ip.Zone() != "" {
-		return netip.Addr{}, false
+	return netip.AddrFrom16(ip).Unmap(), true
+}
+
+func hexDigit(c byte) (int, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0'), true
+	case c >= 'a' && c <= 'f':
+		return int(c - 'a' + 10), true
 	}
-	return ip.Unmap(), true
+	return 0, false
 }
 
 // parseDashIPv4 reads a-b-c-d without allocating: it runs for every
@@ -521,7 +565,14 @@ func (ix *Index) resolvePod(zm *zoneMsgs, name string, lab *[maxLabels]string, n
 		}
 	}
 	if (qtype == dns.TypeA && ip.Is4()) || (qtype == dns.TypeAAAA && ip.Is6()) {
-		return ix.answer([]dns.RR{ix.addrRR(strings.Clone(name), ip)}, nil), ""
+		// The record depends on the name alone: kept across changes.
+		if m := ix.answers.get(name, qtype, anyGen); m != nil {
+			return m, ""
+		}
+		owner := strings.Clone(name)
+		m := ix.answer([]dns.RR{ix.addrRR(owner, ip)}, nil)
+		ix.answers.put(owner, qtype, anyGen, m)
+		return m, ""
 	}
 	return zm.nodata, ""
 }
@@ -555,10 +606,18 @@ func (ix *Index) lookupReverse(name string, qtype uint16) (Result, bool) {
 		return Result{Msg: ix.zoneMsg.Load().revNoData[ri]}, true
 	}
 	if ip, ok := parseReverse(name); ok {
+		// The generation is read before the state: an answer built from
+		// a state that has since changed carries a generation that has
+		// moved on (Generation).
+		gen := ix.gen.Load()
+		if m := ix.answers.get(name, qtype, gen); m != nil {
+			return Result{Msg: m}, true
+		}
 		ix.mu.RLock()
 		m := ix.reverse(name, ip)
 		ix.mu.RUnlock()
 		if m != nil {
+			ix.answers.put(m.Answer[0].Header().Name, qtype, gen, m)
 			return Result{Msg: m}, true
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -156,23 +157,37 @@ func transformService(obj any) (any, error) {
 }
 
 func newService(o *corev1.Service) *service {
-	s := &service{name: o.Name, namespace: o.Namespace}
+	var ports []port
+	if len(o.Spec.Ports) > 0 {
+		ports = make([]port, len(o.Spec.Ports))
+		for i, p := range o.Spec.Ports {
+			ports[i] = port{name: strings.ToLower(p.Name), proto: protoName(string(p.Protocol)), port: p.Port}
+		}
+	}
+	return buildService(o.Name, o.Namespace, string(o.Spec.Type), o.Spec.ClusterIP, o.Spec.ClusterIPs, o.Spec.ExternalName, ports)
+}
+
+// buildService makes the stripped Service from the fields DNS reads; both
+// the informer transform and the protobuf list decoder go through it.
+// ports are already lower-cased; none means noPorts.
+func buildService(name, ns, typ, clusterIP string, clusterIPs []string, externalName string, ports []port) *service {
+	s := &service{name: name, namespace: ns, ports: ports}
 	switch {
-	case o.Spec.Type == corev1.ServiceTypeExternalName:
+	case typ == string(corev1.ServiceTypeExternalName):
 		s.kind = kindExternal
-		target := strings.ToLower(strings.TrimSuffix(o.Spec.ExternalName, "."))
+		target := strings.ToLower(strings.TrimSuffix(externalName, "."))
 		if _, err := netip.ParseAddr(target); err == nil || target == "" {
 			s.externalIsIP = true
 		} else {
 			s.external = target + "."
 		}
-	case isHeadless(o):
+	case isHeadless(clusterIP, clusterIPs):
 		s.kind = kindHeadless
 	default:
 		s.kind = kindClusterIP
-		ips := o.Spec.ClusterIPs
-		if len(ips) == 0 && o.Spec.ClusterIP != "" {
-			ips = []string{o.Spec.ClusterIP}
+		ips := clusterIPs
+		if len(ips) == 0 && clusterIP != "" {
+			ips = []string{clusterIP}
 		}
 		for _, ip := range ips {
 			if a, err := netip.ParseAddr(ip); err == nil {
@@ -180,22 +195,17 @@ func newService(o *corev1.Service) *service {
 			}
 		}
 	}
-	if len(o.Spec.Ports) == 0 {
+	if len(s.ports) == 0 {
 		s.ports = noPorts
-	} else {
-		s.ports = make([]port, len(o.Spec.Ports))
-		for i, p := range o.Spec.Ports {
-			s.ports[i] = port{name: strings.ToLower(p.Name), proto: protoName(string(p.Protocol)), port: p.Port}
-		}
 	}
 	return s
 }
 
-func isHeadless(o *corev1.Service) bool {
-	if len(o.Spec.ClusterIPs) > 0 {
-		return o.Spec.ClusterIPs[0] == corev1.ClusterIPNone
+func isHeadless(clusterIP string, clusterIPs []string) bool {
+	if len(clusterIPs) > 0 {
+		return clusterIPs[0] == corev1.ClusterIPNone
 	}
-	return o.Spec.ClusterIP == corev1.ClusterIPNone
+	return clusterIP == corev1.ClusterIPNone
 }
 
 // protoName lower-cases a protocol, sharing the common spellings.
@@ -374,27 +384,38 @@ func podTransform(node string) func(any) (any, error) {
 		case *pod:
 			return o, nil
 		case *corev1.Pod:
-			p := &pod{
-				name: o.Name, namespace: o.Namespace,
-				created:     o.CreationTimestamp.UnixNano(),
-				local:       node != "" && o.Spec.NodeName == node,
-				hostNetwork: o.Spec.HostNetwork,
-				done:        o.Status.Phase == corev1.PodSucceeded || o.Status.Phase == corev1.PodFailed,
-				deleting:    o.DeletionTimestamp != nil,
+			var ips []string
+			for _, ip := range o.Status.PodIPs {
+				ips = append(ips, ip.IP)
 			}
-			ips := o.Status.PodIPs
-			if len(ips) == 0 && o.Status.PodIP != "" {
-				ips = []corev1.PodIP{{IP: o.Status.PodIP}}
-			}
-			for _, ip := range ips {
-				if a, err := netip.ParseAddr(ip.IP); err == nil {
-					p.ips = append(p.ips, a.Unmap())
-				}
-			}
-			return p, nil
+			return buildPod(o.Name, o.Namespace, o.CreationTimestamp.Time, o.DeletionTimestamp != nil, node != "" && o.Spec.NodeName == node,
+				o.Spec.HostNetwork, string(o.Status.Phase), o.Status.PodIP, ips), nil
 		}
 		return nil, fmt.Errorf("pod transform: unexpected %T", obj)
 	}
+}
+
+// buildPod makes the stripped Pod from the fields DNS reads; both the
+// informer transform and the protobuf list decoder go through it.
+func buildPod(name, ns string, created time.Time, deleting, local, hostNetwork bool, phase, podIP string, podIPs []string) *pod {
+	p := &pod{
+		name: name, namespace: ns,
+		created:     created.UnixNano(),
+		local:       local,
+		hostNetwork: hostNetwork,
+		done:        phase == string(corev1.PodSucceeded) || phase == string(corev1.PodFailed),
+		deleting:    deleting,
+	}
+	ips := podIPs
+	if len(ips) == 0 && podIP != "" {
+		ips = []string{podIP}
+	}
+	for _, ip := range ips {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			p.ips = append(p.ips, a.Unmap())
+		}
+	}
+	return p
 }
 
 func (p *pod) equal(o *pod) bool {

@@ -23,9 +23,10 @@ type collector struct {
 
 	cacheEntries, cacheCapacity, cacheHits, cacheMisses *prometheus.Desc
 	cacheEvictions, cacheStale, cachePrefetches         *prometheus.Desc
+	cacheBytes, cacheMaxBytes, cacheTooLarge            *prometheus.Desc
 
 	upRequests, upFailures, upUp, upDuration, upProbeFailures *prometheus.Desc
-	upCoalesced, upOverloaded, upAllDown                      *prometheus.Desc
+	upCoalesced, upOverloaded, upClientLimited, upAllDown     *prometheus.Desc
 
 	apShortcuts, apSteps, apSaved *prometheus.Desc
 
@@ -34,6 +35,11 @@ type collector struct {
 	infEnabled, infSynced, infObjects *prometheus.Desc
 
 	srvOverloaded, srvClientLimited, srvPanics, srvInflight, srvTCP *prometheus.Desc
+	srvTCPClientLimited, srvTCPEvicted                              *prometheus.Desc
+
+	srvReaders, srvReadersLive, srvReaderRestarts *prometheus.Desc
+
+	peerServers *prometheus.Desc
 }
 
 func newCollector(r *Recorder) *collector {
@@ -54,6 +60,9 @@ func newCollector(r *Recorder) *collector {
 		cacheEvictions:  d("cache_evictions_total", "Entries evicted from the full cache."),
 		cacheStale:      d("cache_stale_served_total", "Expired answers served because the upstream failed."),
 		cachePrefetches: d("cache_prefetches_total", "Entries refreshed before they expired."),
+		cacheBytes:      d("cache_bytes", "Bytes held by the cache's entries (replies in wire form plus a fixed overhead each)."),
+		cacheMaxBytes:   d("cache_max_bytes", "Maximum bytes held by the cache (--cache-max-bytes)."),
+		cacheTooLarge:   d("cache_too_large_total", "Replies answered but not cached for their size."),
 
 		upRequests: d("upstream_requests_total", "Exchanges sent to an upstream server.", "upstream"),
 		upFailures: d("upstream_failures_total", "Exchanges with an upstream server that failed.", "upstream"),
@@ -64,6 +73,7 @@ func newCollector(r *Recorder) *collector {
 		upProbeFailures: d("upstream_probe_failures_total", "Health probes of an upstream server marked down that failed.", "upstream"),
 		upCoalesced:     d("upstream_coalesced_total", "Queries answered by joining an identical exchange already in flight."),
 		upOverloaded:    d("upstream_overloaded_total", "Queries refused because the bound on upstream exchanges in flight was reached."),
+		upClientLimited: d("upstream_client_limited_total", "Of upstream_overloaded_total, the queries refused because their client or namespace held its share of the bound."),
 		upAllDown:       d("upstream_all_down_total", "Exchanges that found every upstream server of their zone marked down (and tried them anyway)."),
 
 		apShortcuts: d("autopath_shortcuts_total", "Search-path walks done by the agent that saved the client at least one query."),
@@ -82,19 +92,30 @@ func newCollector(r *Recorder) *collector {
 
 		srvOverloaded:    d("server_overloaded_total", "Requests answered SERVFAIL at once because too many were in flight."),
 		srvClientLimited: d("server_client_limited_total", "Requests answered SERVFAIL at once because their client held its share of the in-flight bound."),
-		srvPanics:        d("server_panics_total", "Panics recovered while answering a request."),
+		srvPanics:        d("server_panics_total", "Panics recovered in the agent: answering requests, and background work (prefetch, stale refresh, shared upstream exchanges)."),
 		srvInflight:      d("server_inflight_requests", "Requests being resolved off the socket readers."),
 		srvTCP:           d("server_tcp_connections", "Open client TCP connections."),
+
+		srvTCPClientLimited: d("server_tcp_client_limited_total", "Client TCP connections closed at once because their client held its share of the connection bound with none idle."),
+		srvTCPEvicted:       d("server_tcp_evicted_total", "Idle client TCP connections closed to make room for a new one at the connection bound."),
+
+		srvReaders:        d("server_udp_readers", "UDP socket readers the agent runs (sockets per address x listen addresses)."),
+		srvReadersLive:    d("server_udp_readers_live", "UDP socket readers reading now; below server_udp_readers while a failed reader is being restarted."),
+		srvReaderRestarts: d("server_udp_reader_restarts_total", "UDP socket readers restarted after their socket failed."),
+
+		peerServers: d("peer_servers", "Other processes serving the agent's DNS addresses (per address and protocol), by kind: nodedns (another agent, as in a rolling update), foreign (another DNS server: the agent is not ready), unidentified.", "kind"),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.buildInfo, c.requests, c.duration,
 		c.cacheEntries, c.cacheCapacity, c.cacheHits, c.cacheMisses, c.cacheEvictions, c.cacheStale, c.cachePrefetches,
-		c.upRequests, c.upFailures, c.upUp, c.upDuration, c.upProbeFailures, c.upCoalesced, c.upOverloaded, c.upAllDown,
+		c.cacheBytes, c.cacheMaxBytes, c.cacheTooLarge,
+		c.upRequests, c.upFailures, c.upUp, c.upDuration, c.upProbeFailures, c.upCoalesced, c.upOverloaded, c.upClientLimited, c.upAllDown,
 		c.apShortcuts, c.apSteps, c.apSaved,
 		c.icEnabled, c.icRepairs, c.icPresent, c.icWanted, c.icErrors, c.infEnabled, c.infSynced, c.infObjects,
-		c.srvOverloaded, c.srvClientLimited, c.srvPanics, c.srvInflight, c.srvTCP} {
+		c.srvOverloaded, c.srvClientLimited, c.srvPanics, c.srvInflight, c.srvTCP, c.srvTCPClientLimited, c.srvTCPEvicted,
+		c.srvReaders, c.srvReadersLive, c.srvReaderRestarts, c.peerServers} {
 		ch <- d
 	}
 }
@@ -130,6 +151,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		cf := src.Cache()
 		gauge(c.cacheEntries, float64(cf.Entries))
 		gauge(c.cacheCapacity, float64(cf.Capacity))
+		gauge(c.cacheBytes, float64(cf.Bytes))
+		gauge(c.cacheMaxBytes, float64(cf.MaxBytes))
+		counter(c.cacheTooLarge, cf.TooLarge)
 		counter(c.cacheHits, cf.Hits)
 		counter(c.cacheMisses, cf.Misses)
 		counter(c.cacheEvictions, cf.Evictions)
@@ -155,6 +179,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		fw := src.Forwarder()
 		counter(c.upCoalesced, fw.Coalesced)
 		counter(c.upOverloaded, fw.Overloaded)
+		counter(c.upClientLimited, fw.ClientLimited)
 		counter(c.upAllDown, fw.AllDown)
 	}
 	if src.Intercept != nil {
@@ -180,6 +205,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.infObjects, float64(inf.Objects[k]), k)
 		}
 	}
+	if src.Peers != nil {
+		p := src.Peers()
+		gauge(c.peerServers, float64(len(p.Agents)), "nodedns")
+		gauge(c.peerServers, float64(len(p.Foreign)), "foreign")
+		gauge(c.peerServers, float64(len(p.Unidentified)), "unidentified")
+	}
 	if src.Server != nil {
 		st := src.Server()
 		counter(c.srvOverloaded, st.Overloaded)
@@ -187,6 +218,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.srvPanics, st.Panics)
 		gauge(c.srvInflight, float64(st.InFlight))
 		gauge(c.srvTCP, float64(st.TCPConns))
+		counter(c.srvTCPClientLimited, st.TCPClientLimited)
+		counter(c.srvTCPEvicted, st.TCPEvicted)
+		gauge(c.srvReaders, float64(st.UDPReaders))
+		gauge(c.srvReadersLive, float64(st.UDPReadersLive))
+		counter(c.srvReaderRestarts, st.UDPReaderRestarts)
 	}
 }
 

@@ -30,6 +30,7 @@ type Document struct {
 	Forwarder *ForwarderFigures `json:"forwarder,omitempty"`
 	Intercept *InterceptFigures `json:"intercept,omitempty"`
 	Informers *InformerFigures  `json:"informers,omitempty"`
+	Peers     *PeerFigures      `json:"peers,omitempty"`
 	Server    *server.Stats     `json:"server,omitempty"`
 
 	// TopNames and TopClients are estimates from one answer in TopSample,
@@ -120,6 +121,10 @@ func (r *Recorder) Stats() Document {
 	if src.Informers != nil {
 		inf := src.Informers()
 		d.Informers = &inf
+	}
+	if src.Peers != nil {
+		p := src.Peers()
+		d.Peers = &p
 	}
 	if src.Server != nil {
 		st := src.Server()

@@ -264,6 +264,21 @@ func TestQueryLogSampled(t *testing.T) {
 	if _, err := New(Config{LogQueries: 1.5}); err == nil {
 		t.Error("LogQueries 1.5 accepted")
 	}
+
+	// A reload changes the fraction of a running Recorder.
+	buf.Reset()
+	if err := quiet.SetLogQueries(0.5); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		quiet.Observe(ev(server.SourceCache, 0, "a.example."))
+	}
+	if n := strings.Count(buf.String(), "\n"); n != 50 {
+		t.Errorf("logged %d of 100 after SetLogQueries(0.5)", n)
+	}
+	if err := quiet.SetLogQueries(-1); err == nil {
+		t.Error("SetLogQueries(-1) accepted")
+	}
 }
 
 type writerFunc func([]byte) (int, error)
@@ -285,7 +300,7 @@ func fullSources() Sources {
 	return Sources{
 		Cache: func() CacheFigures {
 			return CacheFigures{Entries: 120, Capacity: 10000, Hits: 900, Misses: 100, Evictions: 7, StaleServed: 3, Prefetches: 11,
-				DenialEntries: 20, DenialHits: 90, DenialEvictions: 1}
+				Bytes: 30000, MaxBytes: 1 << 25, TooLarge: 6, DenialEntries: 20, DenialHits: 90, DenialEvictions: 1}
 		},
 		Upstreams: func() []UpstreamFigures {
 			return []UpstreamFigures{
@@ -295,9 +310,12 @@ func fullSources() Sources {
 			}
 		},
 		Server: func() server.Stats {
-			return server.Stats{Overloaded: 4, ClientLimited: 8, Panics: 1, InFlight: 2, TCPConns: 3}
+			return server.Stats{Overloaded: 4, ClientLimited: 8, Panics: 1, InFlight: 2, TCPConns: 3, TCPClientLimited: 15, TCPEvicted: 16,
+				UDPReaders: 2, UDPReadersLive: 1, UDPReaderRestarts: 5}
 		},
-		Forwarder:    func() ForwarderFigures { return ForwarderFigures{Coalesced: 12, Overloaded: 13, AllDown: 14} },
+		Forwarder: func() ForwarderFigures {
+			return ForwarderFigures{Coalesced: 12, Overloaded: 13, ClientLimited: 17, AllDown: 14}
+		},
 		ConfigErrors: func() uint64 { return 2 },
 		Intercept: func() InterceptFigures {
 			return InterceptFigures{Enabled: true, Link: "nodelocaldns", LinkType: "dummy", IPs: []string{"169.254.20.10"},
@@ -306,6 +324,9 @@ func fullSources() Sources {
 		},
 		Informers: func() InformerFigures {
 			return InformerFigures{Enabled: true, Synced: true, Objects: map[string]int{"services": 40, "endpointslices": 45, "namespaces": 6, "pods": 12}}
+		},
+		Peers: func() PeerFigures {
+			return PeerFigures{Foreign: []string{"169.254.20.10:53/udp: coredns"}}
 		},
 	}
 }
@@ -344,6 +365,9 @@ func TestMetricsHandler(t *testing.T) {
 		`nodedns_cache_evictions_total 7`,
 		`nodedns_cache_stale_served_total 3`,
 		`nodedns_cache_prefetches_total 11`,
+		`nodedns_cache_bytes 30000`,
+		`nodedns_cache_max_bytes 3.3554432e+07`,
+		`nodedns_cache_too_large_total 6`,
 		`nodedns_upstream_requests_total{upstream="169.254.0.53:53"} 100`,
 		`nodedns_upstream_failures_total{upstream="[fd00::53]:53"} 9`,
 		`nodedns_upstream_up{upstream="[fd00::53]:53"} 0`,
@@ -353,10 +377,13 @@ func TestMetricsHandler(t *testing.T) {
 		`nodedns_upstream_probe_failures_total{upstream="[fd00::53]:53"} 5`,
 		`nodedns_upstream_coalesced_total 12`,
 		`nodedns_upstream_overloaded_total 13`,
+		`nodedns_upstream_client_limited_total 17`,
 		`nodedns_upstream_all_down_total 14`,
 		`nodedns_intercept_errors_total{kind="iptables_lock"} 3`,
 		`nodedns_intercept_errors_total{kind="interface_add"} 0`,
 		`nodedns_server_client_limited_total 8`,
+		`nodedns_server_tcp_client_limited_total 15`,
+		`nodedns_server_tcp_evicted_total 16`,
 		`nodedns_autopath_shortcuts_total 1`,
 		`nodedns_autopath_steps_total 3`,
 		`nodedns_autopath_queries_saved_total 2`,
@@ -368,6 +395,11 @@ func TestMetricsHandler(t *testing.T) {
 		`nodedns_informer_objects{kind="services"} 40`,
 		`nodedns_server_overloaded_total 4`,
 		`nodedns_server_panics_total 1`,
+		`nodedns_server_udp_readers 2`,
+		`nodedns_server_udp_readers_live 1`,
+		`nodedns_server_udp_reader_restarts_total 5`,
+		`nodedns_peer_servers{kind="foreign"} 1`,
+		`nodedns_peer_servers{kind="nodedns"} 0`,
 		`go_goroutines `,
 		`process_start_time_seconds `,
 	} {

@@ -68,6 +68,7 @@ type Sources struct {
 	Forwarder func() ForwarderFigures
 	// ConfigErrors counts configuration reloads rejected since start.
 	ConfigErrors func() uint64
+	Peers        func() PeerFigures
 }
 
 // CacheFigures are the cache's counters. The fields match cache.Stats, so
@@ -75,6 +76,9 @@ type Sources struct {
 type CacheFigures struct {
 	Entries     int    `json:"entries"`
 	Capacity    int    `json:"capacity"`
+	Bytes       int64  `json:"bytes"`
+	MaxBytes    int64  `json:"max_bytes"`
+	TooLarge    uint64 `json:"too_large"`
 	Hits        uint64 `json:"hits"`
 	Misses      uint64 `json:"misses"`
 	Evictions   uint64 `json:"evictions"`
@@ -109,7 +113,10 @@ type UpstreamFigures struct {
 type ForwarderFigures struct {
 	Coalesced  uint64 `json:"coalesced"`
 	Overloaded uint64 `json:"overloaded"`
-	AllDown    uint64 `json:"all_down"`
+	// ClientLimited is the part of Overloaded refused at a client's or a
+	// namespace's share of the bound.
+	ClientLimited uint64 `json:"client_limited"`
+	AllDown       uint64 `json:"all_down"`
 }
 
 // InterceptFigures are the interception state. Enabled is false when the
@@ -128,6 +135,17 @@ type InterceptFigures struct {
 	// Errors counts setup failures by kind (iptables, iptables_lock,
 	// interface_add, interface_check).
 	Errors map[string]uint64 `json:"errors,omitempty"`
+}
+
+// PeerFigures are the other processes found serving the agent's DNS
+// addresses (pkg/peers): nodedns agents (a rolling update), foreign DNS
+// servers (which keep the agent not ready), and sockets whose server could
+// not be identified. Each entry describes one address and protocol.
+type PeerFigures struct {
+	Agents       []string  `json:"agents,omitempty"`
+	Foreign      []string  `json:"foreign,omitempty"`
+	Unidentified []string  `json:"unidentified,omitempty"`
+	Checked      time.Time `json:"checked,omitzero"`
 }
 
 // InformerFigures are the state of the Kubernetes informers. Objects counts
@@ -210,8 +228,8 @@ type Recorder struct {
 
 	apShortcuts, apSteps, apSaved atomic.Uint64
 
-	topMask  uint64 // sample when count&topMask == 0
-	logEvery uint64 // log when count%logEvery == 0; 0: never
+	topMask  uint64        // sample when count&topMask == 0
+	logEvery atomic.Uint64 // log when count%logEvery == 0; 0: never (SetLogQueries)
 	names    *topK[string]
 	clients  *topK[netip.Addr]
 
@@ -252,9 +270,7 @@ func New(cfg Config) (*Recorder, error) {
 		r.started = r.clock()
 	}
 	r.startSec = r.started.Unix()
-	if cfg.LogQueries > 0 {
-		r.logEvery = uint64(math.Max(1, math.Round(1/cfg.LogQueries)))
-	}
+	r.logEvery.Store(logEvery(cfg.LogQueries))
 	// The tables track more entries than they report: Space-Saving's
 	// estimates for the leaders sharpen as the table grows.
 	tracked := min(max(64, 8*cfg.TopK), 4096)
@@ -303,9 +319,27 @@ func (r *Recorder) Observe(ev server.Event) {
 			r.clients.add(ev.Client.Unmap(), sec)
 		}
 	}
-	if r.logEvery != 0 && n%r.logEvery == 0 {
+	if every := r.logEvery.Load(); every != 0 && n%every == 0 {
 		r.logQuery(&ev)
 	}
+}
+
+// SetLogQueries changes the fraction of answers logged (Config.LogQueries)
+// while the Recorder runs, for a configuration reload.
+func (r *Recorder) SetLogQueries(fraction float64) error {
+	if fraction < 0 || fraction > 1 || math.IsNaN(fraction) {
+		return fmt.Errorf("metrics: query log fraction %g: want 0 to 1", fraction)
+	}
+	r.logEvery.Store(logEvery(fraction))
+	return nil
+}
+
+// logEvery is one in how many answers a fraction logs; 0: none.
+func logEvery(fraction float64) uint64 {
+	if fraction <= 0 {
+		return 0
+	}
+	return uint64(math.Max(1, math.Round(1/fraction)))
 }
 
 // coarseTick is how often Run refreshes the coarse clock: an answer may be

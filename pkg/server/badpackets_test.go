@@ -293,10 +293,12 @@ func TestTCPSlowAndIdleClients(t *testing.T) {
 	waitFor(t, func() bool { return s.Stats().TCPConns == 0 })
 }
 
-// TestTCPConnectionBound: past MaxTCPConns a new connection is closed at
-// once; when one closes, a new one is served again.
+// TestTCPConnectionBound: past MaxTCPConns a new connection closes the one
+// idle longest to make room; with none idle (every connection in the
+// middle of a message) it is closed at once; when one closes, a new one is
+// served again.
 func TestTCPConnectionBound(t *testing.T) {
-	s, _ := start(t, Config{Resolver: &fakeResolver{}, MaxTCPConns: 3})
+	s, _ := start(t, Config{Resolver: &fakeResolver{}, MaxTCPConns: 3, MaxClientTCPConns: -1})
 	addr := s.TCPAddrs()[0].String()
 	var open []net.Conn
 	defer func() {
@@ -310,8 +312,31 @@ func TestTCPConnectionBound(t *testing.T) {
 			t.Fatal(err)
 		}
 		open = append(open, c)
+		waitFor(t, func() bool { return s.Stats().TCPConns == i+1 })
 	}
+	// All three idle: a fourth closes the oldest and is served.
+	r := exchange(t, addr, "tcp", q("fourth.example.", dns.TypeA))
+	if r.Rcode != dns.RcodeSuccess || s.Stats().TCPEvicted != 1 {
+		t.Fatalf("fourth connection with three idle: %v, stats %+v", r, s.Stats())
+	}
+	if !closedWithin(open[0], 5*time.Second) {
+		t.Fatal("the connection idle longest was not closed")
+	}
+	open[0].Close()
+	waitFor(t, func() bool { return s.Stats().TCPConns == 2 })
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open[0] = c
 	waitFor(t, func() bool { return s.Stats().TCPConns == 3 })
+	// None idle (each has begun a message): the next is refused.
+	for _, c := range open {
+		if _, err := c.Write([]byte{0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
 	over, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -320,12 +345,12 @@ func TestTCPConnectionBound(t *testing.T) {
 		t.Fatal("connection over the bound was served")
 	}
 	over.Close()
-	if s.Stats().TCPConns != 3 {
-		t.Fatalf("%d connections open, bound 3", s.Stats().TCPConns)
+	if st := s.Stats(); st.TCPConns != 3 || st.Overloaded == 0 {
+		t.Fatalf("stats %+v: want 3 connections open and one refused", st)
 	}
 	open[0].Close()
 	waitFor(t, func() bool { return s.Stats().TCPConns == 2 })
-	r := exchange(t, addr, "tcp", q("again.example.", dns.TypeA))
+	r = exchange(t, addr, "tcp", q("again.example.", dns.TypeA))
 	if r.Rcode != dns.RcodeSuccess {
 		t.Fatalf("after a slot freed: %v", r)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -256,5 +257,41 @@ func TestAutopathSamePathForAAndAAAA(t *testing.T) {
 		if c, ok := rr.(*dns.CNAME); ok && c.Target != "app.corp.example." {
 			t.Fatalf("AAAA CNAME to %s, A went to app.corp.example.", c.Target)
 		}
+	}
+}
+
+// TestHugeHeadlessService: a headless Service too large for UDP gets a TC
+// reply over UDP (question in the client's case, OPT when asked, no
+// records), from the kept packed reply after the first query, and its
+// whole answer over TCP.
+func TestHugeHeadlessService(t *testing.T) {
+	cl := testCluster()
+	addHeadless(cl, "huge.team-a.svc.cluster.local.", hugeEndpoints)
+	s, addr := start(t, Config{Resolver: &fakeResolver{}, Cluster: &stableCluster{inner: cl}})
+	for i, edns := range []bool{false, true, true} {
+		m := q("HUGE.team-a.svc.cluster.local.", dns.TypeA)
+		m.Id = uint16(100 + i)
+		if edns {
+			m.SetEdns0(1232, true)
+		}
+		c := &dns.Client{Net: "udp", Timeout: 3 * time.Second}
+		r, _, err := c.Exchange(m, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Truncated || r.Id != m.Id || r.Rcode != dns.RcodeSuccess || !r.Authoritative || len(r.Answer) != 0 || len(r.Ns) != 0 ||
+			len(r.Question) != 1 || r.Question[0].Name != "HUGE.team-a.svc.cluster.local." {
+			t.Fatalf("UDP query %d: %v", i, r)
+		}
+		if o := r.IsEdns0(); (o != nil) != edns || (o != nil && !o.Do()) {
+			t.Fatalf("UDP query %d: OPT %v, want one only when the query had one", i, o)
+		}
+	}
+	if n := s.packed.len(); n != 1 {
+		t.Fatalf("%d packed entries, want the huge reply kept", n)
+	}
+	r := exchange(t, s.TCPAddrs()[0].String(), "tcp", q("huge.team-a.svc.cluster.local.", dns.TypeA))
+	if r.Truncated || len(r.Answer) != hugeEndpoints {
+		t.Fatalf("TCP: TC %v, %d answers, want %d", r.Truncated, len(r.Answer), hugeEndpoints)
 	}
 }

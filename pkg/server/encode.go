@@ -86,12 +86,51 @@ func hasOPT(rrs []dns.RR) bool {
 	return false
 }
 
+// optLen is the size of the OPT record the server appends (no options).
+const optLen = 11
+
+// fits reports whether a packed reply of n bytes (no OPT) fits the client's
+// size once the server's OPT is added.
+func (r *request) fits(n int) bool {
+	if r.q.EDNS {
+		n += optLen
+	}
+	return n <= r.maxSize
+}
+
 // finish turns the packed reply at dst[start:] into the reply to r: the
 // client's ID, RD and CD, QR and RA set, the question in the client's case,
 // an OPT when the client sent one, and TC with empty sections when the
 // reply does not fit the client's size. rcode may be extended (> 15).
 func (s *Server) finish(dst []byte, start int, r *request, rcode int) []byte {
-	m := dst[start:]
+	flags := patchHeader(dst[start:], r, rcode)
+	if r.q.EDNS {
+		dst = appendOPT(dst, start, r, rcode)
+	}
+	if len(dst)-start <= r.maxSize {
+		return dst
+	}
+	return truncate(dst, start, r, rcode, flags)
+}
+
+// truncatedReply appends the TC reply to r for the packed reply wire, which
+// does not fit: its header and question only. Nothing past the question is
+// copied.
+func (s *Server) truncatedReply(dst []byte, start int, wire []byte, r *request, rcode int) []byte {
+	qEnd := dnswire.HeaderLen + len(r.q.RawName) + 4
+	if len(wire) < qEnd || binary.BigEndian.Uint16(wire[4:]) != 1 {
+		// Not a packed reply to this question (never the case): the
+		// general path.
+		return s.finish(append(dst, wire...), start, r, rcode)
+	}
+	dst = append(dst, wire[:qEnd]...)
+	flags := patchHeader(dst[start:], r, rcode)
+	return truncate(dst, start, r, rcode, flags)
+}
+
+// patchHeader makes the header and question of m (a packed reply) the
+// reply to r's and returns the flags it wrote.
+func patchHeader(m []byte, r *request, rcode int) uint16 {
 	binary.BigEndian.PutUint16(m[0:], r.q.ID)
 	flags := binary.BigEndian.Uint16(m[2:])
 	flags &^= dnswire.FlagRD | dnswire.FlagCD | dnswire.FlagTC | 0x7800 | 0xF // opcode and rcode
@@ -106,17 +145,16 @@ func (s *Server) finish(dst []byte, start int, r *request, rcode int) []byte {
 	if len(m) >= dnswire.HeaderLen+n && binary.BigEndian.Uint16(m[4:]) == 1 {
 		copy(m[dnswire.HeaderLen:], r.q.RawName)
 	}
-	if r.q.EDNS {
-		dst = appendOPT(dst, start, r, rcode)
-	}
-	if len(dst)-start <= r.maxSize {
-		return dst
-	}
-	// Too big: header and question only, TC set, so the client retries
-	// over TCP.
-	qEnd := start + dnswire.HeaderLen + n + 4
+	return flags
+}
+
+// truncate cuts the reply at dst[start:] (header already patched, flags as
+// written) to its header and question with TC set, so the client retries
+// over TCP, and appends an OPT when the client sent one.
+func truncate(dst []byte, start int, r *request, rcode int, flags uint16) []byte {
+	qEnd := start + dnswire.HeaderLen + len(r.q.RawName) + 4
 	dst = dst[:qEnd]
-	m = dst[start:]
+	m := dst[start:]
 	binary.BigEndian.PutUint16(m[2:], flags|dnswire.FlagTC)
 	binary.BigEndian.PutUint16(m[6:], 0)
 	binary.BigEndian.PutUint16(m[8:], 0)

@@ -105,18 +105,25 @@ func (b *badUpstream) udp(pkt []byte, send func([]byte)) {
 }
 
 func (b *badUpstream) tcp(c net.Conn) {
-	switch b.mode.Load().(faultMode) {
-	case faultTCClose:
-		return // closed at once by Raw
-	case faultTCHang:
-		b.held.Add(1)
-		defer b.held.Add(-1)
-		_, _ = io.Copy(io.Discard, c) // until the client closes
-		return
+	// The fault is decided per query, not per connection: a connection
+	// the forwarder pooled while the upstream behaved must misbehave too
+	// once the mode changes (it answered every query otherwise, and a
+	// storm under load saw answers where every upstream was to fail).
+	misbehave := func() bool {
+		switch b.mode.Load().(faultMode) {
+		case faultTCClose:
+			return true // closed at once by Raw
+		case faultTCHang:
+			b.held.Add(1)
+			defer b.held.Add(-1)
+			_, _ = io.Copy(io.Discard, c) // until the client closes
+			return true
+		}
+		return false
 	}
-	for {
+	for !misbehave() {
 		q, err := dnstest.ReadTCP(c)
-		if err != nil {
+		if err != nil || misbehave() {
 			return
 		}
 		m := b.answer(dnstest.Pack(q))
@@ -206,6 +213,12 @@ func (r *stormRig) ask(t *testing.T, names []string) []int {
 	return rcodes
 }
 
+// figures describes the rig's state for a failure message.
+func (r *stormRig) figures() string {
+	return fmt.Sprintf("server %+v; forwarder overloaded %d (client shares %d); bad %+v; good %+v",
+		r.srv.Stats(), r.fwd.Overloaded(), r.fwd.ClientLimited(), r.badS.Stats(), r.goodS.Stats())
+}
+
 func names(prefix string, n int) []string {
 	out := make([]string, n)
 	for i := range out {
@@ -225,8 +238,9 @@ func count(rcodes []int, rc int) int {
 }
 
 // storm runs every fault once. With the good upstream up, every query is
-// answered NOERROR by it and the bad one is marked down (REFUSED is an
-// answer from a live server: it is passed over, not marked down). With
+// answered NOERROR by it and the bad one is marked down (SERVFAIL and
+// REFUSED are answers from a live server: they are passed over once, and
+// never mark it down; health follows timeouts and network errors). With
 // the good one stopped too, expired entries are answered stale and new
 // names SERVFAIL, all within the budget.
 func (r *stormRig) storm(t *testing.T, round int) {
@@ -237,9 +251,9 @@ func (r *stormRig) storm(t *testing.T, round int) {
 		r.bad.mode.Store(mode)
 		rc := r.ask(t, names(fmt.Sprintf("r%d-%s", round, mode), 20))
 		if n := count(rc, dns.RcodeSuccess); n != len(rc) {
-			t.Fatalf("%s: %d of %d NOERROR with a healthy upstream: %v", mode, n, len(rc), rc)
+			t.Fatalf("%s: %d of %d NOERROR with a healthy upstream: %v (%s)", mode, n, len(rc), rc, r.figures())
 		}
-		if mode == faultRefused {
+		if mode == faultRefused || mode == faultServfail {
 			if r.badS.Down() {
 				t.Fatalf("%s: marked down", mode)
 			}
@@ -270,7 +284,7 @@ func (r *stormRig) storm(t *testing.T, round int) {
 		}
 		rc = r.ask(t, names(fmt.Sprintf("r%d-%s-new", round, mode), 10))
 		if n := count(rc, dns.RcodeServerFailure); n != len(rc) {
-			t.Fatalf("all upstreams failing (%s): %d of %d new names SERVFAIL: %v", mode, n, len(rc), rc)
+			t.Fatalf("all upstreams failing (%s): %d of %d new names SERVFAIL: %v (%s)", mode, n, len(rc), rc, r.figures())
 		}
 		t.Logf("round %d all failing (%s): stale and SERVFAIL in %v", round, mode, time.Since(startQ).Round(time.Millisecond))
 	}

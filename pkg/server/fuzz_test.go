@@ -69,7 +69,9 @@ func fuzzServer(tb testing.TB) *Server {
 			}
 		}
 	}
-	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, Resolver: c, HitCache: c, Cluster: testCluster(),
+	// The cluster keeps its messages, as the index does, so that search-
+	// path shortcuts to cluster names are kept and served too.
+	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, Resolver: c, HitCache: c, Cluster: &stableCluster{inner: testCluster()},
 		Pods: fakePods{fuzzPod: "team-a"}, Autopath: true, Search: []string{"example.test."},
 		QueryTimeout: time.Second, Logger: quiet})
 	if err != nil {
@@ -92,6 +94,11 @@ func FuzzServe(f *testing.F) {
 	f.Add(packTB(f, q("Web.Team-A.svc.cluster.local.", dns.TypeA)), false, false)
 	f.Add(packTB(f, q("www.example.test.team-a.svc.cluster.local.", dns.TypeA)), true, false)
 	f.Add(packTB(f, q("big.example.test.", dns.TypeTXT)), false, true)
+	// Search-path shortcuts: an external winner (TXT too big for UDP), a
+	// cluster winner, NODATA.
+	f.Add(packTB(f, q("big.example.test.team-a.svc.cluster.local.", dns.TypeTXT)), true, false)
+	f.Add(packTB(f, q("db.team-b.team-a.svc.cluster.local.", dns.TypeA)), true, false)
+	f.Add(packTB(f, q("www.example.test.team-a.svc.cluster.local.", dns.TypeAAAA)), true, false)
 	s := fuzzServer(f)
 	f.Fuzz(func(t *testing.T, pkt []byte, fromPod, tcp bool) {
 		client := netip.MustParseAddr("127.0.0.1")

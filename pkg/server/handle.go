@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
-	"strings"
 	"time"
 
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/dnswire"
 	"github.com/nodedns/nodedns/pkg/ndots"
+	"github.com/nodedns/nodedns/pkg/origin"
 )
 
 // verdict is what the reader does with a packet.
@@ -30,8 +29,7 @@ const (
 func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 	defer func() {
 		if p := recover(); p != nil {
-			s.panics.Add(1)
-			s.log.Error("panic answering query", "name", r.q.Name, "type", r.q.Type, "panic", fmt.Sprint(p))
+			s.cfg.Panics.Caught(s.log, p, "answering a query", "name", r.q.Name, "type", r.q.Type)
 			out, v = s.errorReply(dst[:0], r, dns.RcodeServerFailure), verdictReply
 		}
 	}()
@@ -72,8 +70,18 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 			Cpu: "RFC8482"}}}
 		return s.send(dst, r, m, SourceLocal, 0, 0), verdictReply
 	}
-	if s.walkCandidate(r) {
-		if out, ok := s.walkFast(dst, r); ok {
+	if ns, base, ok := s.walkTarget(r); ok {
+		// A pod's first search-path expansion: a shortcut kept from an
+		// earlier query, the name itself in the cluster, or a walk whose
+		// winner is remembered and at hand; else the walk, off the
+		// reader.
+		if out, ok := s.shortcutHit(dst, r, ns); ok {
+			return out, verdictReply
+		}
+		if out, ok := s.asAsked(dst, r); ok {
+			return out, verdictReply
+		}
+		if out, ok := s.walkFast(dst, r, ns, base); ok {
 			return out, verdictReply
 		}
 		return dst, verdictSlow
@@ -101,14 +109,20 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 func (s *Server) slow(ctx context.Context, dst []byte, r *request) (out []byte) {
 	defer func() {
 		if p := recover(); p != nil {
-			s.panics.Add(1)
-			s.log.Error("panic answering query", "name", r.q.Name, "type", r.q.Type, "panic", fmt.Sprint(p))
+			s.cfg.Panics.Caught(s.log, p, "answering a query", "name", r.q.Name, "type", r.q.Type)
 			out = s.reply(dst[:0], r, dns.RcodeServerFailure, SourceLocal)
 		}
 	}()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
 	defer cancel()
-	if s.walkCandidate(r) {
+	// Who the query is for, so that the forwarder can keep each client's
+	// (and namespace's) share of its slots (pkg/origin).
+	o := origin.Origin{Client: r.client}
+	if s.cfg.Pods != nil {
+		o.Namespace, _ = s.cfg.Pods.PodNamespace(r.client)
+	}
+	ctx = origin.With(ctx, o)
+	if _, _, ok := s.walkTarget(r); ok {
 		if m, steps, saved, ok := s.walk(ctx, r); ok {
 			return s.send(dst, r, m, SourceAutopath, steps, saved)
 		}
@@ -228,29 +242,22 @@ func (s *Server) observe(r *request, src Source, rcode, steps, saved, size int) 
 		Listener: r.listener, RequestSize: len(r.raw), ResponseSize: size, DO: r.q.DO})
 }
 
-// namespaceOf returns the namespace of the pod that sent r, when autopath
-// applies to it.
-func (s *Server) namespaceOf(client netip.Addr) (string, bool) {
+// walkTarget reports whether r is a search-path expansion the server
+// should walk itself: the first expansion, `<base>.<ns>.svc.<zone>`, of
+// the search list of a pod of this node in namespace ns.
+func (s *Server) walkTarget(r *request) (ns, base string, ok bool) {
 	if !s.walkConf().autopath || s.cfg.Pods == nil || s.cfg.Cluster == nil {
-		return "", false
-	}
-	return s.cfg.Pods.PodNamespace(client.Unmap())
-}
-
-// walkCandidate reports whether r is a search-path expansion the server
-// should walk itself.
-func (s *Server) walkCandidate(r *request) bool {
-	if !s.walkConf().autopath || s.cfg.Pods == nil || s.cfg.Cluster == nil {
-		return false
+		return "", "", false
 	}
 	zone := s.cfg.Cluster.Zone()
-	if !strings.HasSuffix(r.q.Name, ".svc."+zone) {
-		return false
+	// Under ".svc.<zone>" (no concatenation: it would allocate for a
+	// long zone).
+	if n := len(r.q.Name) - len(zone); n < 5 || r.q.Name[n:] != zone || r.q.Name[n-5:n] != ".svc." {
+		return "", "", false
 	}
-	ns, ok := s.namespaceOf(r.client)
-	if !ok {
-		return false
+	if ns, ok = s.cfg.Pods.PodNamespace(r.client.Unmap()); !ok {
+		return "", "", false
 	}
-	_, ok = ndots.Split(r.q.Name, ns, zone)
-	return ok
+	base, ok = ndots.Split(r.q.Name, ns, zone)
+	return ns, base, ok
 }

@@ -35,11 +35,27 @@ func hotServer(tb testing.TB) *Server {
 	r.Response = true
 	r.Answer = []dns.RR{mustRR("www.example.test. 300 IN A 192.0.2.1")}
 	c.Put(cache.KeyOf(r), r)
-	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, Resolver: c, HitCache: c, Cluster: &stableCluster{inner: testCluster()}})
+	cl := testCluster()
+	addHeadless(cl, "small.team-a.svc.cluster.local.", 3)
+	addHeadless(cl, "huge.team-a.svc.cluster.local.", hugeEndpoints)
+	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, Resolver: c, HitCache: c, Cluster: &stableCluster{inner: cl}})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return s
+}
+
+// hugeEndpoints is the size of the big headless Service: its A answer is
+// about 8 KB, far over any UDP size a client may ask for.
+const hugeEndpoints = 500
+
+// addHeadless gives the cluster a headless Service of n ready endpoints.
+func addHeadless(c *fakeCluster, name string, n int) {
+	rrs := make([]dns.RR, n)
+	for i := range rrs {
+		rrs[i] = mustRR("%s 5 IN A 10.244.%d.%d", name, i/250, i%250+1)
+	}
+	c.names[name] = rrs
 }
 
 func packet(tb testing.TB, name string, qtype uint16, edns bool) []byte {
@@ -78,6 +94,10 @@ func TestHotPathAllocs(t *testing.T) {
 	}{
 		{"cache hit", packet(t, "Www.Example.Test.", dns.TypeA, true), 0},
 		{"cluster answer", packet(t, "web.team-a.svc.cluster.local.", dns.TypeA, true), 0},
+		// A headless Service too large for UDP: the TC reply costs what a
+		// small answer costs (issue 13).
+		{"huge headless (TC)", packet(t, "huge.team-a.svc.cluster.local.", dns.TypeA, true), 0},
+		{"huge headless (TC, no EDNS)", packet(t, "huge.team-a.svc.cluster.local.", dns.TypeA, false), 0},
 	}
 	for _, c := range cases {
 		if _, v := serveOnce(s, c.pkt, out); v != verdictReply {
@@ -107,6 +127,28 @@ func BenchmarkFastClusterAnswer(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		serveOnce(s, pkt, out)
+	}
+}
+
+// BenchmarkFastClusterHeadless compares a small headless Service with one
+// of hugeEndpoints endpoints over UDP (the huge one is answered with TC):
+// per query, the huge one should cost no more than the small one.
+func BenchmarkFastClusterHeadless(b *testing.B) {
+	for _, c := range []struct {
+		name, qname string
+	}{{"small", "small.team-a.svc.cluster.local."}, {"huge", "huge.team-a.svc.cluster.local."}} {
+		b.Run(c.name, func(b *testing.B) {
+			s := hotServer(b)
+			pkt := packet(b, c.qname, dns.TypeA, true)
+			out := make([]byte, 0, 4096)
+			if _, v := serveOnce(s, pkt, out); v != verdictReply {
+				b.Fatalf("verdict %d", v)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				serveOnce(s, pkt, out)
+			}
+		})
 	}
 }
 

@@ -3,10 +3,11 @@ package server
 import (
 	"hash/maphash"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/miekg/dns"
 )
 
@@ -43,9 +44,6 @@ func (e *packedEntry) cost(k packedKey) int64 {
 }
 
 const (
-	// maxPackedReply: larger replies (big headless Services over TCP) are
-	// packed per query rather than kept.
-	maxPackedReply = 4096
 	// packedIdle: an entry not used for this long is dropped the next time
 	// its shard takes a new entry, so the cache follows the names being
 	// asked (under Service churn, the names of deleted Services go).
@@ -57,26 +55,36 @@ const (
 
 // packedCache keeps cluster replies in wire form (lower-case question, no
 // OPT), so that a cluster answer on the reader is a copy and a patch, like a
-// cache hit, instead of a pack. Bounded by entries and by bytes, and
-// entries idle for packedIdle are dropped.
+// cache hit, instead of a pack. Replies of any size are kept: a headless
+// Service with hundreds of endpoints is exactly the reply that is dear to
+// pack, and a UDP client gets its TC reply from the kept header and
+// question without a copy of the rest (sendCluster). Bounded by entries
+// and by bytes, and entries idle for packedIdle are dropped.
 type packedCache struct {
 	seed      maphash.Seed
 	shardCost int64 // byte budget per shard
 	shards    [packedShards]packedShard
 }
 
+// packedShard is one lock around one LRU and its byte count, so that a
+// replacement (the old version's cost out, the new one's in) and the
+// evictions it causes are one step: with the LRU's own lock and a separate
+// counter, concurrent replacements of one key counted some old versions
+// twice or never, and the count drifted (TestPackedCacheConcurrentReplace).
 type packedShard struct {
-	lru   *lru.Cache[packedKey, *packedEntry]
-	bytes atomic.Int64
+	mu    sync.Mutex
+	lru   *simplelru.LRU[packedKey, *packedEntry]
+	bytes int64 // guarded by mu
 }
 
 // newPackedCache bounds the cache at entries entries and budget bytes.
 func newPackedCache(entries int, budget int64) *packedCache {
-	p := &packedCache{seed: maphash.MakeSeed(), shardCost: max(budget/packedShards, maxPackedReply)}
+	p := &packedCache{seed: maphash.MakeSeed(), shardCost: max(budget/packedShards, 1)}
 	for i := range p.shards {
 		sh := &p.shards[i]
-		c, err := lru.NewWithEvict(max(entries/packedShards, 1), func(k packedKey, e *packedEntry) {
-			sh.bytes.Add(-e.cost(k))
+		// The callback runs under sh.mu: only the shard's own calls evict.
+		c, err := simplelru.NewLRU(max(entries/packedShards, 1), func(k packedKey, e *packedEntry) {
+			sh.bytes -= e.cost(k)
 		})
 		if err != nil {
 			panic(err) // size >= 1 always
@@ -91,9 +99,11 @@ func (p *packedCache) shard(name string) *packedShard {
 }
 
 // get returns the wire reply for k if it was packed from m, marking it used
-// at now.
+// at now (monotonic nanoseconds).
 func (sh *packedShard) get(k packedKey, m *dns.Msg, now int64) ([]byte, bool) {
+	sh.mu.Lock()
 	e, ok := sh.lru.Get(k)
+	sh.mu.Unlock()
 	if !ok || e.m != m {
 		return nil, false
 	}
@@ -102,11 +112,14 @@ func (sh *packedShard) get(k packedKey, m *dns.Msg, now int64) ([]byte, bool) {
 }
 
 // add keeps wire (packed from m) for k. Idle entries at the old end go
-// first, then the oldest while the shard is over its byte budget.
+// first, then the oldest while the shard is over its byte budget (the
+// newest stays, whatever its size: it is the one being asked).
 func (sh *packedShard) add(k packedKey, m *dns.Msg, wire []byte, now int64, budget int64) {
 	e := &packedEntry{m: m, wire: wire}
 	e.used.Store(now)
 	idleBefore := now - int64(packedIdle)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	for i := 0; i < packedTrimBatch; i++ {
 		_, old, ok := sh.lru.GetOldest()
 		if !ok || old.used.Load() >= idleBefore {
@@ -114,23 +127,34 @@ func (sh *packedShard) add(k packedKey, m *dns.Msg, wire []byte, now int64, budg
 		}
 		sh.lru.RemoveOldest()
 	}
-	// Add does not report a replaced value to the evict callback; Remove
-	// does, so the old version's cost leaves the budget.
-	sh.lru.Remove(k)
-	sh.bytes.Add(e.cost(k))
+	// Add replaces a present value without the evict callback: the old
+	// version's cost leaves the count here.
+	if old, ok := sh.lru.Peek(k); ok {
+		sh.bytes -= old.cost(k)
+	}
+	sh.bytes += e.cost(k)
 	sh.lru.Add(k, e)
-	for sh.bytes.Load() > budget && sh.lru.Len() > 1 {
+	for sh.bytes > budget && sh.lru.Len() > 1 {
 		sh.lru.RemoveOldest()
 	}
 }
 
-// sendCluster appends the reply to r for the cluster's message m.
+// sendCluster appends the reply to r for the cluster's message m. The
+// packed reply is kept whatever its size; a UDP client it does not fit gets
+// the TC reply made from its header and question alone, so a Service too
+// large for UDP costs a query no more than a small one, and nothing is
+// packed twice for the same message.
 func (s *Server) sendCluster(dst []byte, r *request, m *dns.Msg) []byte {
 	start := len(dst)
 	k := packedKey{name: r.q.Name, qtype: r.q.Type}
 	sh := s.packed.shard(k.name)
-	now := r.start.UnixNano()
+	now := s.mono(r.start)
 	if wire, ok := sh.get(k, m, now); ok {
+		if !r.fits(len(wire)) {
+			dst = s.truncatedReply(dst, start, wire, r, m.Rcode)
+			s.observe(r, SourceCluster, m.Rcode, 0, 0, len(dst)-start)
+			return dst
+		}
 		dst = append(dst, wire...)
 	} else {
 		var err error
@@ -138,11 +162,9 @@ func (s *Server) sendCluster(dst []byte, r *request, m *dns.Msg) []byte {
 			s.log.Warn("packing cluster reply failed", "name", r.q.Name, "type", r.q.Type, "err", err)
 			return s.reply(dst[:start], r, dns.RcodeServerFailure, SourceLocal)
 		}
-		if n := len(dst) - start; n <= maxPackedReply {
-			// The query's name lives in a reused buffer; the key outlives it.
-			k.name = strings.Clone(k.name)
-			sh.add(k, m, append([]byte(nil), dst[start:]...), now, s.packed.shardCost)
-		}
+		// The query's name lives in a reused buffer; the key outlives it.
+		k.name = strings.Clone(k.name)
+		sh.add(k, m, append([]byte(nil), dst[start:]...), now, s.packed.shardCost)
 	}
 	dst = s.finish(dst, start, r, m.Rcode)
 	s.observe(r, SourceCluster, m.Rcode, 0, 0, len(dst)-start)

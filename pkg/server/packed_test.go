@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,7 +79,9 @@ func TestPackedCacheIdle(t *testing.T) {
 func (p *packedCache) len() int {
 	n := 0
 	for i := range p.shards {
+		p.shards[i].mu.Lock()
 		n += p.shards[i].lru.Len()
+		p.shards[i].mu.Unlock()
 	}
 	return n
 }
@@ -87,7 +90,58 @@ func (p *packedCache) len() int {
 func (p *packedCache) bytes() int64 {
 	var n int64
 	for i := range p.shards {
-		n += p.shards[i].bytes.Load()
+		p.shards[i].mu.Lock()
+		n += p.shards[i].bytes
+		p.shards[i].mu.Unlock()
 	}
 	return n
+}
+
+// TestPackedCacheConcurrentReplace: readers on several cores replace the
+// entry of one question at once (a Service that changed, asked from every
+// reader). The shard's byte count must stay the cost of what it holds;
+// when it drifted upward (Remove and Add under different locks), the shard
+// ended up over its budget with a handful of entries and evicted itself
+// empty on every add.
+func TestPackedCacheConcurrentReplace(t *testing.T) {
+	const budget = 1 << 20
+	p := newPackedCache(1024, budget)
+	now := time.Now().UnixNano()
+	keys := []packedKey{
+		{name: "web.team-a.svc.cluster.local.", qtype: dns.TypeA},
+		{name: "web.team-a.svc.cluster.local.", qtype: dns.TypeAAAA},
+		{name: "db.team-b.svc.cluster.local.", qtype: dns.TypeA},
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 3000; i++ {
+				k := keys[(g+i)%len(keys)]
+				wire := make([]byte, 50+(g*131+i*17)%900)
+				p.shard(k.name).add(k, new(dns.Msg), wire, now, p.shardCost)
+			}
+		}()
+	}
+	wg.Wait()
+	var want int64
+	for _, k := range keys {
+		if e, ok := p.shard(k.name).peekEntry(k); ok {
+			want += e.cost(k)
+		}
+	}
+	if got := p.bytes(); got != want {
+		t.Fatalf("byte count %d after concurrent replacements, want %d (the cost of the %d entries held)", got, want, p.len())
+	}
+	if n := p.len(); n != len(keys) {
+		t.Fatalf("%d entries after concurrent replacements, want %d", n, len(keys))
+	}
+}
+
+// peekEntry returns k's entry without touching it, for tests.
+func (sh *packedShard) peekEntry(k packedKey) (*packedEntry, bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.lru.Peek(k)
 }

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodedns/nodedns/pkg/recovery"
 )
 
 // Config configures a Server. Zero values take the defaults named.
@@ -52,6 +54,10 @@ type Config struct {
 	HitCache HitCache
 	// Observer is told about every answer; nil: nobody.
 	Observer Observer
+	// Panics counts the panics recovered while answering; shared with the
+	// cache and the forwarder, so the agent reports one figure (Stats).
+	// nil: a counter of the server's own.
+	Panics *recovery.Counter
 
 	// SocketsPerAddr is the number of SO_REUSEPORT UDP sockets (each with
 	// its own reader) per listen address; default GOMAXPROCS.
@@ -69,9 +75,17 @@ type Config struct {
 	MaxClientInflight int
 	// MaxTCPConns bounds open TCP connections; default 1000.
 	MaxTCPConns int
+	// MaxClientTCPConns bounds the open TCP connections of one client
+	// address, so that one pod cannot hold the connections every other
+	// pod needs after a TC reply; default MaxTCPConns/8, at least 4;
+	// negative: no per-client bound.
+	MaxClientTCPConns int
 	// TCPIdleTimeout closes a TCP connection with no query for this long;
-	// default 10s. TCPWriteTimeout bounds one write; default 2s.
-	TCPIdleTimeout, TCPWriteTimeout time.Duration
+	// default 10s. TCPReadTimeout bounds the reading of one message from
+	// its first byte, whatever the bytes trickle in (the idle timer does
+	// not restart per byte); default 2s. TCPWriteTimeout bounds one write;
+	// default 2s.
+	TCPIdleTimeout, TCPReadTimeout, TCPWriteTimeout time.Duration
 	// QueryTimeout bounds the resolution of one query; default 5s.
 	QueryTimeout time.Duration
 	// MaxUDPSize caps the UDP reply size whatever the client advertises;
@@ -102,8 +116,14 @@ func (c *Config) defaults() error {
 	if c.MaxTCPConns <= 0 {
 		c.MaxTCPConns = 1000
 	}
+	if c.MaxClientTCPConns == 0 {
+		c.MaxClientTCPConns = min(max(c.MaxTCPConns/8, 4), c.MaxTCPConns)
+	}
 	if c.TCPIdleTimeout <= 0 {
 		c.TCPIdleTimeout = 10 * time.Second
+	}
+	if c.TCPReadTimeout <= 0 {
+		c.TCPReadTimeout = 2 * time.Second
 	}
 	if c.TCPWriteTimeout <= 0 {
 		c.TCPWriteTimeout = 2 * time.Second
@@ -123,6 +143,9 @@ func (c *Config) defaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Panics == nil {
+		c.Panics = new(recovery.Counter)
+	}
 	return nil
 }
 
@@ -136,8 +159,14 @@ type Server struct {
 	fair  *clientLimiter // per-client share of sem; nil: none
 	conns chan struct{}  // open TCP connections
 	memo  *walkMemo
+	// shortcuts keeps search-path shortcut replies in wire form
+	// (shortcut.go).
+	shortcuts *shortcutTable
 	// packed holds cluster replies in wire form (see sendCluster).
 	packed *packedCache
+	// epoch is when the server was made; ages are measured from it on the
+	// monotonic clock (see mono).
+	epoch time.Time
 	// heldPs counts this server's thread readers that block holding a P
 	// (udpthread_linux.go).
 	heldPs  atomic.Int32
@@ -151,14 +180,30 @@ type Server struct {
 	draining atomic.Bool // Drain has begun: not ready, still reading
 	threads  sync.WaitGroup
 	tcpMu    sync.Mutex
-	tcpConns map[net.Conn]struct{}
+	tcpConns map[*net.TCPConn]*tcpState
+	// tcpClients counts open TCP connections per client address (under
+	// tcpMu); entries exist only while a client has one.
+	tcpClients map[netip.Addr]int
 
 	loopName  atomic.Value // string: the loop probe's name while a check runs
 	loopSeen  atomic.Int32
 	overloads atomic.Uint64
-	panics    atomic.Uint64
 	// clientLimited counts queries refused at the per-client bound.
 	clientLimited atomic.Uint64
+	// tcpClientLimited counts TCP connections refused at the per-client
+	// bound; tcpEvicted idle connections closed to make room for new ones.
+	tcpClientLimited, tcpEvicted atomic.Uint64
+
+	// UDP readers (readers.go): running now, restarted after a failure,
+	// down with a socket that could not be replaced.
+	readersLive    atomic.Int32
+	readerRestarts atomic.Uint64
+	readersDead    atomic.Int32
+	// Test hooks (nil in production): recvFault turns a thread reader's
+	// successful receive into the error it returns; bindUDP replaces
+	// bindUDPLike when a reader's socket is replaced.
+	recvFault func() unix.Errno
+	bindUDP   func(u *udpSock) (*udpSock, error)
 }
 
 // New validates cfg. Call Listen, then Serve.
@@ -173,12 +218,18 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "server"),
 		sem: make(chan struct{}, cfg.MaxInflight), fair: newClientLimiter(cfg.MaxClientInflight), conns: make(chan struct{}, cfg.MaxTCPConns),
-		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), tcpConns: map[net.Conn]struct{}{}}
+		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), shortcuts: newShortcutTable(scEntries, scBytes),
+		tcpConns: map[*net.TCPConn]*tcpState{}, tcpClients: map[netip.Addr]int{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.epoch = time.Now()
 	s.loopName.Store("")
 	s.walkSet.Store(&walkSettings{autopath: cfg.Autopath, search: cfg.Search})
 	return s, nil
 }
+
+// mono returns t (a reading of time.Now) as nanoseconds since the server
+// was made, on the monotonic clock: a step of the wall clock moves it not.
+func (s *Server) mono(t time.Time) int64 { return int64(t.Sub(s.epoch)) }
 
 // reusePort sets SO_REUSEPORT (old and new agents share the addresses
 // during a rollout, and several readers share one address) and
@@ -205,14 +256,11 @@ func (s *Server) Listen() error {
 	lc := net.ListenConfig{Control: reusePort}
 	for li, addr := range s.cfg.Listen {
 		for i := 0; i < s.cfg.SocketsPerAddr; i++ {
-			pc, err := lc.ListenPacket(context.Background(), "udp", addr)
+			uc, err := s.bindUDPConn(netip.MustParseAddrPort(addr)) // checked by New
 			if err != nil {
 				s.closeListeners()
 				return fmt.Errorf("binding UDP %s: %w", addr, err)
 			}
-			uc := pc.(*net.UDPConn)
-			// A deep receive buffer absorbs bursts while readers are busy.
-			_ = uc.SetReadBuffer(4 << 20)
 			u := s.udpSocket(uc)
 			u.listener = li
 			s.udp = append(s.udp, u)
@@ -257,8 +305,7 @@ func (s *Server) Serve() {
 			s.startThreadReader(u)
 			continue
 		}
-		s.wg.Add(1)
-		go s.readUDP(u)
+		s.startPollerReader(u)
 	}
 	for i, l := range s.tcp {
 		s.wg.Add(1)
@@ -279,8 +326,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.awaitInflight(ctx)
 	s.closeListeners()
 	s.tcpMu.Lock()
-	for c := range s.tcpConns {
-		_ = c.SetReadDeadline(time.Unix(1, 0))
+	for _, st := range s.tcpConns {
+		_ = st.c.SetReadDeadline(time.Unix(1, 0))
 	}
 	s.tcpMu.Unlock()
 	done := make(chan struct{})
@@ -312,19 +359,34 @@ type Stats struct {
 	// ClientLimited counts queries refused because their client held its
 	// whole share of the in-flight bound (MaxClientInflight).
 	ClientLimited uint64 `json:"client_limited"`
-	Panics        uint64 `json:"panics"`
-	InFlight      int    `json:"in_flight"`
-	TCPConns      int    `json:"tcp_conns"`
+	// Panics counts every panic recovered in the agent: answering queries,
+	// and the cache's and forwarder's background work (Config.Panics).
+	Panics   uint64 `json:"panics"`
+	InFlight int    `json:"in_flight"`
+	TCPConns int    `json:"tcp_conns"`
+	// TCPClientLimited counts TCP connections closed at once because
+	// their client held its share of them (MaxClientTCPConns) with none
+	// idle; TCPEvicted idle connections closed to make room for a new one
+	// at a bound.
+	TCPClientLimited uint64 `json:"tcp_client_limited"`
+	TCPEvicted       uint64 `json:"tcp_evicted"`
 	// UDPReaders counts the UDP sockets' readers; UDPReadersHoldingP those
 	// that block keeping their P (udpthread_linux.go).
 	UDPReaders         int `json:"udp_readers"`
 	UDPReadersHoldingP int `json:"udp_readers_holding_p"`
+	// UDPReadersLive counts the readers reading now (UDPReaders while
+	// serving; fewer while one is being restarted after a failure);
+	// UDPReaderRestarts counts those restarts (readers.go).
+	UDPReadersLive    int    `json:"udp_readers_live"`
+	UDPReaderRestarts uint64 `json:"udp_reader_restarts"`
 }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
-	return Stats{Overloaded: s.overloads.Load(), ClientLimited: s.clientLimited.Load(), Panics: s.panics.Load(), InFlight: len(s.sem), TCPConns: len(s.conns),
-		UDPReaders: len(s.udp), UDPReadersHoldingP: int(s.heldPs.Load())}
+	return Stats{Overloaded: s.overloads.Load(), ClientLimited: s.clientLimited.Load(), Panics: s.cfg.Panics.Count(), InFlight: len(s.sem), TCPConns: len(s.conns),
+		TCPClientLimited: s.tcpClientLimited.Load(), TCPEvicted: s.tcpEvicted.Load(),
+		UDPReaders: len(s.udp), UDPReadersHoldingP: int(s.heldPs.Load()),
+		UDPReadersLive: int(s.readersLive.Load()), UDPReaderRestarts: s.readerRestarts.Load()}
 }
 
 // Drain stops new UDP traffic from reaching this server's sockets while

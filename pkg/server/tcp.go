@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -34,10 +36,103 @@ func (s *Server) stopAccepting() {
 	}
 	deadline := time.Now().Add(tcpDrainIdle)
 	s.tcpMu.Lock()
-	for c := range s.tcpConns {
-		_ = c.SetReadDeadline(deadline)
+	for _, st := range s.tcpConns {
+		_ = st.c.SetReadDeadline(deadline)
 	}
 	s.tcpMu.Unlock()
+}
+
+// tcpState is what the acceptor knows of an open connection (under
+// s.tcpMu in s.tcpConns).
+type tcpState struct {
+	c      *net.TCPConn
+	client netip.Addr
+	// idleSince is when the connection began waiting for the first byte
+	// of a message (monotonic nanoseconds + 1); 0 while a message is
+	// being read.
+	idleSince atomic.Int64
+	// slots holds the connection's queries being resolved or written.
+	slots   chan struct{}
+	evicted atomic.Bool
+	// done is closed once the connection is closed and has given back its
+	// place in the bounds.
+	done chan struct{}
+}
+
+// idle reports whether st may be closed to make room: waiting for a
+// message, with nothing being resolved or written for it.
+func (st *tcpState) idle() bool {
+	return st.idleSince.Load() != 0 && len(st.slots) == 0 && !st.evicted.Load()
+}
+
+// tcpEvictWait bounds how long the acceptor waits for an evicted
+// connection to give back its place.
+const tcpEvictWait = 200 * time.Millisecond
+
+// admitTCP takes a place for a new connection of client: one of the
+// client's (MaxClientTCPConns) and one of MaxTCPConns. When either bound is
+// reached, the connection idle longest (the client's own when the client
+// holds its share, else anyone's) is closed to make room, as RFC 7766 §6.2.3
+// allows a server under pressure to do: idle connections cost a client
+// nothing to reopen, and holding them cannot deny the connections others
+// need after a TC reply. Without an idle one to close, the new connection
+// is refused.
+func (s *Server) admitTCP(c *net.TCPConn, client netip.Addr) (*tcpState, bool) {
+	for try := 0; try < 2; try++ {
+		s.tcpMu.Lock()
+		clientFull := s.cfg.MaxClientTCPConns > 0 && s.tcpClients[client] >= s.cfg.MaxClientTCPConns
+		if !clientFull {
+			select {
+			case s.conns <- struct{}{}:
+				st := &tcpState{c: c, client: client, slots: make(chan struct{}, perConnInflight), done: make(chan struct{})}
+				// Waiting for its first message from now: idle in the
+				// order connections arrived.
+				st.idleSince.Store(s.mono(time.Now()) + 1)
+				s.tcpClients[client]++
+				s.tcpConns[c] = st
+				s.tcpMu.Unlock()
+				return st, true
+			default:
+			}
+		}
+		var victim *tcpState
+		if try == 0 {
+			victim = s.oldestIdleTCP(clientFull, client)
+		}
+		s.tcpMu.Unlock()
+		if victim == nil {
+			if clientFull {
+				s.tcpClientLimited.Add(1)
+			} else {
+				s.overloads.Add(1)
+			}
+			return nil, false
+		}
+		victim.evicted.Store(true)
+		s.tcpEvicted.Add(1)
+		_ = victim.c.SetReadDeadline(time.Unix(1, 0))
+		select {
+		case <-victim.done:
+		case <-time.After(tcpEvictWait):
+		}
+	}
+	s.overloads.Add(1)
+	return nil, false
+}
+
+// oldestIdleTCP returns the connection idle longest, of client only when
+// own is set; nil when none is idle. s.tcpMu is held.
+func (s *Server) oldestIdleTCP(own bool, client netip.Addr) *tcpState {
+	var oldest *tcpState
+	for _, st := range s.tcpConns {
+		if (own && st.client != client) || !st.idle() {
+			continue
+		}
+		if oldest == nil || st.idleSince.Load() < oldest.idleSince.Load() {
+			oldest = st
+		}
+	}
+	return oldest
 }
 
 // acceptTCP serves the listener of Config.Listen[listener].
@@ -53,16 +148,16 @@ func (s *Server) acceptTCP(l *net.TCPListener, listener int) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		select {
-		case s.conns <- struct{}{}:
-		default:
-			// At the bound: refuse the connection rather than queue it.
-			s.overloads.Add(1)
+		client := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+		st, ok := s.admitTCP(c, client)
+		if !ok {
+			// At a bound with nothing idle to close: refuse the
+			// connection rather than queue it.
 			_ = c.Close()
 			continue
 		}
 		s.wg.Add(1)
-		go s.serveTCP(c, listener)
+		go s.serveTCP(st, listener)
 	}
 }
 
@@ -92,21 +187,26 @@ func (t *tcpConn) write(msg []byte) {
 	}
 }
 
-func (s *Server) serveTCP(c *net.TCPConn, listener int) {
-	defer s.wg.Done()
-	defer func() { <-s.conns }()
+// closeTCP closes st's connection and gives back its places in the bounds.
+func (s *Server) closeTCP(st *tcpState) {
+	_ = st.c.Close()
 	s.tcpMu.Lock()
-	s.tcpConns[c] = struct{}{}
+	delete(s.tcpConns, st.c)
+	if s.tcpClients[st.client] <= 1 {
+		delete(s.tcpClients, st.client)
+	} else {
+		s.tcpClients[st.client]--
+	}
 	s.tcpMu.Unlock()
-	defer func() {
-		s.tcpMu.Lock()
-		delete(s.tcpConns, c)
-		s.tcpMu.Unlock()
-		_ = c.Close()
-	}()
+	<-s.conns
+	close(st.done)
+}
+
+func (s *Server) serveTCP(st *tcpState, listener int) {
+	defer s.wg.Done()
+	defer s.closeTCP(st)
+	c, client, slots := st.c, st.client, st.slots
 	t := &tcpConn{c: c, s: s}
-	client := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	slots := make(chan struct{}, perConnInflight)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	var lenBuf [2]byte
@@ -119,8 +219,25 @@ func (s *Server) serveTCP(c *net.TCPConn, listener int) {
 		if s.draining.Load() || s.closing.Load() {
 			idle = tcpDrainIdle
 		}
-		_ = c.SetReadDeadline(time.Now().Add(idle))
-		if _, err := io.ReadFull(c, lenBuf[:]); err != nil {
+		now := time.Now()
+		_ = c.SetReadDeadline(now.Add(idle))
+		if st.idleSince.Load() == 0 {
+			st.idleSince.Store(s.mono(now) + 1)
+		}
+		if st.evicted.Load() {
+			return
+		}
+		_, err := io.ReadFull(c, lenBuf[:1])
+		st.idleSince.Store(0)
+		if err != nil || st.evicted.Load() {
+			return
+		}
+		// A message has begun: all of it must arrive within
+		// TCPReadTimeout from here, however its bytes trickle in, or a
+		// client could hold the connection by sending one byte before
+		// each idle deadline.
+		_ = c.SetReadDeadline(time.Now().Add(s.cfg.TCPReadTimeout))
+		if _, err := io.ReadFull(c, lenBuf[1:]); err != nil {
 			return
 		}
 		n := int(binary.BigEndian.Uint16(lenBuf[:]))

@@ -14,23 +14,18 @@ import (
 
 // readUDP is one socket's reader. Cache hits and cluster answers are sent
 // from here without a goroutine or a copy of the packet; anything that has
-// to wait goes to a goroutine, bounded by MaxInflight.
-func (s *Server) readUDP(u *udpSock) {
-	uc := u.uc
-	defer s.wg.Done()
-	buf := make([]byte, dns.MaxMsgSize)
-	out := make([]byte, 0, 4096)
-	// One request per reader, reused: its parsed name lives inside it, so
-	// a query allocates nothing on this path.
-	r := new(request)
+// to wait goes to a goroutine, bounded by MaxInflight. It returns nil once
+// the socket is closed, or a *readerError for the supervisor (readers.go)
+// when the socket fails.
+func (s *Server) readUDP(u *udpSock, buf, out []byte, r *request) error {
+	uc := u.uc.Load()
 	for {
 		n, addr, err := uc.ReadFromUDPAddrPort(buf)
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
+			if errors.Is(err, net.ErrClosed) || s.closing.Load() {
+				return nil
 			}
-			s.log.Debug("UDP read failed", "err", err)
-			continue
+			return pollerReadError(err)
 		}
 		*r = request{proto: "udp", listener: u.listener, client: addr.Addr().Unmap(), start: time.Now(), raw: buf[:n]}
 		resp, v := s.fast(out[:0], r)
@@ -41,6 +36,22 @@ func (s *Server) readUDP(u *udpSock) {
 			s.goSlowUDP(u, r, addr, out[:0])
 		}
 	}
+}
+
+// startPollerReader starts u's reader goroutine under a supervisor that
+// restarts it (readers.go).
+func (s *Server) startPollerReader(u *udpSock) {
+	s.wg.Add(1)
+	s.readersLive.Add(1)
+	go func() {
+		defer s.wg.Done()
+		buf := make([]byte, dns.MaxMsgSize)
+		out := make([]byte, 0, 4096)
+		// One request per reader, reused: its parsed name lives inside it,
+		// so a query allocates nothing on this path.
+		r := new(request)
+		s.superviseReader(u, func() error { return s.readUDP(u, buf, out, r) })
+	}()
 }
 
 func (s *Server) writeUDP(u *udpSock, b []byte, addr netip.AddrPort) {

@@ -106,14 +106,25 @@ func threadSocket(uc *net.UDPConn) (*udpSock, error) {
 }
 
 // startThreadReader starts u's reader on its own OS thread, holding a P
-// when one can be spared.
+// when one can be spared, under a supervisor that restarts it (readers.go).
 func (s *Server) startThreadReader(u *udpSock) {
 	holdP := tryHoldP()
 	if holdP {
 		s.heldPs.Add(1)
 	}
 	s.threads.Add(1)
-	go s.readThread(u, holdP)
+	s.readersLive.Add(1)
+	go func() {
+		defer s.threads.Done()
+		if holdP {
+			defer func() {
+				heldPs.Add(-1)
+				s.heldPs.Add(-1)
+			}()
+		}
+		b := newThreadBatch()
+		s.superviseReader(u, func() error { return s.readThread(u, holdP, b) })
+	}()
 }
 
 // fdSendTo sends b to addr from a socket of the family: an IPv6 socket
@@ -176,17 +187,8 @@ type threadBatchState struct {
 	smsgs [threadBatch]unix.Mmsghdr
 }
 
-func (s *Server) readThread(u *udpSock, holdP bool) {
-	fd := u.fd
-	defer s.threads.Done()
-	if holdP {
-		defer func() {
-			heldPs.Add(-1)
-			s.heldPs.Add(-1)
-		}()
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+// newThreadBatch returns a reader's batch state, wired up.
+func newThreadBatch() *threadBatchState {
 	b := new(threadBatchState)
 	for i := range b.msgs {
 		b.iovs[i] = unix.Iovec{Base: &b.bufs[i][0]}
@@ -195,6 +197,15 @@ func (s *Server) readThread(u *udpSock, holdP bool) {
 		b.msgs[i].Hdr.Iovlen = 1
 		b.outs[i] = make([]byte, 0, 4096)
 	}
+	return b
+}
+
+// readThread reads u until Shutdown (nil) or until the socket fails: the
+// error is then a *readerError for the supervisor (readers.go).
+func (s *Server) readThread(u *udpSock, holdP bool, b *threadBatchState) error {
+	fd := u.descriptor()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	// raw: the next wait keeps the P (see the top of this file).
 	raw := holdP
 	for !s.closing.Load() {
@@ -205,6 +216,11 @@ func (s *Server) readThread(u *udpSock, holdP bool) {
 		}
 		n, errno := syscall6(raw, unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.msgs[0])),
 			threadBatch, unix.MSG_WAITFORONE)
+		if s.recvFault != nil && errno == 0 {
+			if f := s.recvFault(); f != 0 {
+				n, errno = 0, f
+			}
+		}
 		if errno != 0 {
 			if errno == unix.EAGAIN || errno == unix.EINTR {
 				// Signalled or idle: wait the ordinary way (the P goes
@@ -212,10 +228,18 @@ func (s *Server) readThread(u *udpSock, holdP bool) {
 				raw = false
 				continue
 			}
-			if !s.closing.Load() {
-				s.log.Warn("recvmmsg failed; thread reader stops", "err", errno)
+			if s.closing.Load() {
+				return nil
 			}
-			return
+			return &readerError{err: fmt.Errorf("recvmmsg: %w", errno), broken: !transientErrno(errno), gone: errno == unix.EBADF}
+		}
+		if n == 0 {
+			// Only a socket shut down for reading returns no datagram
+			// from a blocking wait: it would spin here for ever.
+			if s.closing.Load() {
+				return nil
+			}
+			return &readerError{err: errors.New("recvmmsg: socket shut down for reading"), broken: true}
 		}
 		raw = holdP
 		sends := 0
@@ -248,6 +272,7 @@ func (s *Server) readThread(u *udpSock, holdP bool) {
 			s.sendBatch(fd, b.smsgs[:sends], raw)
 		}
 	}
+	return nil
 }
 
 // sendBatch sends every reply with sendmmsg, retrying the remainder after a

@@ -81,7 +81,7 @@ func TestThreadSocketLeavesPoller(t *testing.T) {
 			u := s.udp[0]
 			fd := u.fd
 			if readers == "poller" {
-				rc, err := u.uc.SyscallConn()
+				rc, err := u.uc.Load().SyscallConn()
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -20,17 +21,19 @@ import (
 // steps is how many expansions were resolved; saved how many queries the
 // client no longer sends for this type.
 func (s *Server) walk(ctx context.Context, r *request) (m *dns.Msg, steps, saved int, ok bool) {
-	ns, _ := s.namespaceOf(r.client)
-	zone := s.cfg.Cluster.Zone()
-	base, _ := ndots.Split(r.q.Name, ns, zone)
-	names := ndots.Walk(base, ns, zone, s.walkConf().search)
+	ns, base, _ := s.walkTarget(r)
+	names := ndots.Walk(base, ns, s.cfg.Cluster.Zone(), s.walkConf().search)
 	// The winner is remembered per (namespace, base), whatever the type, so
 	// that A and AAAA for one name from one pod always take the same path
 	// even if some upstream answers the two types inconsistently. The key
 	// holds the namespace: one namespace's result is never another's.
 	key := ns + "/" + base
 	tried := 0
-	if e, hit := s.memo.get(key); hit && e.idx < len(names) {
+	if e, hit := s.memo.get(key); hit && e.idx < len(names) && !s.stepsStillMissing(names[:e.idx], r.q.Type) {
+		// An earlier step exists in the cluster now (a Service created
+		// since): the client would stop there, so the walk must too.
+		s.memo.forget(e)
+	} else if hit && e.idx < len(names) {
 		i := e.idx
 		m, err := s.step(ctx, r, names[i], r.q.Type)
 		if err == nil && (m.Rcode != dns.RcodeNameError || s.stillWins(ctx, r, names[i], e.qtype)) {
@@ -44,7 +47,7 @@ func (s *Server) walk(ctx context.Context, r *request) (m *dns.Msg, steps, saved
 		// NXDOMAIN into an empty NOERROR for the name asked, which stops
 		// dig and musl, and the expansions after it would never be
 		// tried: walk again from the start instead.
-		s.memo.forget(key)
+		s.memo.forget(e)
 		tried = 1
 	}
 	var first *dns.Msg
@@ -72,39 +75,83 @@ func (s *Server) walk(ctx context.Context, r *request) (m *dns.Msg, steps, saved
 // walkFast answers a walk on the reader when its winner is remembered and
 // the winner's answer is at hand without waiting (the cluster index, or a
 // fresh cache entry): the common case of a pod looking up a popular name
-// again. Everything else, including a remembered winner that now answers
-// NXDOMAIN, goes to walk, off the reader.
-func (s *Server) walkFast(dst []byte, r *request) ([]byte, bool) {
-	ns, _ := s.namespaceOf(r.client)
-	zone := s.cfg.Cluster.Zone()
-	base, _ := ndots.Split(r.q.Name, ns, zone)
+// again. It keeps the reply it builds as a shortcut (shortcut.go), so the
+// next query for the name is a copy of wire bytes. Everything else,
+// including a remembered winner that now answers NXDOMAIN, goes to walk,
+// off the reader.
+func (s *Server) walkFast(dst []byte, r *request, ns, base string) ([]byte, bool) {
+	set := s.walkConf()
 	e, hit := s.memo.get(ns + "/" + base)
 	if !hit {
 		return dst, false
 	}
-	names := ndots.Walk(base, ns, zone, s.walkConf().search)
+	names := ndots.Walk(base, ns, s.cfg.Cluster.Zone(), set.search)
 	if e.idx >= len(names) {
 		return dst, false
 	}
-	m, ok := s.peek(names[e.idx], r)
-	if !ok || m.Rcode != dns.RcodeSuccess {
+	// The generation is read before any answer: a change after this
+	// point moves it, and the shortcut is checked again (shortcut.go).
+	gen := s.clusterGen()
+	w, ok := s.winnerNow(names[e.idx], r)
+	if !ok || w.m.Rcode != dns.RcodeSuccess {
 		return dst, false
 	}
-	return s.send(dst, r, s.walkReply(r, names, e.idx, m), SourceAutopath, 1, e.idx), true
+	// The remembered decision still holds in the cluster zone: every
+	// earlier step there is still NXDOMAIN. (A Service created since the
+	// walk would otherwise stay hidden until the memo expires.)
+	if !s.stepsStillMissing(names[:e.idx], r.q.Type) {
+		s.memo.forget(e)
+		return dst, false
+	}
+	m := s.walkReply(r, names, e.idx, w.m)
+	s.keepShortcut(r, ns, set, e, names[:e.idx+1], w, m, gen)
+	return s.send(dst, r, m, SourceAutopath, 1, e.idx), true
 }
 
-// peek returns the answer for (name, r's type) if it needs no waiting.
-func (s *Server) peek(name string, r *request) (*dns.Msg, bool) {
+// winner is the answer of a walk's winning step, read without waiting.
+type winner struct {
+	m *dns.Msg
+	// cluster: m is the cluster index's message (compared by identity
+	// later); else wire is the cached reply as the cache's hit path gave
+	// it, and m was unpacked from it.
+	cluster bool
+	wire    []byte
+}
+
+// winnerNow returns the answer for (name, r's type) if it needs no waiting.
+func (s *Server) winnerNow(name string, r *request) (winner, bool) {
 	if res, ok := s.cfg.Cluster.Lookup(name, r.q.Type); ok {
 		if res.NotSynced || res.ExternalTarget != "" {
-			return nil, false
+			return winner{}, false
 		}
-		return res.Msg, true
+		return winner{m: res.Msg, cluster: true}, true
 	}
 	if s.cfg.HitCache == nil {
-		return nil, false
+		return winner{}, false
 	}
-	return s.cfg.HitCache.Peek(name, r.q.Type, r.q.Class, r.q.DO, r.q.CD())
+	wire, rcode, ok := s.cfg.HitCache.AppendHit(nil, name, r.q.Type, r.q.Class, r.q.DO, r.q.CD())
+	if !ok || rcode != dns.RcodeSuccess {
+		return winner{}, false
+	}
+	m := new(dns.Msg)
+	if err := m.Unpack(wire); err != nil {
+		return winner{}, false
+	}
+	return winner{m: m, wire: wire}, true
+}
+
+// stepsStillMissing reports whether every step in the cluster zone among
+// names is still a name error there. Steps outside it (the node's search
+// domains) were answered by the cache and upstream and are trusted for
+// the memo's lifetime, as the walk that found them is.
+func (s *Server) stepsStillMissing(names []string, qtype uint16) bool {
+	for _, n := range names {
+		res, ok := s.cfg.Cluster.Lookup(n, qtype)
+		if ok && (res.NotSynced || res.Msg == nil || res.Msg.Rcode != dns.RcodeNameError) {
+			return false
+		}
+	}
+	return true
 }
 
 // stillWins reports whether the remembered winner name still exists for
@@ -157,40 +204,56 @@ func (s *Server) walkReply(r *request, names []string, i int, m *dns.Msg) *dns.M
 }
 
 // walkMemo remembers which expansion won for (namespace, base), for a short
-// time and a bounded number of names.
+// time and a bounded number of names. Shortcuts built from a decision hold
+// its entry and die with it: an entry is marked dead when it is replaced,
+// forgotten, evicted or purged.
 type walkMemo struct {
 	ttl time.Duration
-	c   *lru.Cache[string, memoEntry]
+	c   *lru.Cache[string, *memoEntry]
 }
 
 type memoEntry struct {
+	key     string // "<namespace>/<base>"
 	idx     int    // the winning step
 	qtype   uint16 // the type whose walk found it
-	expires time.Time
+	expires int64  // unix nanoseconds
+	dead    atomic.Bool
 }
 
+// alive reports whether the decision still stands at now (unix nanoseconds).
+func (e *memoEntry) alive(now int64) bool { return !e.dead.Load() && now < e.expires }
+
 func newWalkMemo(size int, ttl time.Duration) *walkMemo {
-	c, err := lru.New[string, memoEntry](size)
+	c, err := lru.NewWithEvict(size, func(_ string, e *memoEntry) { e.dead.Store(true) })
 	if err != nil {
 		panic(err) // only for size <= 0, which callers never pass
 	}
 	return &walkMemo{ttl: ttl, c: c}
 }
 
-func (w *walkMemo) get(key string) (memoEntry, bool) {
+func (w *walkMemo) get(key string) (*memoEntry, bool) {
 	e, ok := w.c.Get(key)
-	if !ok || time.Now().After(e.expires) {
-		return memoEntry{}, false
+	if !ok || !e.alive(time.Now().UnixNano()) {
+		return nil, false
 	}
 	return e, true
 }
 
 func (w *walkMemo) put(key string, idx int, qtype uint16) {
-	w.c.Add(key, memoEntry{idx: idx, qtype: qtype, expires: time.Now().Add(w.ttl)})
+	e := &memoEntry{key: key, idx: idx, qtype: qtype, expires: time.Now().Add(w.ttl).UnixNano()}
+	if old, ok := w.c.Peek(key); ok {
+		// Add replaces a value without the eviction callback.
+		old.dead.Store(true)
+	}
+	w.c.Add(key, e)
 }
 
-func (w *walkMemo) forget(key string) {
-	w.c.Remove(key)
+// forget drops e's decision (if it is still the one kept for its key).
+func (w *walkMemo) forget(e *memoEntry) {
+	e.dead.Store(true)
+	if cur, ok := w.c.Peek(e.key); ok && cur == e {
+		w.c.Remove(e.key)
+	}
 }
 
 // walkSettings are the search-path settings that can change while the
@@ -208,4 +271,5 @@ func (s *Server) walkConf() *walkSettings { return s.walkSet.Load() }
 func (s *Server) SetSearchPath(autopath bool, search []string) {
 	s.walkSet.Store(&walkSettings{autopath: autopath, search: append([]string(nil), search...)})
 	s.memo.c.Purge()
+	s.shortcuts.purge()
 }

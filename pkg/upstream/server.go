@@ -17,10 +17,15 @@ import (
 )
 
 // maxIdleTCP bounds the idle TCP connections kept per server; idleTCP is how
-// long one may sit unused before it is closed.
+// long one may sit unused before it is closed. maxStray bounds the
+// datagrams one UDP exchange reads that are not its reply: its socket is
+// fresh, so nothing else should arrive on it, and a flood of forgeries
+// (a spoofer racing the real reply) must not keep the exchange reading
+// until its deadline.
 const (
 	maxIdleTCP = 4
 	idleTCP    = 10 * time.Second
+	maxStray   = 10
 )
 
 // Server is one upstream resolver with its health and figures.
@@ -132,12 +137,13 @@ func (s *Server) ok() {
 	}
 }
 
-// probe asks a down server ". IN NS"; any reply but SERVFAIL brings it back.
+// probe asks a down server ". IN NS"; any reply, whatever its rcode,
+// brings it back: the server is alive (health follows timeouts and
+// network errors only, as CoreDNS's does).
 func (s *Server) probe(ctx context.Context) {
 	q := new(dns.Msg)
 	q.SetQuestion(".", dns.TypeNS)
-	r, err := s.exchangeOnce(ctx, q, s.cfg.TryTimeout/2)
-	if err == nil && r.Rcode != dns.RcodeServerFailure {
+	if _, err := s.exchangeOnce(ctx, q, s.cfg.TryTimeout/2); err == nil {
 		s.ok()
 		return
 	}
@@ -198,7 +204,10 @@ func (s *Server) udp(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	if err := co.WriteMsg(m); err != nil {
 		return nil, fmt.Errorf("writing to %s: %w", s.Addr, err)
 	}
-	for {
+	for stray := 0; ; stray++ {
+		if stray > maxStray {
+			return nil, fmt.Errorf("reading from %s: %w", s.Addr, errStray)
+		}
 		r, err := co.ReadMsg()
 		if err != nil {
 			var ne net.Error
@@ -245,7 +254,18 @@ func (s *Server) tcp(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	return s.tcpOnce(ctx, co, m)
 }
 
-var errMismatch = errors.New("reply does not match the query")
+var (
+	errMismatch = errors.New("reply does not match the query")
+	errStray    = fmt.Errorf("more than %d datagrams that are not the reply; socket abandoned", maxStray)
+)
+
+// healthError reports whether err says something about the server's
+// health: timeouts and network errors do; a reply that does not match (a
+// broken TCP peer, forged datagrams anyone can send) does not, or a
+// spoofer could mark a healthy server down.
+func healthError(err error) bool {
+	return !errors.Is(err, errMismatch) && !errors.Is(err, errStray)
+}
 
 func isTimeout(err error) bool {
 	var ne net.Error
@@ -369,7 +389,28 @@ func Validate(q, r *dns.Msg) error {
 	if a.Qtype != b.Qtype || a.Qclass != b.Qclass || !strings.EqualFold(a.Name, b.Name) {
 		return fmt.Errorf("reply question %s/%d/%d, asked %s/%d/%d", b.Name, b.Qtype, b.Qclass, a.Name, a.Qtype, a.Qclass)
 	}
-	return emptyRdata(r)
+	if err := emptyRdata(r); err != nil {
+		return err
+	}
+	return repacks(r)
+}
+
+// repacks rejects a reply that miekg/dns packs into bytes it cannot unpack
+// again. Its unpackers accept some records whose RDATA ends early (fields
+// missing at the end of the message) and pack them back into bytes no
+// client can parse; the server sends replies on in wire form, so such a
+// record must not get past here. Found by FuzzValidate. A reply that does
+// not pack at all is let through: the server answers SERVFAIL for it, and
+// the cache keeps only replies whose wire form unpacks.
+func repacks(r *dns.Msg) error {
+	b, err := r.Pack()
+	if err != nil {
+		return nil
+	}
+	if err := new(dns.Msg).Unpack(b); err != nil {
+		return fmt.Errorf("reply packs into bytes that do not unpack: %w", err)
+	}
+	return nil
 }
 
 // emptyRdata rejects a reply holding a record with empty RDATA (other than

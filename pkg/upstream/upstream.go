@@ -2,11 +2,18 @@
 // recursive resolvers: it picks a server per query (longest stub zone first,
 // then the selection policy), tracks each server's health, retries truncated
 // UDP replies over TCP, coalesces identical in-flight queries into one
-// exchange and bounds how many exchanges run at once.
+// exchange and bounds how many exchanges run at once, for everyone together
+// and for each client and namespace (see admit).
 //
 // It does not cache: pkg/cache sits in front of it. A reply is only ever
 // accepted when its ID and question match what was sent, so a spoofed or
-// stray datagram cannot poison the cache behind it.
+// stray datagram cannot poison the cache behind it, and it is cut down to
+// what answers the question (minimal.go) before anyone sees it.
+//
+// Health follows timeouts and network errors only. A SERVFAIL or REFUSED is
+// an answer from a live server (a DNSSEC-broken name, a policy): it is
+// tried once more on another server and then returned, and never marks a
+// server down.
 package upstream
 
 import (
@@ -22,6 +29,9 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/origin"
+	"github.com/nodedns/nodedns/pkg/recovery"
 )
 
 // Errors returned by Exchange.
@@ -60,6 +70,16 @@ type Config struct {
 	Budget time.Duration
 	// MaxInflight bounds concurrent upstream exchanges; default 1000.
 	MaxInflight int
+	// MaxClientInflight bounds the exchanges started on behalf of one
+	// client address (the query's origin.Origin); default MaxInflight/8,
+	// at least 1. MaxNamespaceInflight bounds those of one namespace's
+	// pods together; default MaxInflight/4, at least 1. Negative: no such
+	// bound. Work on no client's behalf (prefetch) has neither. See admit
+	// for the light clients these bounds never refuse.
+	MaxClientInflight, MaxNamespaceInflight int
+	// Panics counts panics recovered in shared exchanges; nil: a counter
+	// of the forwarder's own.
+	Panics *recovery.Counter
 	// MaxFails consecutive failures mark a server down; default 2.
 	MaxFails int
 	// ProbeInterval is how often a down server is probed; default 500ms.
@@ -81,6 +101,15 @@ func (c *Config) defaults() {
 	}
 	if c.MaxInflight <= 0 {
 		c.MaxInflight = 1000
+	}
+	if c.MaxClientInflight == 0 {
+		c.MaxClientInflight = max(c.MaxInflight/8, 1)
+	}
+	if c.MaxNamespaceInflight == 0 {
+		c.MaxNamespaceInflight = max(c.MaxInflight/4, 1)
+	}
+	if c.Panics == nil {
+		c.Panics = new(recovery.Counter)
 	}
 	if c.MaxFails <= 0 {
 		c.MaxFails = 2
@@ -123,12 +152,20 @@ type Forwarder struct {
 	log    *slog.Logger
 	groups []*group // sorted by zone length, longest first; the default group ("." zone) last
 	sem    chan struct{}
+	// run performs one shared exchange: exchange, or a test's stand-in.
+	run func(ctx context.Context, q *dns.Msg) (*dns.Msg, error)
 
 	mu       sync.Mutex
 	inflight map[flightKey]*flight
+	// byClient and byNamespace count the exchanges in flight started for
+	// each client and namespace (under mu); entries exist only while some
+	// are, so their size is bounded by MaxInflight.
+	byClient    map[netip.Addr]int
+	byNamespace map[string]int
 
-	coalesced atomic.Uint64
-	overload  atomic.Uint64
+	coalesced     atomic.Uint64
+	overload      atomic.Uint64
+	clientLimited atomic.Uint64
 	// allDown counts exchanges that found every server of their group
 	// marked down (and tried them anyway).
 	allDown atomic.Uint64
@@ -149,11 +186,14 @@ func New(cfg Config) (*Forwarder, error) {
 		return nil, fmt.Errorf("upstream policy %q: want sequential, random or round_robin", cfg.Policy)
 	}
 	f := &Forwarder{
-		cfg:      cfg,
-		log:      cfg.Logger.With("component", "upstream"),
-		sem:      make(chan struct{}, cfg.MaxInflight),
-		inflight: make(map[flightKey]*flight),
+		cfg:         cfg,
+		log:         cfg.Logger.With("component", "upstream"),
+		sem:         make(chan struct{}, cfg.MaxInflight),
+		inflight:    make(map[flightKey]*flight),
+		byClient:    make(map[netip.Addr]int),
+		byNamespace: make(map[string]int),
 	}
+	f.run = f.exchange
 	byAddr := map[string]*Server{}
 	zones := map[string]string{}
 	mk := func(zone string, addrs []string) (*group, error) {
@@ -244,9 +284,12 @@ func (f *Forwarder) Run(ctx context.Context) {
 }
 
 // Coalesced is how many queries were answered by joining another query's
-// exchange; Overloaded how many were refused at the in-flight bound.
-func (f *Forwarder) Coalesced() uint64  { return f.coalesced.Load() }
-func (f *Forwarder) Overloaded() uint64 { return f.overload.Load() }
+// exchange; Overloaded how many were refused at an in-flight bound (all of
+// them), ClientLimited how many of those at a client's or namespace's
+// share.
+func (f *Forwarder) Coalesced() uint64     { return f.coalesced.Load() }
+func (f *Forwarder) Overloaded() uint64    { return f.overload.Load() }
+func (f *Forwarder) ClientLimited() uint64 { return f.clientLimited.Load() }
 
 // AllDown is how many exchanges found every server of their group marked
 // down: health checking had given up on all of them (CoreDNS counts this
@@ -269,12 +312,14 @@ func (f *Forwarder) groupFor(name string) *group {
 // The exchange itself runs on its own goroutine (at most MaxInflight of
 // them) under the Budget alone, so that it survives the caller that started
 // it; every caller, that one included, stops waiting when its own ctx is
-// done.
+// done. The exchange counts against the share of the client (and
+// namespace) that ctx names (origin.With), for as long as it runs.
 func (f *Forwarder) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
 	if len(q.Question) != 1 {
 		return nil, fmt.Errorf("upstream: query has %d questions, want 1", len(q.Question))
 	}
 	key := keyOf(q)
+	o, hasOrigin := origin.From(ctx)
 	f.mu.Lock()
 	if fl, ok := f.inflight[key]; ok {
 		f.mu.Unlock()
@@ -286,12 +331,9 @@ func (f *Forwarder) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) 
 		}
 		return withID(fl.reply, q.Id), fl.err
 	}
-	select {
-	case f.sem <- struct{}{}:
-	default:
+	if err := f.admit(o, hasOrigin); err != nil {
 		f.mu.Unlock()
-		f.overload.Add(1)
-		return nil, ErrOverloaded
+		return nil, err
 	}
 	fl := &flight{done: make(chan struct{})}
 	f.inflight[key] = fl
@@ -304,12 +346,22 @@ func (f *Forwarder) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) 
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.Budget)
 	go func() {
 		defer cancel()
-		fl.reply, fl.err = f.exchange(bctx, shared)
-		<-f.sem
-		f.mu.Lock()
-		delete(f.inflight, key)
-		f.mu.Unlock()
-		close(fl.done)
+		defer func() {
+			// Whatever happened (a panic included), the slots go back and
+			// every waiter is released with what there is.
+			f.mu.Lock()
+			delete(f.inflight, key)
+			f.leave(o, hasOrigin)
+			f.mu.Unlock()
+			close(fl.done)
+		}()
+		defer func() {
+			if p := recover(); p != nil {
+				fl.reply = nil
+				fl.err = f.cfg.Panics.Caught(f.log, p, "exchanging with upstream", "name", shared.Question[0].Name, "type", shared.Question[0].Qtype)
+			}
+		}()
+		fl.reply, fl.err = f.run(bctx, shared)
 	}()
 	select {
 	case <-fl.done:
@@ -317,6 +369,94 @@ func (f *Forwarder) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) 
 		return nil, fmt.Errorf("upstream: waiting for exchange: %w", ctx.Err())
 	}
 	return withID(fl.reply, q.Id), fl.err
+}
+
+// lightInflight: a client with fewer exchanges than this in flight is
+// light (a pod resolving as pods do: A and AAAA, a search-path step or
+// two). The namespace share never refuses a light client, nor the reserve
+// one holding fewer than reserveInflight.
+const (
+	lightInflight   = 4
+	reserveInflight = 2
+)
+
+// admit takes an in-flight slot for a new exchange on behalf of o (f.mu
+// held). Without shares, a few pods asking random names under a zone whose
+// servers do not answer hold every slot for the whole budget, and every
+// other pod's cache misses fail meanwhile; the server's own per-client
+// bound does not prevent that, its slots being more than the forwarder's.
+// So, the fuller the slots, the lighter a client must be to get one:
+//   - one client holds at most MaxClientInflight;
+//   - a heavy client (lightInflight or more in flight) is refused once its
+//     namespace holds MaxNamespaceInflight;
+//   - the last eighth of MaxInflight is a reserve: only a client holding
+//     fewer than reserveInflight gets a slot from it.
+//
+// A pod that is not flooding gets a slot while any is left, whether the
+// flooders are in its own namespace or are more than the shares can hold
+// (it takes an eighth of MaxInflight / reserveInflight flooding pods
+// beyond those filling their shares to use up the reserve).
+func (f *Forwarder) admit(o origin.Origin, hasOrigin bool) error {
+	if hasOrigin {
+		held := f.byClient[o.Client]
+		refuse := func(why string, args ...any) error {
+			f.overload.Add(1)
+			f.clientLimited.Add(1)
+			return fmt.Errorf("%w: "+why, append([]any{ErrOverloaded}, args...)...)
+		}
+		if m := f.cfg.MaxClientInflight; m > 0 && held >= m {
+			return refuse("client %s holds its share (%d)", o.Client, m)
+		}
+		if m := f.cfg.MaxNamespaceInflight; m > 0 && held >= f.light() && o.Namespace != "" && f.byNamespace[o.Namespace] >= m {
+			return refuse("namespace %s holds its share (%d)", o.Namespace, m)
+		}
+		if held >= reserveInflight && len(f.sem) >= cap(f.sem)-cap(f.sem)/8 {
+			return refuse("client %s holds %d and the slots left are a reserve for clients holding fewer than %d", o.Client, held, reserveInflight)
+		}
+	}
+	select {
+	case f.sem <- struct{}{}:
+	default:
+		f.overload.Add(1)
+		return ErrOverloaded
+	}
+	if hasOrigin {
+		f.byClient[o.Client]++
+		if o.Namespace != "" {
+			f.byNamespace[o.Namespace]++
+		}
+	}
+	return nil
+}
+
+// light is how many exchanges a client may hold and still count as light:
+// lightInflight, or half its share when that is smaller.
+func (f *Forwarder) light() int {
+	if m := f.cfg.MaxClientInflight; m > 0 {
+		return min(lightInflight, max(m/2, 1))
+	}
+	return lightInflight
+}
+
+// leave gives back what admit took (f.mu held).
+func (f *Forwarder) leave(o origin.Origin, hasOrigin bool) {
+	<-f.sem
+	if !hasOrigin {
+		return
+	}
+	if f.byClient[o.Client] <= 1 {
+		delete(f.byClient, o.Client)
+	} else {
+		f.byClient[o.Client]--
+	}
+	if o.Namespace == "" {
+		return
+	}
+	if f.byNamespace[o.Namespace] <= 1 {
+		delete(f.byNamespace, o.Namespace)
+	} else {
+		f.byNamespace[o.Namespace]--
+	}
 }
 
 func withID(m *dns.Msg, id uint16) *dns.Msg {
@@ -349,7 +489,9 @@ func keyOf(q *dns.Msg) flightKey {
 }
 
 // exchange tries servers in policy order, at most 2 x servers attempts,
-// within ctx's deadline.
+// within ctx's deadline. A timeout or network error is a failure of the
+// server (health) and moves on to the next; a SERVFAIL or REFUSED is a
+// reply: tried once more on another server, then returned.
 func (f *Forwarder) exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
 	g := f.groupFor(strings.ToLower(q.Question[0].Name))
 	if g == nil || len(g.servers) == 0 {
@@ -359,7 +501,6 @@ func (f *Forwarder) exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) 
 	if !anyUp(order) {
 		f.allDown.Add(1)
 	}
-	var lastReply *dns.Msg
 	var errs []error
 	attempts := 2 * len(order)
 	for i := 0; i < attempts; i++ {
@@ -373,34 +514,50 @@ func (f *Forwarder) exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) 
 			continue
 		}
 		reply, err := s.exchange(ctx, q, f.cfg.TryTimeout)
-		switch {
-		case err != nil:
-			s.fail(err)
+		if err != nil {
+			if healthError(err) {
+				s.fail(err)
+			}
 			errs = append(errs, err)
-			continue
-		case reply.Rcode == dns.RcodeServerFailure:
-			// A resolver that cannot resolve is a failed attempt: try the
-			// next one, and let health tracking notice.
-			s.fail(errors.New("SERVFAIL"))
-			lastReply = reply
-			continue
-		case reply.Rcode == dns.RcodeRefused:
-			// Refusing is an answer from a live server (often a policy for
-			// this name): try another, but do not mark this one down.
-			s.ok()
-			lastReply = reply
 			continue
 		}
 		s.ok()
-		return reply, nil
-	}
-	if lastReply != nil {
-		return lastReply, nil
+		if reply.Rcode == dns.RcodeServerFailure || reply.Rcode == dns.RcodeRefused {
+			// An answer, not a failure of the server (a DNSSEC-broken name
+			// answers SERVFAIL from every validating resolver; REFUSED is
+			// often a policy for this name): another live server may
+			// still know better, once.
+			if alt := another(order, i%len(order)); alt != nil && ctx.Err() == nil {
+				r2, err := alt.exchange(ctx, q, f.cfg.TryTimeout)
+				switch {
+				case err != nil:
+					if healthError(err) {
+						alt.fail(err)
+					}
+				default:
+					alt.ok()
+					reply = r2
+				}
+			}
+		}
+		return minimal(q, reply), nil
 	}
 	if ctx.Err() != nil {
 		errs = append(errs, ctx.Err())
 	}
 	return nil, fmt.Errorf("%w: %w", ErrAllFailed, errors.Join(errs...))
+}
+
+// another is the first server after order[i], in order, that is neither
+// order[i] (a server may be listed twice) nor down; nil if none.
+func another(order []*Server, i int) *Server {
+	for j := 1; j < len(order); j++ {
+		s := order[(i+j)%len(order)]
+		if s != order[i] && !s.Down() {
+			return s
+		}
+	}
+	return nil
 }
 
 func anyUp(ss []*Server) bool {

@@ -564,26 +564,72 @@ func TestStubDomains(t *testing.T) {
 	exchange(t, f, "www.corp.example.", dns.TypeA)
 }
 
-func TestServfailTriesNext(t *testing.T) {
+// TestServfailIsAnAnswer: a SERVFAIL (what every validating resolver
+// answers for a DNSSEC-broken name) is an answer from a live server: it is
+// tried once more on another server and then returned; it never counts as
+// a failure of the server nor marks it down, however often it comes.
+func TestServfailIsAnAnswer(t *testing.T) {
+	broken := func(w dns.ResponseWriter, r *dns.Msg) {
+		if strings.HasPrefix(r.Question[0].Name, "broken.") {
+			dnstest.Rcode(dns.RcodeServerFailure)(w, r)
+			return
+		}
+		dnstest.Zone(60)(w, r)
+	}
+	a := dnstest.Start(t, broken)
+	b := dnstest.Start(t, broken)
+	f := newForwarder(t, upstream.Config{Servers: []string{a.Addr, b.Addr}, MaxFails: 2})
+	for i := 0; i < 4; i++ {
+		if r := exchange(t, f, "broken.example.test.", dns.TypeA); r.Rcode != dns.RcodeServerFailure {
+			t.Fatalf("query %d for the broken name: rcode %d, want SERVFAIL", i, r.Rcode)
+		}
+	}
+	if a.Count() != 4 || b.Count() != 4 {
+		t.Fatalf("4 queries for the broken name: servers asked %d and %d times, want 4 each (one retry per query)", a.Count(), b.Count())
+	}
+	for _, s := range f.Servers() {
+		if st := s.Stats(); !st.Up || st.Failures != 0 {
+			t.Fatalf("server %s after SERVFAILs: %+v, want up without failures", s.Addr, st)
+		}
+	}
+	if r := exchange(t, f, "fine.example.test.", dns.TypeA); answerA(r) != "192.0.2.1" || a.CountName("fine.example.test.", dns.TypeA) != 1 {
+		t.Fatalf("other names after the SERVFAILs: %v (first server asked %d times)", r, a.CountName("fine.example.test.", dns.TypeA))
+	}
+
+	// Only one server: returned at once, no second try.
+	one := dnstest.Start(t, broken)
+	f1 := newForwarder(t, upstream.Config{Servers: []string{one.Addr}, MaxFails: 1})
+	for i := 0; i < 3; i++ {
+		if r := exchange(t, f1, "broken.example.test.", dns.TypeA); r.Rcode != dns.RcodeServerFailure {
+			t.Fatalf("rcode %d, want SERVFAIL", r.Rcode)
+		}
+	}
+	if one.Count() != 3 || server(t, f1, one.Addr).Down() {
+		t.Fatalf("single server: asked %d times (want 3), down %v", one.Count(), server(t, f1, one.Addr).Down())
+	}
+
+	// The second server may know better.
 	sf := dnstest.Start(t, dnstest.Rcode(dns.RcodeServerFailure))
 	good := dnstest.Start(t, dnstest.Zone(60))
-	f := newForwarder(t, upstream.Config{Servers: []string{sf.Addr, good.Addr}, MaxFails: 2})
-	r := exchange(t, f, "a.example.test.", dns.TypeA)
-	if r.Rcode != dns.RcodeSuccess || answerA(r) != "192.0.2.1" || sf.Count() != 1 || good.Count() != 1 {
-		t.Fatalf("rcode %d, servfail server %d, good %d queries", r.Rcode, sf.Count(), good.Count())
+	f2 := newForwarder(t, upstream.Config{Servers: []string{sf.Addr, good.Addr}})
+	if r := exchange(t, f2, "a.example.test.", dns.TypeA); answerA(r) != "192.0.2.1" || sf.Count() != 1 || good.Count() != 1 {
+		t.Fatalf("SERVFAIL then an answer: %v; asked %d and %d", r, sf.Count(), good.Count())
 	}
-	if st := server(t, f, sf.Addr).Stats(); st.Failures != 1 {
-		t.Fatalf("SERVFAIL not counted as a failure: %+v", st)
+
+	// A down server that answers the probe, even with SERVFAIL, is alive.
+	dead := dnstest.Start(t, dnstest.Drop)
+	f3 := newForwarder(t, upstream.Config{Servers: []string{dead.Addr, good.Addr}, MaxFails: 1,
+		TryTimeout: 100 * time.Millisecond, ProbeInterval: 10 * time.Millisecond})
+	exchange(t, f3, "d.example.test.", dns.TypeA)
+	if !server(t, f3, dead.Addr).Down() {
+		t.Fatal("a server that times out is not marked down")
 	}
-	exchange(t, f, "b.example.test.", dns.TypeA)
-	if !server(t, f, sf.Addr).Down() {
-		t.Fatal("server answering SERVFAIL not marked down after MaxFails")
-	}
-	// Every server failing: the SERVFAIL is returned as a reply.
-	good.SetHandler(dnstest.Rcode(dns.RcodeServerFailure))
-	if r := exchange(t, f, "c.example.test.", dns.TypeA); r.Rcode != dns.RcodeServerFailure {
-		t.Fatalf("rcode %d, want SERVFAIL", r.Rcode)
-	}
+	dead.SetHandler(dnstest.Rcode(dns.RcodeServerFailure))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f3.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, "the probe answered SERVFAIL to bring the server back", func() bool { return !server(t, f3, dead.Addr).Down() })
 }
 
 func TestRefusedTriesNextNotDown(t *testing.T) {
@@ -746,5 +792,98 @@ func BenchmarkExchange(b *testing.B) {
 		if _, err := f.Exchange(ctx, q); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestStrayDatagramsBounded: a flood of datagrams that are not the reply
+// (forgeries racing the real answer) makes an exchange abandon its socket
+// after a bounded number, instead of reading until its deadline; and it
+// does not count against the server's health, or anyone able to send
+// forged datagrams could mark a healthy server down.
+func TestStrayDatagramsBounded(t *testing.T) {
+	raw := dnstest.StartRaw(t, func(pkt []byte, send func([]byte)) {
+		q := new(dns.Msg)
+		if q.Unpack(pkt) != nil {
+			return
+		}
+		for i := 0; i < 50; i++ {
+			forged := rawReply(q, "192.0.2.66")
+			forged.Id = q.Id + 1 + uint16(i)
+			send(dnstest.Pack(forged))
+		}
+	}, nil)
+	f := newForwarder(t, upstream.Config{Servers: []string{raw.Addr}, MaxFails: 1, TryTimeout: 3 * time.Second, Budget: 6 * time.Second})
+	start := time.Now()
+	_, err := f.Exchange(context.Background(), query("flood.example.test.", dns.TypeA))
+	if !errors.Is(err, upstream.ErrAllFailed) {
+		t.Fatalf("only forged replies: %v, want ErrAllFailed", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("gave up after %v: the socket was read until its deadline", d.Round(time.Millisecond))
+	}
+	if s := server(t, f, raw.Addr); s.Down() || s.Stats().Failures != 0 {
+		t.Fatalf("forged datagrams counted against the server: %+v", s.Stats())
+	}
+}
+
+// TestUnrelatedRecordsDropped: of an upstream reply only what answers the
+// question reaches the caller (and so the cache): the CNAME chain from the
+// question name and the RRset at its end, the SOA for a negative answer,
+// the OPT. Records for other names, NS records and glue are dropped.
+func TestUnrelatedRecordsDropped(t *testing.T) {
+	up := dnstest.Start(t, func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		rr := func(s string) dns.RR {
+			x, err := dns.NewRR(s)
+			if err != nil {
+				panic(err)
+			}
+			return x
+		}
+		switch r.Question[0].Name {
+		case "www.example.test.":
+			m.Answer = []dns.RR{
+				rr("www.example.test. 300 IN CNAME Web.Example.Test."),
+				rr("bank.example. 86400 IN A 198.51.100.66"), // not on the chain
+				rr("web.example.test. 60 IN A 192.0.2.1"),
+				rr("web.example.test. 60 IN AAAA 2001:db8::1"), // not the type asked
+			}
+			m.Ns = []dns.RR{rr("example.test. 86400 IN NS ns.attacker.example."), rr("example.test. 60 IN SOA ns.example.test. h.example.test. 1 2 3 4 60")}
+			m.Extra = []dns.RR{rr("ns.attacker.example. 86400 IN A 198.51.100.53")}
+		case "gone.example.test.":
+			m.Rcode = dns.RcodeNameError
+			m.Answer = []dns.RR{rr("gone.example.test. 60 IN CNAME nx.other.test."), rr("other.test. 60 IN A 198.51.100.1")}
+			m.Ns = []dns.RR{
+				rr("other.test. 60 IN SOA ns.other.test. h.other.test. 1 2 3 4 30"),
+				rr("example.test. 60 IN SOA ns.example.test. h.example.test. 1 2 3 4 60"), // not the final name's zone
+				rr("other.test. 60 IN NS ns.other.test."),
+			}
+		}
+		if o := r.IsEdns0(); o != nil {
+			m.SetEdns0(1232, o.Do())
+		}
+		_ = w.WriteMsg(m)
+	})
+	f := newForwarder(t, upstream.Config{Servers: []string{up.Addr}})
+	r := exchange(t, f, "www.example.test.", dns.TypeA)
+	var got []string
+	for _, sec := range [][]dns.RR{r.Answer, r.Ns, r.Extra} {
+		for _, x := range sec {
+			got = append(got, dns.TypeToString[x.Header().Rrtype]+" "+strings.ToLower(x.Header().Name))
+		}
+	}
+	if want := "CNAME www.example.test.|A web.example.test.|OPT ."; strings.Join(got, "|") != want {
+		t.Fatalf("positive answer kept %q, want %q", strings.Join(got, "|"), want)
+	}
+	r = exchange(t, f, "gone.example.test.", dns.TypeA)
+	got = got[:0]
+	for _, sec := range [][]dns.RR{r.Answer, r.Ns, r.Extra} {
+		for _, x := range sec {
+			got = append(got, dns.TypeToString[x.Header().Rrtype]+" "+x.Header().Name)
+		}
+	}
+	if want := "CNAME gone.example.test.|SOA other.test.|OPT ."; r.Rcode != dns.RcodeNameError || strings.Join(got, "|") != want {
+		t.Fatalf("negative answer: rcode %d, kept %q, want %q", r.Rcode, strings.Join(got, "|"), want)
 	}
 }

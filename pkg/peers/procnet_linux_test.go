@@ -1,6 +1,6 @@
 //go:build linux
 
-package intercept
+package peers
 
 import (
 	"net"
@@ -23,7 +23,7 @@ func TestSocketInodesSeesOwnSockets(t *testing.T) {
 	if err := raw.Control(func(fd uintptr) { serr = syscall.Fstat(int(fd), &st) }); err != nil || serr != nil {
 		t.Fatal(err, serr)
 	}
-	own, err := socketInodes("/proc/self/fd")
+	own, err := OwnInodes("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,13 +31,13 @@ func TestSocketInodesSeesOwnSockets(t *testing.T) {
 		t.Errorf("inode %d of our socket not among %v", st.Ino, own)
 	}
 	// And /proc/thread-self/net/udp lists it.
-	socks, err := readProcNet("/proc/thread-self/net/udp", false)
+	socks, err := ReadSockets("/proc/thread-self/net")
 	if err != nil {
 		t.Fatal(err)
 	}
 	found := false
 	for _, s := range socks {
-		if s.inode == st.Ino && s.local.String() == c.LocalAddr().String() {
+		if s.Inode == st.Ino && s.Proto == "udp" && s.Local.String() == c.LocalAddr().String() {
 			found = true
 		}
 	}

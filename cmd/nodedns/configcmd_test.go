@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestConfigValidate(t *testing.T) {
+	good := writeFile(t, "apiVersion: nodedns.io/v1alpha1\nkind: Config\nlocal-ip: [169.254.20.10]\ncache-size: 500\n")
+	var out, errb bytes.Buffer
+	if code := run([]string{"config", "validate", good}, &out, &errb); code != 0 || errb.Len() != 0 || !strings.Contains(out.String(), "ok") {
+		t.Errorf("good file: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+
+	bad := writeFile(t, "kind: Config\nlocal-ip: [169.254.20.10]\ncache-size: -1\ncahce-size: 5\nlameduck: 5\n")
+	out.Reset()
+	errb.Reset()
+	code := run([]string{"config", "validate", bad}, &out, &errb)
+	lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+	if code != 1 || len(lines) != 3 || out.Len() != 0 {
+		t.Fatalf("bad file: exit %d, stdout %q, stderr:\n%s\nwant exit 1 and three lines", code, out.String(), errb.String())
+	}
+	for i, want := range []string{`"cahce-size"`, `"lameduck"`, `cache-size -1`} {
+		if !strings.Contains(lines[i], want) || !strings.Contains(lines[i], bad) {
+			t.Errorf("line %d %q: want the file and %s", i, lines[i], want)
+		}
+	}
+
+	// Serve flags after FILE count, as on the agent's command line.
+	noListen := writeFile(t, "cache-size: 500\n")
+	if code := run([]string{"config", "validate", noListen}, &out, &errb); code != 1 {
+		t.Errorf("a file with nothing to listen on: exit %d", code)
+	}
+	if code := run([]string{"config", "validate", noListen, "--listen", "127.0.0.1:53"}, &out, &errb); code != 0 {
+		t.Errorf("with --listen: exit %d", code)
+	}
+	for _, args := range [][]string{{"config"}, {"config", "validate"}, {"config", "frob"}, {"config", "validate", filepath.Join(t.TempDir(), "missing.yaml")}} {
+		if code := run(args, &out, &errb); code == 0 {
+			t.Errorf("%q: exit 0", args)
+		}
+	}
+}
+
+// TestConfigPrintRoundTrip: what `config print` writes is a file the
+// agent reads back to the same configuration, that `config validate`
+// accepts.
+func TestConfigPrintRoundTrip(t *testing.T) {
+	file := writeFile(t, "local-ip: 169.254.20.10\nupstream: [192.0.2.1, 192.0.2.2:5353]\nstub-domains: {corp.example: [192.0.2.53]}\n"+
+		"max-ttl: 10m\ncluster-domain: [cluster.local, example.internal]\nfallthrough: []\nsearch: []\nlog-queries: 0.25\nnode-name: n1\n")
+	for _, args := range [][]string{
+		{"--listen", "127.0.0.1:53"},
+		{"--config", file, "--cache-size", "77", "--lameduck", "1s"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"config", "print"}, args...), &out, &errb); code != 0 {
+			t.Fatalf("print %q: exit %d: %s", args, code, errb.String())
+		}
+		want, err := loadConfig(args, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		printed := filepath.Join(t.TempDir(), "printed.yaml")
+		if err := os.WriteFile(printed, out.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := loadConfig([]string{"--config", printed}, nil)
+		if err != nil {
+			t.Fatalf("printed config does not load: %v\n%s", err, out.String())
+		}
+		for _, s := range settings {
+			if s.differs(&want, &got) {
+				t.Errorf("%q: %s printed as %#v, loaded back as %#v", args, s.key, s.get(&want), s.get(&got))
+			}
+			if !strings.Contains(out.String(), "\n"+s.key+":") && !strings.Contains(out.String(), "\n# "+s.key+":") {
+				t.Errorf("%s missing from the output", s.key)
+			}
+		}
+		if got.isGiven("search") != want.isGiven("search") {
+			t.Errorf("search given: %v, printed %v", want.isGiven("search"), got.isGiven("search"))
+		}
+		if code := run([]string{"config", "validate", printed}, &bytes.Buffer{}, &errb); code != 0 {
+			t.Errorf("printed config does not validate: %s", errb.String())
+		}
+	}
+}

@@ -1,0 +1,457 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/nodedns/nodedns/pkg/intercept"
+	"github.com/nodedns/nodedns/pkg/resolvconf"
+	"github.com/nodedns/nodedns/pkg/upstream"
+)
+
+// setting declares one setting of `nodedns serve`, once: its key in the
+// --config file, its flag, default, help, value check, and whether a reload
+// applies it (and how). Loading, flags, `nodedns config validate|print`,
+// reload and the restart-only warning are all derived from this table, so
+// they cannot drift apart. To add a setting: add a Config field and one
+// entry here (and a row to the README's flag table). A field with a flag
+// must be a string, int, bool, float64 or a flag.Value; a file-only key
+// (flag: noFlag) may be any type encoding/json reads (a struct, a list of
+// structs), decoded strictly (unknown fields are errors). A setting a
+// reload applies names its appliers (reload.go): prepare does what can
+// fail, commit must not.
+type setting struct {
+	// key is the file key and the flag name.
+	key string
+	// flag is the flag's name when it differs from key; noFlag: the
+	// setting exists only in the file (e.g. a map or a list of objects).
+	flag string
+	// def is the default, as flag text ("": the field's zero value); env,
+	// when set and present, names an environment variable that replaces
+	// def.
+	def, env string
+	help     string
+	// field returns a pointer to the setting's field in c.
+	field func(c *Config) any
+	// repeat makes a List flag repeatable (the first use replaces the
+	// value, later ones add to it).
+	repeat bool
+	// check returns an error naming the bad value; nil: any value of the
+	// type is fine.
+	check func(c *Config) error
+	// apply lists what a reload does to put a changed value into effect,
+	// in the running agent; empty: the setting is read only at start, and
+	// a change is logged as needing a restart.
+	apply []*applier
+}
+
+// noFlag marks a setting that has no flag.
+const noFlag = "-"
+
+func (s *setting) flagName() string {
+	switch s.flag {
+	case "":
+		return s.key
+	case noFlag:
+		return ""
+	}
+	return s.flag
+}
+
+// live reports whether a reload applies the setting.
+func (s *setting) live() bool { return len(s.apply) > 0 }
+
+// value returns the setting's field in c as a flag.Value.
+func (s *setting) value(c *Config) flag.Value {
+	switch p := s.field(c).(type) {
+	case *string:
+		return (*stringValue)(p)
+	case *int:
+		return (*intValue)(p)
+	case *bool:
+		return (*boolValue)(p)
+	case *float64:
+		return (*floatValue)(p)
+	case *List:
+		if s.repeat {
+			return &repeatList{l: p}
+		}
+		return p
+	case flag.Value:
+		return p
+	default:
+		panic(fmt.Sprintf("setting %s: field of type %T is not a flag.Value", s.key, p))
+	}
+}
+
+// decode sets the field from the file's JSON value.
+func (s *setting) decode(c *Config, raw json.RawMessage) error {
+	return decodeStrict(raw, s.field(c))
+}
+
+// get returns the field's value.
+func (s *setting) get(c *Config) any { return reflect.ValueOf(s.field(c)).Elem().Interface() }
+
+// copyFrom sets the field of c to its value in from.
+func (s *setting) copyFrom(c, from *Config) {
+	reflect.ValueOf(s.field(c)).Elem().Set(reflect.ValueOf(s.field(from)).Elem())
+}
+
+// differs reports whether the setting has different values in a and b.
+func (s *setting) differs(a, b *Config) bool { return !reflect.DeepEqual(s.get(a), s.get(b)) }
+
+// settings is the table. Order: as `nodedns config print` shows them.
+var settings = []*setting{
+	// Serving.
+	{key: "listen", help: "comma-separated ip:port to serve DNS on, UDP and TCP (default: port 53 of each --local-ip)",
+		field: func(c *Config) any { return &c.Listen }, check: func(c *Config) error {
+			for _, a := range c.Listen {
+				if _, err := netip.ParseAddrPort(a); err != nil {
+					return fmt.Errorf("--listen %q: want ip:port", a)
+				}
+			}
+			return nil
+		}},
+	{key: "admin", def: "127.0.0.1:9253", help: "ip:port of the HTTP admin endpoint (/health, /ready, /metrics; /stats only on a loopback address); empty disables it",
+		field: func(c *Config) any { return &c.Admin }, check: func(c *Config) error {
+			if c.Admin == "" {
+				return nil
+			}
+			if _, err := netip.ParseAddrPort(c.Admin); err != nil {
+				return fmt.Errorf("--admin %q: want ip:port", c.Admin)
+			}
+			return nil
+		}},
+	{key: "admin-socket", help: "unix socket serving the admin endpoint too (the DaemonSet's probes use it)",
+		field: func(c *Config) any { return &c.AdminSocket }},
+
+	// Upstreams.
+	{key: "upstream", help: "comma-separated ip[:port] of upstream resolvers (default: nameservers in --resolv-conf, minus our own addresses)",
+		field: func(c *Config) any { return &c.Upstream }, apply: appliers(applyForwarder), check: func(c *Config) error {
+			for _, u := range c.Upstream {
+				if _, err := upstream.NormalizeAddr(u); err != nil {
+					return fmt.Errorf("--upstream %q: want an IP address with an optional :port", u)
+				}
+			}
+			return nil
+		}},
+	{key: "resolv-conf", def: resolvconf.DefaultPath, help: "resolver configuration whose nameservers are the default upstreams and whose search domains pods inherit",
+		field: func(c *Config) any { return &c.ResolvConf }, apply: appliers(applyForwarder, applySearch), check: func(c *Config) error {
+			if c.ResolvConf == "" {
+				return errors.New("--resolv-conf: want a file")
+			}
+			return nil
+		}},
+	{key: "policy", def: "random", help: "upstream selection: random, round_robin or sequential",
+		field: func(c *Config) any { return &c.Policy }, apply: appliers(applyForwarder), check: func(c *Config) error {
+			switch upstream.Policy(c.Policy) {
+			case upstream.Random, upstream.RoundRobin, upstream.Sequential:
+				return nil
+			}
+			return fmt.Errorf("--policy %q: want random, round_robin or sequential", c.Policy)
+		}},
+	{key: "stub-domains", flag: "stub-domain", help: "zone=ip[:port][,ip...]; repeat for several zones (longest zone wins); in the file a map of zone to a list of servers",
+		field: func(c *Config) any { return &c.Stubs }, apply: appliers(applyForwarder), check: func(c *Config) error {
+			for _, z := range sortedKeys(c.Stubs) {
+				if len(c.Stubs[z]) == 0 {
+					return fmt.Errorf("--stub-domain %q: no servers", z)
+				}
+				for _, u := range c.Stubs[z] {
+					if _, err := upstream.NormalizeAddr(u); err != nil {
+						return fmt.Errorf("--stub-domain %q: server %q: want an IP address with an optional :port", z, u)
+					}
+				}
+			}
+			return nil
+		}},
+
+	// Cache.
+	{key: "cache-size", def: "10000", help: "maximum cached answers (external names)",
+		field: func(c *Config) any { return &c.CacheSize }, apply: appliers(applyCache), check: func(c *Config) error {
+			return atLeast("cache-size", c.CacheSize, 1)
+		}},
+	{key: "cache-max-bytes", def: "32Mi", help: "maximum bytes held by cached answers (e.g. 32Mi); replies over 1/16 of it, or 16Ki, are answered but not cached",
+		field: func(c *Config) any { return &c.CacheMaxBytes }, apply: appliers(applyCache), check: func(c *Config) error {
+			if c.CacheMaxBytes < 64<<10 {
+				return fmt.Errorf("cache-max-bytes %s: want at least 64Ki", c.CacheMaxBytes)
+			}
+			return nil
+		}},
+	{key: "min-ttl", def: "0s", help: "lower bound on the lifetime of cached positive answers",
+		field: func(c *Config) any { return &c.MinTTL }, apply: appliers(applyCache), check: func(c *Config) error {
+			return notNegative("min-ttl", c.MinTTL)
+		}},
+	{key: "max-ttl", def: "1h", help: "upper bound on the lifetime of cached positive answers",
+		field: func(c *Config) any { return &c.MaxTTL }, apply: appliers(applyCache), check: func(c *Config) error {
+			return notNegative("max-ttl", c.MaxTTL)
+		}},
+	{key: "max-negative-ttl", def: "30m", help: "upper bound on cached NXDOMAIN/NODATA",
+		field: func(c *Config) any { return &c.MaxNegativeTTL }, apply: appliers(applyCache), check: func(c *Config) error {
+			return notNegative("max-negative-ttl", c.MaxNegativeTTL)
+		}},
+	{key: "serve-stale", def: "1h", help: "how long past expiry an answer may be served when upstreams fail (0 disables)",
+		field: func(c *Config) any { return &c.ServeStale }, apply: appliers(applyCache), check: func(c *Config) error {
+			return notNegative("serve-stale", c.ServeStale)
+		}},
+	{key: "prefetch", def: "2", help: "hits that make an entry popular enough to refresh before it expires (0 disables)",
+		field: func(c *Config) any { return &c.Prefetch }, apply: appliers(applyCache), check: func(c *Config) error {
+			return atLeast("prefetch", c.Prefetch, 0)
+		}},
+
+	// Bounds and readers.
+	{key: "max-inflight", def: "2000", help: "queries resolved at once off the readers; beyond it: SERVFAIL at once",
+		field: func(c *Config) any { return &c.MaxInflight }, check: func(c *Config) error {
+			return atLeast("max-inflight", c.MaxInflight, 1)
+		}},
+	{key: "max-client-inflight", def: "0", help: "of those, at most this many for one client address (0: max-inflight/8, at least 16; -1: no per-client bound)",
+		field: func(c *Config) any { return &c.MaxClientInflight }},
+	{key: "max-tcp-conns", def: "1000", help: "open TCP connections at most",
+		field: func(c *Config) any { return &c.MaxTCPConns }, check: func(c *Config) error {
+			return atLeast("max-tcp-conns", c.MaxTCPConns, 1)
+		}},
+	{key: "max-udp-size", def: "1232", help: "largest UDP reply whatever the client advertises",
+		field: func(c *Config) any { return &c.MaxUDPSize }, check: func(c *Config) error {
+			if c.MaxUDPSize < 512 || c.MaxUDPSize > 65535 {
+				return fmt.Errorf("--max-udp-size %d: want 512 to 65535", c.MaxUDPSize)
+			}
+			return nil
+		}},
+	{key: "udp-readers", def: "threads", help: "how UDP sockets are read: threads (an OS thread per socket blocking in recvmmsg) or poller (Go netpoller)",
+		field: func(c *Config) any { return &c.UDPReaders }, check: func(c *Config) error {
+			return oneOf("udp-readers", c.UDPReaders, "threads", "poller")
+		}},
+	{key: "udp-sockets", def: "0", help: "SO_REUSEPORT UDP sockets (each with its own reader) per listen address; 0: 1 (one reader serves about one core's worth of queries)",
+		field: func(c *Config) any { return &c.UDPSockets }, check: func(c *Config) error {
+			return atLeast("udp-sockets", c.UDPSockets, 0)
+		}},
+	{key: "gomaxprocs", def: "0", help: "Go scheduler Ps (GOMAXPROCS); 0: $GOMAXPROCS when set, else one per UDP thread reader (sockets x listen addresses) plus one, measured cheapest per query (bench/RESULTS.md)",
+		field: func(c *Config) any { return &c.GoMaxProcs }, check: func(c *Config) error {
+			return atLeast("gomaxprocs", c.GoMaxProcs, 0)
+		}},
+	{key: "loop-check", def: "true", help: "at start, send a probe through the upstream and exit if it comes back (forwarding loop)",
+		field: func(c *Config) any { return &c.LoopCheck }},
+
+	// Cluster zone.
+	{key: "kubeconfig", help: "kubeconfig file (default: in-cluster config inside a pod, else no cluster zone)",
+		field: func(c *Config) any { return &c.Kubeconfig }},
+	{key: "cluster-domain", def: "cluster.local", repeat: true, help: "the cluster's DNS domain; repeat (or separate by commas) to answer several zones from one index, the first primary (PTR targets, search-path walk); in the file a string or a list",
+		field: func(c *Config) any { return &c.ClusterDomain }, check: func(c *Config) error {
+			if len(c.ClusterDomain) == 0 {
+				return errors.New("--cluster-domain: want at least one domain")
+			}
+			return nil
+		}},
+	{key: "cluster-ttl", def: "5s", help: "TTL of cluster answers (0s-3600s)",
+		field: func(c *Config) any { return &c.ClusterTTL }, check: func(c *Config) error {
+			if c.ClusterTTL < 0 || time.Duration(c.ClusterTTL) > time.Hour {
+				return fmt.Errorf("--cluster-ttl %s: want 0s to 1h", c.ClusterTTL)
+			}
+			return nil
+		}},
+	{key: "pods", def: "insecure", help: "pod records: disabled, insecure or verified",
+		field: func(c *Config) any { return &c.Pods }, check: func(c *Config) error {
+			return oneOf("pods", c.Pods, "disabled", "insecure", "verified")
+		}},
+	{key: "cluster-dns", help: "ip[:port] of the central cluster DNS, asked for cluster names only until the informers have synced",
+		field: func(c *Config) any { return &c.ClusterDNS }, check: func(c *Config) error {
+			if c.ClusterDNS == "" {
+				return nil
+			}
+			if _, err := upstream.NormalizeAddr(c.ClusterDNS); err != nil {
+				return fmt.Errorf("--cluster-dns %q: want an IP address with an optional :port", c.ClusterDNS)
+			}
+			return nil
+		}},
+	{key: "node-name", env: "NODE_NAME", help: "this node's name (default $NODE_NAME); its pods are watched for the search-path walk",
+		field: func(c *Config) any { return &c.NodeName }},
+	{key: "autopath", def: "true", help: "walk pods' search lists on the server (one round trip instead of several)",
+		field: func(c *Config) any { return &c.Autopath }, apply: appliers(applySearch)},
+	{key: "cluster-sync-wait", def: "5s", help: "at start, how long to wait for the cluster index before serving when no other agent answers on our addresses (one that does keeps serving until we synced)",
+		field: func(c *Config) any { return &c.ClusterSyncWait }, check: func(c *Config) error {
+			return notNegative("cluster-sync-wait", c.ClusterSyncWait)
+		}},
+	{key: "search", help: "comma-separated extra search domains pods inherit (default: those after the cluster's in --resolv-conf)",
+		field: func(c *Config) any { return &c.Search }, apply: appliers(applySearch)},
+	{key: "endpoint-pod-names", help: "name endpoints without a hostname after their pod (targetRef) instead of their address, as CoreDNS endpoint_pod_names",
+		field: func(c *Config) any { return &c.EndpointPodNames }},
+	{key: "ignore-empty-service", help: "NXDOMAIN for a ClusterIP Service without ready endpoints, as CoreDNS `ignore empty_service`",
+		field: func(c *Config) any { return &c.IgnoreEmptyService }},
+	{key: "no-endpoints", help: "do not watch EndpointSlices: headless and endpoint names are NXDOMAIN, as CoreDNS noendpoints",
+		field: func(c *Config) any { return &c.NoEndpoints }},
+	{key: "namespaces", help: "comma-separated namespaces whose names exist; names in others are NXDOMAIN (default: all), as CoreDNS namespaces",
+		field: func(c *Config) any { return &c.Namespaces }},
+	{key: "namespace-labels", help: "label selector (kubectl -l syntax): only namespaces it matches are exposed, as CoreDNS namespace_labels",
+		field: func(c *Config) any { return &c.NamespaceLabels }},
+	{key: "fallthrough", def: "in-addr.arpa,ip6.arpa", help: "comma-separated zones (or CIDRs) where a cluster NXDOMAIN goes on to cache and upstream instead; '.' is every zone, empty none; replaces the default, as CoreDNS fallthrough",
+		field: func(c *Config) any { return &c.Fallthrough }},
+
+	// Interception.
+	{key: "local-ip", help: "comma-separated addresses to intercept (e.g. 169.254.20.10 and the kube-dns ClusterIP); enables the link and rules",
+		field: func(c *Config) any { return &c.LocalIP }, check: func(c *Config) error {
+			for _, a := range c.LocalIP {
+				ip, err := netip.ParseAddr(a)
+				if err != nil {
+					return fmt.Errorf("--local-ip %q: want an IP address", a)
+				}
+				if ip = ip.Unmap(); ip.IsUnspecified() || ip.IsLoopback() || ip.IsMulticast() {
+					return fmt.Errorf("--local-ip %q: unspecified, loopback and multicast addresses cannot be intercepted", a)
+				}
+			}
+			return nil
+		}},
+	{key: "interface", def: intercept.DefaultInterface, help: "link that holds the local IPs",
+		field: func(c *Config) any { return &c.Interface }, check: func(c *Config) error {
+			if intercept.ValidInterfaceName(c.Interface) != nil {
+				return fmt.Errorf("--interface %q: want 1-15 characters, no '/', ':' or whitespace", c.Interface)
+			}
+			return nil
+		}},
+	{key: "setup-interface", def: "true", help: "create and maintain the link (with --local-ip)",
+		field: func(c *Config) any { return &c.SetupInterface }},
+	{key: "setup-iptables", def: "true", help: "install and maintain NOTRACK/ACCEPT rules (with --local-ip)",
+		field: func(c *Config) any { return &c.SetupIptables }},
+	{key: "sync-interval", def: "60s", help: "how often the link and rules are checked and repaired (a Go duration)",
+		field: func(c *Config) any { return &c.SyncInterval }, check: func(c *Config) error {
+			if c.SyncInterval <= 0 {
+				return fmt.Errorf("--sync-interval %s: want a positive duration", c.SyncInterval)
+			}
+			return nil
+		}},
+	{key: "teardown", def: "true", help: "remove rules and link on exit when no other agent serves the addresses",
+		field: func(c *Config) any { return &c.Teardown }, apply: appliers(applyAtExit)},
+	{key: "lameduck", def: "5s", help: "on SIGTERM: report not ready and keep answering this long before exiting",
+		field: func(c *Config) any { return &c.Lameduck }, apply: appliers(applyAtExit), check: func(c *Config) error {
+			return notNegative("lameduck", c.Lameduck)
+		}},
+
+	// Logs.
+	{key: "log-level", def: "info", help: "debug, info, warn or error",
+		field: func(c *Config) any { return &c.LogLevel }, apply: appliers(applyLogLevel), check: func(c *Config) error {
+			return oneOf("log-level", c.LogLevel, "debug", "info", "warn", "error")
+		}},
+	{key: "log-queries", def: "0", help: "fraction of queries to log (0 to 1)",
+		field: func(c *Config) any { return &c.LogQueries }, apply: appliers(applyLogQueries), check: func(c *Config) error {
+			if !(c.LogQueries >= 0 && c.LogQueries <= 1) { // NaN too
+				return fmt.Errorf("--log-queries %g: want 0 to 1", c.LogQueries)
+			}
+			return nil
+		}},
+
+	// Metrics.
+	{key: "metrics-compat", def: "coredns", help: "series /metrics exports besides nodedns_*: coredns (CoreDNS 1.15 and NodeLocal DNSCache names, for their dashboards and alerts) or none",
+		field: func(c *Config) any { return &c.MetricsCompat }, check: func(c *Config) error {
+			return oneOf("metrics-compat", c.MetricsCompat, "coredns", "none")
+		}},
+}
+
+// crossChecks are the checks that involve several settings.
+var crossChecks = []func(c *Config) error{
+	func(c *Config) error {
+		if len(c.Listen) == 0 && len(c.LocalIP) == 0 {
+			return errors.New("nothing to listen on: give --listen or --local-ip")
+		}
+		return nil
+	},
+	func(c *Config) error {
+		if c.MinTTL > c.MaxTTL {
+			return fmt.Errorf("--min-ttl %s is above --max-ttl %s", c.MinTTL, c.MaxTTL)
+		}
+		return nil
+	},
+}
+
+// clusterCheck validates the cluster zone settings together, as pkg/k8s
+// will; it runs only when every setting passed its own check, since it
+// would report some of them again.
+func clusterCheck(c *Config) error { return clusterConfig(*c).Validate() }
+
+func atLeast(key string, v, lo int) error {
+	if v < lo {
+		return fmt.Errorf("--%s %d: want at least %d", key, v, lo)
+	}
+	return nil
+}
+
+func notNegative(key string, d Duration) error {
+	if d < 0 {
+		return fmt.Errorf("--%s %s: want a duration >= 0", key, d)
+	}
+	return nil
+}
+
+func oneOf(key, v string, allowed ...string) error {
+	if slices.Contains(allowed, v) {
+		return nil
+	}
+	return fmt.Errorf("--%s %q: want one of %v", key, v, allowed)
+}
+
+func appliers(a ...*applier) []*applier { return a }
+
+var settingIndex = func() map[string]*setting {
+	m := make(map[string]*setting, 2*len(settings))
+	for _, s := range settings {
+		m[s.key] = s
+	}
+	return m
+}()
+
+func settingByKey(key string) *setting { return settingIndex[key] }
+
+func settingByFlag(name string) *setting {
+	for _, s := range settings {
+		if s.flagName() == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// nearestKey returns the known key closest to k (at most two edits away),
+// for "did you mean".
+func nearestKey(k string) string {
+	best, bestD := "", 3
+	for _, s := range settings {
+		if d := editDistance(k, s.key); d < bestD {
+			best, bestD = s.key, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
