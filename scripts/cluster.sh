@@ -216,7 +216,7 @@ snapshot() {
 		echo "## cgroups"
 		find /sys/fs/cgroup -maxdepth 2 -type d -name 'kubepods*' 2>/dev/null | sort
 		echo "## processes"
-		ps -eo comm= | grep -E '^(etcd|kube-|kubelet|containerd|runc|nodedns|pause)' | sort
+		ps -eo comm= | grep -E '^(etcd|kube-.*|kubelet|containerd.*|runc|nodedns|pause)$' | sort || true
 	) >"$out"
 }
 

@@ -25,6 +25,11 @@ export NODEDNS_CACHE=${NODEDNS_CACHE:-/var/cache/nodedns}
 export PATH="$(go env GOPATH)/bin:$PATH"
 STATICCHECK_VERSION=v0.8.2
 
+# step TITLE: a phase header with the time since the start, so a CI log
+# says where the time went.
+T0=$(date +%s)
+step() { echo "== [+$(($(date +%s) - T0))s] $*"; }
+
 # locked CMD...: CMD under the host lock when NODEDNS_HOST_LOCK names one.
 locked() {
   if [[ -n ${NODEDNS_HOST_LOCK:-} ]]; then
@@ -37,28 +42,28 @@ locked() {
 scripts/deps.sh
 
 if [[ $what == all || $what == unit ]]; then
-  echo "== go vet"
+  step "go vet"
   go vet ./...
   go vet -tags integration ./integration/
-  echo "== staticcheck $STATICCHECK_VERSION"
+  step "staticcheck $STATICCHECK_VERSION"
   if ! staticcheck -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
     go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
   fi
   staticcheck ./...
-  echo "== unit tests (-race)"
+  step "unit tests (-race)"
   go test -race -count=1 ./...
   echo "== alert rules (promtool check rules, promtool test rules)"
   scripts/check-rules.sh
 fi
 
 if [[ $what == all || $what == integration ]]; then
-  echo "== kube-apiserver (cached in $NODEDNS_CACHE)"
+  step "kube-apiserver (cached in $NODEDNS_CACHE)"
   NODEDNS_KUBE_APISERVER=$(scripts/kube-apiserver.sh | tail -n 1)
   export NODEDNS_KUBE_APISERVER
-  echo "== CoreDNS (cached in $NODEDNS_CACHE), the reference of the differential tests"
+  step "CoreDNS (cached in $NODEDNS_CACHE), the reference of the differential tests"
   NODEDNS_COREDNS=$(scripts/coredns.sh | tail -n 1)
   export NODEDNS_COREDNS
-  echo "== integration tests"
+  step "integration tests"
   log=/tmp/nodedns-integration.log
   set +e
   locked go test -tags integration -count=1 -timeout 40m -v ./integration/ 2>&1 | tee "$log" | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go:[0-9]+'
@@ -72,6 +77,7 @@ if [[ $what == all || $what == integration ]]; then
 fi
 
 if [[ $what == all || $what == e2e ]]; then
-  echo "== end-to-end on a real single-node cluster (scripts/e2e.sh)"
+  step "end-to-end on a real single-node cluster (scripts/e2e.sh)"
   locked scripts/e2e.sh
 fi
+step "all passed"
