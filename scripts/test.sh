@@ -52,7 +52,7 @@ if [[ $what == all || $what == unit ]]; then
   staticcheck ./...
   step "unit tests (-race)"
   go test -race -count=1 ./...
-  echo "== alert rules (promtool check rules, promtool test rules)"
+  step "alert rules (promtool check rules, promtool test rules)"
   scripts/check-rules.sh
 fi
 
