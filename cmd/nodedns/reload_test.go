@@ -413,3 +413,32 @@ func TestReloadUnknownKey(t *testing.T) {
 		t.Errorf("cache size %d after reload, want 77", got)
 	}
 }
+
+// TestReloadCacheMaxBytes: cache-max-bytes (a table entry since the merge
+// of the cache's byte bound) is applied by a reload, in place; a value
+// below the floor is rejected naming the key, and the bound stays.
+func TestReloadCacheMaxBytes(t *testing.T) {
+	up := dnstest.Start(t, answerWith("192.0.2.1"))
+	ta := startTestAgent(t, "lameduck: 0s\nupstream: ["+up.Addr+"]\ncache-max-bytes: 1Mi\n")
+	ta.waitAnswer("192.0.2.1")
+	if got := ta.a.cache.Stats().MaxBytes; got != 1<<20 {
+		t.Fatalf("max bytes at start %d, want 1Mi", got)
+	}
+	ta.write("lameduck: 0s\nupstream: [" + up.Addr + "]\ncache-max-bytes: 3MiB\n")
+	if line := ta.waitLog("configuration reloaded"); !strings.Contains(line, "applied=cache-max-bytes") {
+		t.Errorf("reload: %s", line)
+	}
+	if got := ta.a.cache.Stats().MaxBytes; got != 3<<20 {
+		t.Errorf("max bytes after reload %d, want 3Mi", got)
+	}
+	ta.write("lameduck: 0s\nupstream: [" + up.Addr + "]\ncache-max-bytes: 1Ki\n")
+	if line := ta.waitLog("config reload rejected"); !strings.Contains(line, "cache-max-bytes 1Ki") {
+		t.Errorf("rejection: %s", line)
+	}
+	if got := ta.a.cache.Stats().MaxBytes; got != 3<<20 {
+		t.Errorf("max bytes after a rejected reload %d, want 3Mi", got)
+	}
+	if _, err := ta.ask("after.example."); err != nil {
+		t.Error(err)
+	}
+}
