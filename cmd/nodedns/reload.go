@@ -96,8 +96,11 @@ func (a *agent) watchConfig(ctx context.Context) {
 			}
 			continue
 		}
+		// Readable again after an error: reload even if the content is
+		// what it was, so the figures stop saying the reload failed.
+		recovered := lastErr != ""
 		lastErr = ""
-		if bytes.Equal(b, last) {
+		if bytes.Equal(b, last) && !recovered {
 			continue
 		}
 		last = b
@@ -119,7 +122,7 @@ func (a *agent) reload() {
 		err = res.err()
 	}
 	for _, w := range res.warnings {
-		a.log.Warn("config: " + w)
+		a.log.Warn(w) // each names the file
 	}
 	if err != nil {
 		a.log.Error("config reload rejected; keeping the running configuration", "file", old.path, "err", err)

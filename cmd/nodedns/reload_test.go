@@ -442,3 +442,36 @@ func TestReloadCacheMaxBytes(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestReloadUnreadableRecovers: a config file that turns unreadable (a
+// ConfigMap volume mid-update, a deleted file) is a failed reload; when
+// it is back with the same content, the figures say so again. They used
+// to stay at "failed" until the content changed, firing the reload alert
+// for a configuration that was fine.
+func TestReloadUnreadableRecovers(t *testing.T) {
+	up := dnstest.Start(t, answerWith("192.0.2.1"))
+	content := "lameduck: 0s\nupstream: [" + up.Addr + "]\n"
+	ta := startTestAgent(t, content)
+	ta.waitAnswer("192.0.2.1")
+	if err := os.Remove(filepath.Join(ta.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	ta.waitLog("config file unreadable")
+	if v := ta.metric("nodedns_config_last_reload_successful"); v != 0 {
+		t.Errorf("last_reload_successful %v while unreadable, want 0", v)
+	}
+	ta.write(content)
+	deadline := time.Now().Add(5 * time.Second)
+	for ta.metric("nodedns_config_last_reload_successful") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("last_reload_successful still 0 with the file back:\n%s", ta.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if v := ta.metric(`nodedns_config_reloads_total{result="failure"}`); v != 1 {
+		t.Errorf("failures %v, want 1", v)
+	}
+	if _, err := ta.ask("after.example."); err != nil {
+		t.Error(err)
+	}
+}

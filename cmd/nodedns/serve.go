@@ -77,7 +77,7 @@ func serve(args []string, stderr io.Writer) error {
 	log, level := newLogger(cfg.LogLevel, stderr)
 	slog.SetDefault(log)
 	for _, w := range res.warnings {
-		log.Warn("config: " + w)
+		log.Warn(w) // each names the file
 	}
 	if n := cfg.schedulerProcs(); n > 0 {
 		runtime.GOMAXPROCS(n)
