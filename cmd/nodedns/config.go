@@ -94,6 +94,8 @@ type Config struct {
 	// the file, on reload too); file holds the file's raw values by key.
 	fromFlags map[string]bool
 	file      map[string]json.RawMessage
+	// fileBytes is the file's content as loaded.
+	fileBytes []byte
 }
 
 // isGiven reports whether key was set by the file or a flag.
@@ -266,6 +268,7 @@ func (c *Config) readFile(path string, strict bool, res *loadResult) bool {
 		res.problem("reading config %s: %v", path, err)
 		return false
 	}
+	c.fileBytes = b
 	var doc any
 	// Strict only about duplicate keys: which of two would win is a guess.
 	if err := yaml.UnmarshalStrict(b, &doc); err != nil {

@@ -268,7 +268,9 @@ func (a *agent) run(ctx context.Context) (err error) {
 	a.stopFwd = fcancel
 	go a.fwd.Load().Run(fctx)
 	defer a.cache.Close()
-	go a.watchConfig(ctx)
+	hup, stopHUP := notifyHUP()
+	defer stopHUP()
+	go a.watchConfig(ctx, hup)
 	go a.rec.Run(ctx)
 	a.startCluster(ctx)
 
