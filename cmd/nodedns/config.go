@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -99,6 +101,8 @@ type Config struct {
 	// the file, on reload too); file holds the file's raw values by key.
 	fromFlags map[string]bool
 	file      map[string]json.RawMessage
+	// fileBytes is the file's content as loaded.
+	fileBytes []byte
 }
 
 // isGiven reports whether key was set by the file or a flag.
@@ -175,6 +179,9 @@ const (
 type loadResult struct {
 	problems []string
 	warnings []string
+	// incomplete: the configuration is valid but cannot serve as it is
+	// (nothing to listen on); serve and validate count it as a problem.
+	incomplete []string
 }
 
 func (r *loadResult) problem(format string, args ...any) {
@@ -185,12 +192,15 @@ func (r *loadResult) warn(format string, args ...any) {
 	r.warnings = append(r.warnings, fmt.Sprintf(format, args...))
 }
 
+// all is every problem, the configuration's incompleteness included.
+func (r *loadResult) all() []string { return append(slices.Clip(r.problems), r.incomplete...) }
+
 // err is nil without problems, else one line naming each of them.
 func (r *loadResult) err() error {
-	if len(r.problems) == 0 {
-		return nil
+	if all := r.all(); len(all) > 0 {
+		return errors.New(strings.Join(all, "; "))
 	}
-	return errors.New(strings.Join(r.problems, "; "))
+	return nil
 }
 
 // loadConfig returns the configuration for args: defaults, then the
@@ -266,10 +276,20 @@ func (c *Config) readFile(path string, strict bool, res *loadResult) bool {
 		res.problem("reading config %s: %v", path, err)
 		return false
 	}
-	var raw map[string]json.RawMessage
+	c.fileBytes = b
+	var doc any
 	// Strict only about duplicate keys: which of two would win is a guess.
-	if err := yaml.UnmarshalStrict(b, &raw); err != nil {
-		res.problem("config %s: %v", path, oneLine(err))
+	if err := yaml.UnmarshalStrict(b, &doc); err != nil {
+		res.problem("config %s: %s", path, yamlError(err))
+		return false
+	}
+	if _, ok := doc.(map[string]any); doc != nil && !ok {
+		res.problem("config %s: want a map of settings (key: value), got %s", path, jsonKind(reflect.TypeOf(doc).Kind().String()))
+		return false
+	}
+	var raw map[string]json.RawMessage
+	if err := yaml.Unmarshal(b, &raw); err != nil {
+		res.problem("config %s: %s", path, yamlError(err))
 		return false
 	}
 	c.file = raw
@@ -334,6 +354,9 @@ func (c *Config) validate(res *loadResult) {
 		}
 	}
 	clean := len(res.problems) == 0
+	if err := completeCheck(c); err != nil {
+		res.incomplete = append(res.incomplete, err.Error())
+	}
 	for _, check := range crossChecks {
 		if err := check(c); err != nil {
 			res.problem("%v", err)
@@ -346,9 +369,14 @@ func (c *Config) validate(res *loadResult) {
 	}
 }
 
-// oneLine joins a multi-line error message (the YAML decoder's) into one.
-func oneLine(err error) string {
-	return strings.Join(strings.Fields(err.Error()), " ")
+// yamlError is the YAML decoder's error on one line, without the
+// conversion step it names ("error converting YAML to JSON: yaml: ...").
+func yamlError(err error) string {
+	msg := strings.Join(strings.Fields(err.Error()), " ")
+	for _, p := range []string{"error converting YAML to JSON: ", "yaml: ", "unmarshal errors: "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	return msg
 }
 
 // List is a comma-separated flag, or a YAML list (or comma-separated

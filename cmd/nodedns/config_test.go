@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +95,12 @@ func TestDaemonSetConfigLoads(t *testing.T) {
 		}
 		if len(cfg.LocalIP) != 1 || cfg.LocalIP[0] != "169.254.20.10" || cfg.AdminSocket == "" {
 			t.Fatalf("shipped config: %+v", cfg)
+		}
+		// Keys shown commented out, for an operator to enable, exist.
+		for _, m := range regexp.MustCompile(`(?m)^# ([a-z][a-z-]*):( |$)`).FindAllStringSubmatch(obj.Data["config.yaml"], -1) {
+			if settingByKey(m[1]) == nil {
+				t.Errorf("the shipped config shows an unknown key commented out: %q", m[0])
+			}
 		}
 	}
 	if !found {

@@ -43,7 +43,9 @@ const configUsage = `usage:
       Print the effective configuration of 'nodedns serve [serve flags]'
       (defaults, then the --config file, then the flags) as a config file
       the agent accepts, each key with its help and whether a reload
-      applies it.
+      applies it. Without flags: the defaults. A bad value is an error;
+      a configuration that is valid but has nothing to listen on is
+      printed, with a note.
 `
 
 // configValidate reports every problem of FILE, one line each.
@@ -60,8 +62,8 @@ func configValidate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("validate: %w", err)
 	}
-	if len(res.problems) > 0 {
-		for _, p := range res.problems {
+	if all := res.all(); len(all) > 0 {
+		for _, p := range all {
 			fmt.Fprintln(stderr, p)
 		}
 		return errReported
@@ -79,8 +81,11 @@ func configPrint(args []string, stdout, stderr io.Writer) error {
 	for _, w := range res.warnings {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
-	if err := res.err(); err != nil {
-		return fmt.Errorf("print: %w", err)
+	if len(res.problems) > 0 {
+		return fmt.Errorf("print: %s", strings.Join(res.problems, "; "))
+	}
+	for _, p := range res.incomplete {
+		fmt.Fprintf(stderr, "note: 'nodedns serve' refuses this configuration as it is: %s\n", p)
 	}
 	b, err := renderConfig(&cfg, "nodedns serve "+strings.Join(args, " "))
 	if err != nil {

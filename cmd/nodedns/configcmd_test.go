@@ -86,3 +86,60 @@ func TestConfigPrintRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigPrintDefaults: `nodedns config print` alone prints the
+// defaults (exit 0), noting on stderr that serve needs somewhere to
+// listen. It used to fail with "nothing to listen on" and print nothing.
+func TestConfigPrintDefaults(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"config", "print"}, &out, &errb); code != 0 {
+		t.Fatalf("config print: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(errb.String(), "nothing to listen on") || strings.Count(errb.String(), "\n") != 1 {
+		t.Errorf("stderr: %q, want one note naming what serve lacks", errb.String())
+	}
+	printed := filepath.Join(t.TempDir(), "printed.yaml")
+	if err := os.WriteFile(printed, out.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, res, err := load([]string{"--config", printed}, true, nil)
+	if err != nil || len(res.problems) != 0 || len(res.warnings) != 0 {
+		t.Fatalf("printed defaults do not load back: %v %q %q\n%s", err, res.problems, res.warnings, out.String())
+	}
+	def := defaultConfig()
+	for _, s := range settings {
+		if s.differs(&def, &got) {
+			t.Errorf("%s: default %#v, printed and loaded back as %#v", s.key, s.get(&def), s.get(&got))
+		}
+	}
+	for _, want := range []string{"apiVersion: nodedns.io/v1alpha1\n", "kind: Config\n", "\ncache-max-bytes: 32Mi\n", "\nlameduck: 5s\n", "# [live] ", "# [restart] "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	// A bad value is still an error, with nothing printed.
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"config", "print", "--policy", "fastest"}, &out, &errb); code != 1 || out.Len() != 0 || !strings.Contains(errb.String(), `"fastest"`) {
+		t.Errorf("bad value: exit %d, stdout %d bytes, stderr %q", code, out.Len(), errb.String())
+	}
+}
+
+// TestConfigValidateFileShape: a file that is not a map of settings, or
+// not YAML, is one line naming the file and what is wrong.
+func TestConfigValidateFileShape(t *testing.T) {
+	for content, want := range map[string]string{
+		"- local-ip\n- upstream\n":                           "want a map of settings (key: value), got a list",
+		"just a string\n":                                    "want a map of settings (key: value), got a string",
+		"local-ip: [169.254.20.10\n":                         "line 1: did not find expected ',' or ']'",
+		"local-ip: [169.254.20.10]\nlocal-ip: [192.0.2.1]\n": `line 2: key "local-ip" already set in map`,
+	} {
+		file := writeFile(t, content)
+		var out, errb bytes.Buffer
+		code := run([]string{"config", "validate", file}, &out, &errb)
+		line := strings.TrimSpace(errb.String())
+		if code != 1 || strings.Contains(line, "\n") || !strings.Contains(line, file+": "+want) || strings.Contains(line, "JSON") {
+			t.Errorf("%q: exit %d, stderr %q; want one line with %q", content, code, errb.String(), want)
+		}
+	}
+}

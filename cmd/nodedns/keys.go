@@ -180,7 +180,7 @@ var settings = []*setting{
 	{key: "cache-max-bytes", def: "32Mi", help: "maximum bytes held by cached answers (e.g. 32Mi); replies over 1/16 of it, or 16Ki, are answered but not cached",
 		field: func(c *Config) any { return &c.CacheMaxBytes }, apply: appliers(applyCache), check: func(c *Config) error {
 			if c.CacheMaxBytes < 64<<10 {
-				return fmt.Errorf("cache-max-bytes %s: want at least 64Ki", c.CacheMaxBytes)
+				return fmt.Errorf("--cache-max-bytes %s: want at least 64Ki", c.CacheMaxBytes)
 			}
 			return nil
 		}},
@@ -351,14 +351,18 @@ var settings = []*setting{
 		}},
 }
 
+// completeCheck reports a configuration that is valid but not enough to
+// serve: `nodedns serve` and `config validate` refuse it, `config print`
+// still shows it (the defaults alone are such a configuration).
+func completeCheck(c *Config) error {
+	if len(c.Listen) == 0 && len(c.LocalIP) == 0 {
+		return errors.New("nothing to listen on: give --listen or --local-ip")
+	}
+	return nil
+}
+
 // crossChecks are the checks that involve several settings.
 var crossChecks = []func(c *Config) error{
-	func(c *Config) error {
-		if len(c.Listen) == 0 && len(c.LocalIP) == 0 {
-			return errors.New("nothing to listen on: give --listen or --local-ip")
-		}
-		return nil
-	},
 	func(c *Config) error {
 		if c.MinTTL > c.MaxTTL {
 			return fmt.Errorf("--min-ttl %s is above --max-ttl %s", c.MinTTL, c.MaxTTL)

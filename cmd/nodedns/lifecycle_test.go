@@ -40,7 +40,9 @@ func (f *fakeInterceptor) RulesPresent() bool       { return f.rules.Load() > 0 
 func (f *fakeInterceptor) Status() intercept.Status { return intercept.Status{} }
 
 // buildWithFakeInterception builds an agent on addr with a fake
-// interceptor standing for --local-ip 169.254.20.10 (nobody serves that
+// interceptor standing for --local-ip of an address nobody serves here
+// (not 169.254.20.10: a local cluster's agent may serve that one on this
+// host, and ShouldTeardown would rightly leave the interception to it)
 // address here, so ShouldTeardown says yes).
 func buildWithFakeInterception(t *testing.T, fake *fakeInterceptor, extra ...string) *agent {
 	t.Helper()
@@ -56,8 +58,22 @@ func buildWithFakeInterception(t *testing.T, fake *fakeInterceptor, extra ...str
 	}
 	a.args, a.level = args, new(slog.LevelVar)
 	a.ic = fake
-	a.icfg = intercept.Config{LocalIPs: []netip.Addr{netip.MustParseAddr("169.254.20.10")}, Interface: "nodelocaldns", SetupInterface: true, SetupIptables: true}
+	a.icfg = intercept.Config{LocalIPs: []netip.Addr{unservedLinkLocal(t)}, Interface: "nodelocaldns", SetupInterface: true, SetupIptables: true}
 	return a
+}
+
+// unservedLinkLocal returns a link-local address no socket of this network
+// namespace serves port 53 on.
+func unservedLinkLocal(t *testing.T) netip.Addr {
+	t.Helper()
+	for i := range 200 {
+		ip := netip.AddrFrom4([4]byte{169, 254, 251, byte(1 + (os.Getpid()+i)%250)})
+		if ok, _ := intercept.ShouldTeardown(intercept.Config{LocalIPs: []netip.Addr{ip}, SetupInterface: true}); ok {
+			return ip
+		}
+	}
+	t.Fatal("every probed 169.254.251.x address is served on port 53")
+	return netip.Addr{}
 }
 
 // TestFailedStartRemovesInterception: a start that fails once the link

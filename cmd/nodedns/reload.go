@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/signal"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,37 +77,62 @@ var (
 var applierOrder = []*applier{applyCache, applyForwarder, applySearch, applyLogLevel, applyLogQueries, applyAtExit}
 
 // watchConfig re-applies the configuration whenever the --config file's
-// content changes, until ctx is done.
-func (a *agent) watchConfig(ctx context.Context) {
+// content changes, and on SIGHUP (at once, changed or not), until ctx is
+// done. Without a file, SIGHUP is logged and ignored: it never stops the
+// agent, as an operator used to dnsmasq or unbound may send it.
+func (a *agent) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 	if a.cfg.path == "" {
-		return
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				a.log.Warn("SIGHUP: no --config file to reload; ignored")
+			}
+		}
 	}
-	last, _ := os.ReadFile(a.cfg.path)
+	// The content loaded at start: a change made since is a change.
+	last := a.cfg.fileBytes
 	t := time.NewTicker(reloadPoll)
 	defer t.Stop()
 	var lastErr string
 	for {
+		forced := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-hup:
+			forced = true
+			a.log.Info("SIGHUP: reloading the config file", "file", a.cfg.path)
 		}
 		b, err := os.ReadFile(a.cfg.path)
 		if err != nil {
-			if err.Error() != lastErr {
+			if err.Error() != lastErr || forced {
 				a.log.Warn("config file unreadable; keeping the running configuration", "file", a.cfg.path, "err", err)
 				a.reloads.failed(err)
 				lastErr = err.Error()
 			}
 			continue
 		}
+		// Readable again after an error: reload even if the content is
+		// what it was, so the figures stop saying the reload failed.
+		recovered := lastErr != ""
 		lastErr = ""
-		if bytes.Equal(b, last) {
+		if bytes.Equal(b, last) && !recovered && !forced {
 			continue
 		}
 		last = b
 		a.reload()
 	}
+}
+
+// notifyHUP delivers SIGHUP to the returned channel (instead of letting
+// it end the process) until stop is called.
+func notifyHUP() (hup <-chan os.Signal, stop func()) {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGHUP)
+	return c, func() { signal.Stop(c) }
 }
 
 // reload reads the configuration again (the file, then the command line
@@ -122,7 +149,7 @@ func (a *agent) reload() {
 		err = res.err()
 	}
 	for _, w := range res.warnings {
-		a.log.Warn("config: " + w)
+		a.log.Warn(w) // each names the file
 	}
 	if err != nil {
 		a.log.Error("config reload rejected; keeping the running configuration", "file", old.path, "err", err)

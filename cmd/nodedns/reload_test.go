@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,7 +117,13 @@ type testAgent struct {
 // no admin, no loop check) plus content; extra are command-line flags.
 func startTestAgent(t *testing.T, content string, extra ...string) *testAgent {
 	t.Helper()
-	reloadPoll = 50 * time.Millisecond
+	return startTestAgentPoll(t, 50*time.Millisecond, content, extra...)
+}
+
+// startTestAgentPoll is startTestAgent with the file read every poll.
+func startTestAgentPoll(t *testing.T, poll time.Duration, content string, extra ...string) *testAgent {
+	t.Helper()
+	reloadPoll = poll
 	ta := &testAgent{t: t, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), dir: t.TempDir(), logs: &syncBuffer{}}
 	ta.base = fmt.Sprintf("listen: [%s]\nadmin: \"\"\nloop-check: false\n", ta.addr)
 	writeConfigMap(t, ta.dir, ta.base+content)
@@ -412,4 +419,121 @@ func TestReloadUnknownKey(t *testing.T) {
 	if got := ta.a.cache.Stats().Capacity; got != 77 {
 		t.Errorf("cache size %d after reload, want 77", got)
 	}
+}
+
+// TestReloadCacheMaxBytes: cache-max-bytes (a table entry since the merge
+// of the cache's byte bound) is applied by a reload, in place; a value
+// below the floor is rejected naming the key, and the bound stays.
+func TestReloadCacheMaxBytes(t *testing.T) {
+	up := dnstest.Start(t, answerWith("192.0.2.1"))
+	ta := startTestAgent(t, "lameduck: 0s\nupstream: ["+up.Addr+"]\ncache-max-bytes: 1Mi\n")
+	ta.waitAnswer("192.0.2.1")
+	if got := ta.a.cache.Stats().MaxBytes; got != 1<<20 {
+		t.Fatalf("max bytes at start %d, want 1Mi", got)
+	}
+	ta.write("lameduck: 0s\nupstream: [" + up.Addr + "]\ncache-max-bytes: 3MiB\n")
+	if line := ta.waitLog("configuration reloaded"); !strings.Contains(line, "applied=cache-max-bytes") {
+		t.Errorf("reload: %s", line)
+	}
+	if got := ta.a.cache.Stats().MaxBytes; got != 3<<20 {
+		t.Errorf("max bytes after reload %d, want 3Mi", got)
+	}
+	ta.write("lameduck: 0s\nupstream: [" + up.Addr + "]\ncache-max-bytes: 1Ki\n")
+	if line := ta.waitLog("config reload rejected"); !strings.Contains(line, "cache-max-bytes 1Ki") {
+		t.Errorf("rejection: %s", line)
+	}
+	if got := ta.a.cache.Stats().MaxBytes; got != 3<<20 {
+		t.Errorf("max bytes after a rejected reload %d, want 3Mi", got)
+	}
+	if _, err := ta.ask("after.example."); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestReloadUnreadableRecovers: a config file that turns unreadable (a
+// ConfigMap volume mid-update, a deleted file) is a failed reload; when
+// it is back with the same content, the figures say so again. They used
+// to stay at "failed" until the content changed, firing the reload alert
+// for a configuration that was fine.
+func TestReloadUnreadableRecovers(t *testing.T) {
+	up := dnstest.Start(t, answerWith("192.0.2.1"))
+	content := "lameduck: 0s\nupstream: [" + up.Addr + "]\n"
+	ta := startTestAgent(t, content)
+	ta.waitAnswer("192.0.2.1")
+	if err := os.Remove(filepath.Join(ta.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	ta.waitLog("config file unreadable")
+	if v := ta.metric("nodedns_config_last_reload_successful"); v != 0 {
+		t.Errorf("last_reload_successful %v while unreadable, want 0", v)
+	}
+	ta.write(content)
+	deadline := time.Now().Add(5 * time.Second)
+	for ta.metric("nodedns_config_last_reload_successful") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("last_reload_successful still 0 with the file back:\n%s", ta.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if v := ta.metric(`nodedns_config_reloads_total{result="failure"}`); v != 1 {
+		t.Errorf("failures %v, want 1", v)
+	}
+	if _, err := ta.ask("after.example."); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestReloadOnSIGHUP: SIGHUP reloads the file at once (here the poll is
+// an hour away), and reloads it even when unchanged; without a file it is
+// logged and ignored. SIGHUP used to end the agent (Go's default), taking
+// the node's DNS down for an operator used to dnsmasq or unbound.
+func TestReloadOnSIGHUP(t *testing.T) {
+	up1 := dnstest.Start(t, answerWith("192.0.2.1"))
+	up2 := dnstest.Start(t, answerWith("192.0.2.2"))
+	ta := startTestAgentPoll(t, time.Hour, "lameduck: 0s\nupstream: ["+up1.Addr+"]\n")
+	ta.waitAnswer("192.0.2.1")
+	ta.write("lameduck: 0s\nupstream: [" + up2.Addr + "]\n")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	ta.waitLog("SIGHUP: reloading")
+	ta.waitAnswer("192.0.2.2")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for ta.metric(`nodedns_config_reloads_total{result="success"}`) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("an unchanged file on SIGHUP: successes %v, want 2", ta.metric(`nodedns_config_reloads_total{result="success"}`))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// Without --config: logged, and the agent keeps answering.
+	var logs syncBuffer
+	cfg, err := loadConfig([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--admin", "", "--loop-check=false", "--lameduck", "0s", "--upstream", up1.Addr}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, _ := newLogger("info", &logs)
+	a, err := build(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	other := &testAgent{t: t, a: a, addr: cfg.Listen[0], logs: &logs}
+	other.waitAnswer("192.0.2.1")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	other.waitLog("no --config file to reload")
+	other.waitAnswer("192.0.2.1")
 }

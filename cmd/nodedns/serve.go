@@ -79,7 +79,7 @@ func serve(args []string, stderr io.Writer) error {
 	log, level := newLogger(cfg.LogLevel, stderr)
 	slog.SetDefault(log)
 	for _, w := range res.warnings {
-		log.Warn("config: " + w)
+		log.Warn(w) // each names the file
 	}
 	if n := cfg.schedulerProcs(); n > 0 {
 		runtime.GOMAXPROCS(n)
@@ -272,7 +272,9 @@ func (a *agent) run(ctx context.Context) (err error) {
 	a.stopFwd = fcancel
 	go a.fwd.Load().Run(fctx)
 	defer a.cache.Close()
-	go a.watchConfig(ctx)
+	hup, stopHUP := notifyHUP()
+	defer stopHUP()
+	go a.watchConfig(ctx, hup)
 	go a.rec.Run(ctx)
 	a.startCluster(ctx)
 
