@@ -4,7 +4,8 @@
 //
 // One Counter is shared by every package that runs work of its own (the
 // server's query handling, the cache's background refreshes, the
-// forwarder's shared exchanges), so the agent reports one panic figure.
+// forwarder's shared exchanges and probes), so the agent reports one panic
+// figure.
 package recovery
 
 import (

@@ -14,6 +14,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/origin"
 	"github.com/nodedns/nodedns/pkg/recovery"
 )
@@ -74,6 +75,57 @@ func TestSharedExchangePanicRecovered(t *testing.T) {
 	}
 	if _, err := f.Exchange(context.Background(), testQuery("boom.example.")); err != nil {
 		t.Fatalf("after the panic: %v", err)
+	}
+}
+
+// TestProbePanicRecovered: a panic while probing a down server is
+// recovered, counted and logged; it neither takes the process down nor
+// stops the probes: the other down server is brought back in the same
+// round, and the one whose probe panicked once its probe works.
+func TestProbePanicRecovered(t *testing.T) {
+	a := dnstest.Start(t, dnstest.Zone(60))
+	b := dnstest.Start(t, dnstest.Zone(60))
+	panics := new(recovery.Counter)
+	f, err := New(Config{Servers: []string{a.Addr, b.Addr}, MaxFails: 1, ProbeInterval: 10 * time.Millisecond, Panics: panics, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bad *Server
+	for _, s := range f.Servers() {
+		s.fail(errors.New("timed out"))
+		if s.Addr == a.Addr {
+			bad = s
+		}
+	}
+	var mu sync.Mutex
+	left := 3 // the bad server's probe panics 3 times, then works
+	f.probe = func(ctx context.Context, s *Server) {
+		if s == bad {
+			mu.Lock()
+			boom := left > 0
+			left--
+			mu.Unlock()
+			if boom {
+				panic("bug in the probe")
+			}
+		}
+		s.probe(ctx)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(5 * time.Second)
+	for (bad.Down() || panics.Count() < 3) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, s := range f.Servers() {
+		if s.Down() {
+			t.Fatalf("server %s still down after the probe's panics (%d counted)", s.Addr, panics.Count())
+		}
+	}
+	if n := panics.Count(); n != 3 {
+		t.Fatalf("%d panics counted, want 3", n)
 	}
 }
 

@@ -77,8 +77,8 @@ type Config struct {
 	// bound. Work on no client's behalf (prefetch) has neither. See admit
 	// for the light clients these bounds never refuse.
 	MaxClientInflight, MaxNamespaceInflight int
-	// Panics counts panics recovered in shared exchanges; nil: a counter
-	// of the forwarder's own.
+	// Panics counts panics recovered in shared exchanges and in the
+	// probes of down servers; nil: a counter of the forwarder's own.
 	Panics *recovery.Counter
 	// MaxFails consecutive failures mark a server down; default 2.
 	MaxFails int
@@ -154,6 +154,9 @@ type Forwarder struct {
 	sem    chan struct{}
 	// run performs one shared exchange: exchange, or a test's stand-in.
 	run func(ctx context.Context, q *dns.Msg) (*dns.Msg, error)
+	// probe asks a down server whether it is back: (*Server).probe, or a
+	// test's stand-in.
+	probe func(ctx context.Context, s *Server)
 
 	mu       sync.Mutex
 	inflight map[flightKey]*flight
@@ -194,6 +197,7 @@ func New(cfg Config) (*Forwarder, error) {
 		byNamespace: make(map[string]int),
 	}
 	f.run = f.exchange
+	f.probe = func(ctx context.Context, s *Server) { s.probe(ctx) }
 	byAddr := map[string]*Server{}
 	zones := map[string]string{}
 	mk := func(zone string, addrs []string) (*group, error) {
@@ -275,12 +279,21 @@ func (f *Forwarder) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		for _, s := range f.Servers() {
-			if s.Down() {
-				s.probe(ctx)
-			}
-			s.expireIdle()
+			f.tend(ctx, s)
 		}
 	}
+}
+
+// tend probes s if it is down and closes its stale idle connections. A
+// panic there is recovered, counted and logged: the probes are what bring
+// a down server back, so they must outlive a bug met while probing one
+// server, and they must not take the agent down.
+func (f *Forwarder) tend(ctx context.Context, s *Server) {
+	defer f.cfg.Panics.Recover(f.log, "probing an upstream", "server", s.Addr)
+	if s.Down() {
+		f.probe(ctx, s)
+	}
+	s.expireIdle()
 }
 
 // Coalesced is how many queries were answered by joining another query's
