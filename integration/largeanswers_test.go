@@ -28,33 +28,33 @@ import (
 // (--cache-max-bytes) and keeps no reply over its entry limit, and the
 // work in flight is bounded per client; the test floods such names, the
 // client retrying each over TCP as stub resolvers do, and asserts the
-// agent's peak RSS.
+// agent's peak RSS. It does the same with ~12 KB answers, under the entry
+// limit, which the cache keeps until its byte bound evicts them.
 
-const (
-	bigTXTRecords = 250 // TXT records per answer
-	bigTXTLen     = 230 // bytes of text in each: ~60 KB an answer
-)
+// bigTXTLen is the bytes of text in each TXT record of a big answer.
+const bigTXTLen = 230
 
-// bigUpstream answers every A/TXT query under flood.test. with a ~60 KB
-// TXT answer: over UDP a TC reply (header and question), over TCP the
-// whole of it. The answer is packed once; each reply patches the ID and
+// bigUpstream answers every A/TXT query under flood.test. with a big TXT
+// answer (records of bigTXTLen bytes): over UDP a TC reply (header and
+// question), over TCP the whole of it. The answer is packed once; each reply patches the ID and
 // the question (the owners are pointers to it).
 type bigUpstream struct {
 	udp      net.PacketConn
 	tcp      net.Listener
 	template []byte
+	records  int // TXT records in the answer
 	qlen     int // length of the question name in the template
 	udpN     atomic.Int64
 	tcpN     atomic.Int64
 }
 
-func startBigUpstream(t *testing.T, nameLen int) *bigUpstream {
+func startBigUpstream(t *testing.T, nameLen, records int) *bigUpstream {
 	t.Helper()
 	name := strings.Repeat("x", nameLen-len(".flood.test.")) + ".flood.test."
 	m := new(dns.Msg)
 	m.SetQuestion(name, dns.TypeTXT)
 	m.Response, m.Authoritative = true, true
-	for i := 0; i < bigTXTRecords; i++ {
+	for i := 0; i < records; i++ {
 		m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 3600},
 			Txt: []string{fmt.Sprintf("%04d%s", i, strings.Repeat("z", bigTXTLen-4))}})
 	}
@@ -63,7 +63,7 @@ func startBigUpstream(t *testing.T, nameLen int) *bigUpstream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &bigUpstream{template: tpl, qlen: len(name) + 1}
+	u := &bigUpstream{template: tpl, records: records, qlen: len(name) + 1}
 	// UDP and TCP on one port: a free UDP port may be taken for TCP.
 	for try := 0; ; try++ {
 		if u.udp, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
@@ -167,6 +167,16 @@ func optRecord(q []byte) []byte {
 func floodName() string { return fmt.Sprintf("r%016x.flood.test.", rand.Uint64()) }
 
 func TestLargeAnswerFloodRSS(t *testing.T) {
+	// ~60 KB: over the entry limit, answered and never kept.
+	t.Run("60KB answers", func(t *testing.T) { floodRSS(t, 250, false) })
+	// ~12 KB: kept, 10,000 of them (~120 MB) under a 16 MiB bound.
+	t.Run("12KB answers", func(t *testing.T) { floodRSS(t, 50, true) })
+}
+
+// floodRSS floods the agent with 10,000 random names whose answers have
+// records TXT records; kept says whether the cache should keep them (fill
+// up to its byte bound) or find them all too large.
+func floodRSS(t *testing.T, records int, kept bool) {
 	const (
 		names   = 10000
 		workers = 96
@@ -175,7 +185,7 @@ func TestLargeAnswerFloodRSS(t *testing.T) {
 		cacheMax = 16 << 20
 	)
 	nameLen := len(floodName())
-	up := startBigUpstream(t, nameLen)
+	up := startBigUpstream(t, nameLen, records)
 	dnsPort, adminPort := agentPorts(t)
 	addr := "127.0.0.1:" + strconv.Itoa(dnsPort)
 	admin := "127.0.0.1:" + strconv.Itoa(adminPort)
@@ -240,7 +250,7 @@ func TestLargeAnswerFloodRSS(t *testing.T) {
 				udpTC.Add(1)
 				// As a stub resolver does after TC: the same over TCP.
 				n, err := rawTCPAnswerCount(addr, m)
-				if err != nil || n != bigTXTRecords {
+				if err != nil || n != records {
 					failed.Add(1)
 					firstErr.CompareAndSwap(nil, fmt.Sprintf("TCP %s: %d answers, %v", name, n, err))
 					continue
@@ -288,6 +298,12 @@ func TestLargeAnswerFloodRSS(t *testing.T) {
 	}
 	if st.Cache.Bytes > cacheMax || st.Cache.MaxBytes != cacheMax {
 		t.Errorf("cache holds %d bytes, bound %d (reported max %d)", st.Cache.Bytes, cacheMax, st.Cache.MaxBytes)
+	}
+	if kept && (st.Cache.TooLarge != 0 || st.Cache.Bytes < cacheMax*3/4) {
+		t.Errorf("answers under the entry limit: %d too large, %d bytes kept; want none too large and the cache filled to its bound", st.Cache.TooLarge, st.Cache.Bytes)
+	}
+	if !kept && (st.Cache.Entries != 0 || st.Cache.TooLarge < names) {
+		t.Errorf("answers over the entry limit: %d kept, %d too large; want none kept", st.Cache.Entries, st.Cache.TooLarge)
 	}
 	// The bound: what the agent held at start, the cache's byte budget,
 	// and room for the exchanges in flight and the Go heap's headroom.
