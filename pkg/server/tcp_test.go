@@ -2,6 +2,7 @@ package server
 
 import (
 	"net"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -162,5 +163,64 @@ func TestTCPIdleConnectionsMakeRoom(t *testing.T) {
 	}
 	if st := s.Stats(); st.TCPEvicted != 2 || st.TCPClientLimited != 0 || st.Overloaded != 0 {
 		t.Fatalf("stats %+v: want 2 idle connections closed and nothing refused", st)
+	}
+}
+
+// TestTCPIdleOrderIsArrivalOrder: connections are idle from their arrival,
+// not from when their goroutines first run, so the one closed to make room
+// is the one that has waited longest whatever the scheduler did. Here the
+// second connection's goroutine runs before the first's (as under load);
+// the first is still the one closed.
+func TestTCPIdleOrderIsArrivalOrder(t *testing.T) {
+	s, _ := start(t, Config{Resolver: &fakeResolver{}, MaxTCPConns: 2, TCPIdleTimeout: time.Minute})
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// conn returns the server end of a new connection from src, and
+	// closes the client end at test end.
+	conn := func(src string) *net.TCPConn {
+		c, err := dialFrom(t, src, l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		sc, err := l.AcceptTCP()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sc
+	}
+	admit := func(src string) *tcpState {
+		st, ok := s.admitTCP(conn(src), netip.MustParseAddr(src))
+		if !ok {
+			t.Fatalf("connection from %s refused", src)
+		}
+		return st
+	}
+	serve := func(st *tcpState) {
+		s.wg.Add(1)
+		go s.serveTCP(st, 0)
+		waitFor(t, func() bool { return st.idleSince.Load() != 0 })
+	}
+	first := admit("127.0.0.2")
+	time.Sleep(2 * time.Millisecond)
+	second := admit("127.0.0.4")
+	serve(second)
+	time.Sleep(2 * time.Millisecond)
+	serve(first)
+
+	third := admit("127.0.0.3")
+	serve(third)
+	select {
+	case <-first.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the connection that arrived first was not the one closed")
+	}
+	select {
+	case <-second.done:
+		t.Fatal("the connection that arrived second was closed")
+	default:
 	}
 }
