@@ -55,7 +55,7 @@ func (a *agent) wireCluster(scfg *server.Config) error {
 		}
 	}
 	if a.cfg.ClusterDNS != "" {
-		fwd, err := upstream.New(upstream.Config{Servers: []string{a.cfg.ClusterDNS}, Policy: upstream.Sequential, Logger: a.log})
+		fwd, err := upstream.New(upstream.Config{Servers: []string{a.cfg.ClusterDNS}, Policy: upstream.Sequential, Logger: a.upLog})
 		if err != nil {
 			return fmt.Errorf("--cluster-dns: %w", err)
 		}

@@ -67,7 +67,7 @@ func (a *agent) reload(old Config) Config {
 		return old
 	}
 	if !reflect.DeepEqual([]any{cfg.Upstream, cfg.Stubs, cfg.Policy}, []any{old.Upstream, old.Stubs, old.Policy}) {
-		fwd, err := newForwarder(cfg, a.log)
+		fwd, err := newForwarder(cfg, a.upLog)
 		if err != nil {
 			a.log.Error("config reload rejected; keeping the running configuration", "err", err)
 			return old

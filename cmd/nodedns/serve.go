@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/admin"
 	"github.com/nodedns/nodedns/pkg/cache"
+	"github.com/nodedns/nodedns/pkg/errlog"
 	"github.com/nodedns/nodedns/pkg/intercept"
 	"github.com/nodedns/nodedns/pkg/k8s"
 	"github.com/nodedns/nodedns/pkg/metrics"
@@ -48,6 +49,11 @@ type agent struct {
 	// probes (both used by the reload goroutine only, after run set them).
 	runCtx  context.Context
 	stopFwd context.CancelFunc
+	// failures limits the warn lines written for failures (SERVFAILs sent,
+	// upstream exchanges failed); upLog is the logger upstream forwarders
+	// get, limited per message by it.
+	failures *errlog.Limiter
+	upLog    *slog.Logger
 }
 
 // newLogger returns a text logger at level (validated by the config);
@@ -194,7 +200,9 @@ func cacheConfig(cfg Config, log *slog.Logger) cache.Config {
 
 func build(cfg Config, log *slog.Logger) (*agent, error) {
 	a := &agent{cfg: cfg, log: log, started: time.Now()}
-	fwd, err := newForwarder(cfg, log)
+	a.failures = errlog.New(log, errlog.Config{})
+	a.upLog = slog.New(a.failures.Handler(log.Handler()))
+	fwd, err := newForwarder(cfg, a.upLog)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +215,7 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 		return nil, err
 	}
 	listen := listenAddrs(cfg)
-	scfg := server.Config{Observer: a.rec, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
+	scfg := server.Config{Observer: a.rec, Failures: a.failures, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
 		MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.udpSockets(), Logger: log}
 	if err := a.wireCluster(&scfg); err != nil {
 		return nil, err
@@ -235,6 +243,7 @@ func (a *agent) run(ctx context.Context) error {
 	defer a.cache.Close()
 	go a.watchConfig(ctx)
 	go a.rec.Run(ctx)
+	go a.failures.Run(ctx)
 	a.startCluster(ctx)
 
 	// The link first (the addresses must exist to be bound), then the

@@ -26,6 +26,10 @@ type request struct {
 	parsed bool
 	// raw is the packet; rawQuestion reads the question bytes from it.
 	raw []byte
+	// fail and failErr say why the server answers SERVFAIL, for the
+	// failure log (failures.go); empty when a stage answered it.
+	fail    string
+	failErr error
 }
 
 func (r *request) setMaxSize(maxUDP int) {
@@ -45,7 +49,7 @@ func (s *Server) encode(dst []byte, r *request, m *dns.Msg) []byte {
 	start := len(dst)
 	dst, err := s.pack(dst, r, m)
 	if err != nil {
-		s.log.Warn("packing reply failed", "name", r.q.Name, "type", r.q.Type, "err", err)
+		r.fail, r.failErr = failPack, err
 		return s.errorReply(dst[:start], r, dns.RcodeServerFailure)
 	}
 	return s.finish(dst, start, r, m.Rcode)

@@ -32,7 +32,8 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 		if p := recover(); p != nil {
 			s.panics.Add(1)
 			s.log.Error("panic answering query", "name", r.q.Name, "type", r.q.Type, "panic", fmt.Sprint(p))
-			out, v = s.errorReply(dst[:0], r, dns.RcodeServerFailure), verdictReply
+			r.fail = failPanic
+			out, v = s.reply(dst[:0], r, dns.RcodeServerFailure, SourceLocal), verdictReply
 		}
 	}()
 	err := dnswire.ParseQuery(r.raw, &r.q)
@@ -103,6 +104,7 @@ func (s *Server) slow(ctx context.Context, dst []byte, r *request) (out []byte) 
 		if p := recover(); p != nil {
 			s.panics.Add(1)
 			s.log.Error("panic answering query", "name", r.q.Name, "type", r.q.Type, "panic", fmt.Sprint(p))
+			r.fail = failPanic
 			out = s.reply(dst[:0], r, dns.RcodeServerFailure, SourceLocal)
 		}
 	}()
@@ -115,9 +117,7 @@ func (s *Server) slow(ctx context.Context, dst []byte, r *request) (out []byte) 
 	}
 	m, src, err := s.answer(ctx, r.q.Name, r.q.Type, r.q.DO, r.q.CD())
 	if err != nil {
-		if loop := s.loopName.Load().(string); loop == "" || r.q.Name != loop {
-			s.log.Debug("resolution failed", "name", r.q.Name, "type", r.q.Type, "err", err)
-		}
+		r.fail, r.failErr = failureReason(err), err
 		return s.reply(dst, r, dns.RcodeServerFailure, src)
 	}
 	return s.send(dst, r, m, src, 0, 0)
@@ -170,11 +170,11 @@ func query(name string, qtype uint16, do, cd bool) *dns.Msg {
 // false NXDOMAIN.
 func (s *Server) beforeSync(ctx context.Context, name string, qtype uint16) (*dns.Msg, Source, error) {
 	if s.cfg.ClusterDNS == nil {
-		return nil, SourceCluster, errors.New("cluster index not synced and no --cluster-dns")
+		return nil, SourceCluster, errNotSynced
 	}
 	m, err := s.cfg.ClusterDNS.Exchange(ctx, query(name, qtype, false, false))
 	if err != nil {
-		return nil, SourceUpstream, fmt.Errorf("asking cluster DNS before sync: %w", err)
+		return nil, SourceUpstream, fmt.Errorf("%w before sync: %w", errClusterDNS, err)
 	}
 	return m, SourceUpstream, nil
 }
@@ -207,7 +207,11 @@ func (s *Server) externalName(ctx context.Context, res ClusterResult, qtype uint
 // send encodes m as the reply to r, appends it and reports it.
 func (s *Server) send(dst []byte, r *request, m *dns.Msg, src Source, steps, saved int) []byte {
 	out := s.encode(dst, r, m)
-	s.observe(r, src, m.Rcode, steps, saved)
+	rcode := m.Rcode
+	if r.fail == failPack {
+		rcode = dns.RcodeServerFailure
+	}
+	s.observe(r, src, rcode, steps, saved)
 	return out
 }
 
@@ -219,6 +223,9 @@ func (s *Server) reply(dst []byte, r *request, rcode int, src Source) []byte {
 }
 
 func (s *Server) observe(r *request, src Source, rcode, steps, saved int) {
+	if rcode == dns.RcodeServerFailure && s.cfg.Failures != nil {
+		s.logFailure(r, src)
+	}
 	if s.cfg.Observer == nil {
 		return
 	}

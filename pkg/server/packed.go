@@ -135,7 +135,7 @@ func (s *Server) sendCluster(dst []byte, r *request, m *dns.Msg) []byte {
 	} else {
 		var err error
 		if dst, err = s.pack(dst, r, m); err != nil {
-			s.log.Warn("packing cluster reply failed", "name", r.q.Name, "type", r.q.Type, "err", err)
+			r.fail, r.failErr = failPack, err
 			return s.reply(dst[:start], r, dns.RcodeServerFailure, SourceLocal)
 		}
 		if n := len(dst) - start; n <= maxPackedReply {

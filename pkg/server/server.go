@@ -52,6 +52,9 @@ type Config struct {
 	HitCache HitCache
 	// Observer is told about every answer; nil: nobody.
 	Observer Observer
+	// Failures rate-limits the warn line written for every SERVFAIL the
+	// server sends (failures.go); nil: no such lines.
+	Failures FailureLimiter
 
 	// SocketsPerAddr is the number of SO_REUSEPORT UDP sockets (each with
 	// its own reader) per listen address; default GOMAXPROCS.

@@ -121,4 +121,5 @@ const (
 	SourceUpstream Source = "upstream"
 	SourceAutopath Source = "autopath"
 	SourceLocal    Source = "local" // answered by the server itself (errors, ANY, ...)
+	SourceHosts    Source = "hosts" // static records (Config.Hosts)
 )

@@ -145,6 +145,7 @@ func (s *Server) serveTCP(c *net.TCPConn) {
 		slots <- struct{}{}
 		if !s.admit(client) {
 			<-slots
+			r.fail = failOverloaded
 			t.write(s.reply(nil, r, dns.RcodeServerFailure, SourceLocal))
 			continue
 		}

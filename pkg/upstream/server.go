@@ -71,9 +71,13 @@ func (s *Server) Stats() ServerStats {
 	return st
 }
 
+// fail records a failed attempt. Every one is logged at warn level: the
+// agent's logger limits such lines per message (pkg/errlog), so a dead
+// upstream costs a burst and then a line a second, not one per query.
 func (s *Server) fail(err error) {
 	s.failures.Add(1)
 	s.lastErr.Store(err.Error())
+	s.cfg.Logger.Warn("upstream exchange failed", "component", "upstream", "server", s.Addr, "err", err)
 	if int(s.consecutive.Add(1)) >= s.cfg.MaxFails && !s.down.Swap(true) {
 		s.cfg.Logger.Warn("upstream marked down", "component", "upstream", "server", s.Addr, "err", err)
 	}
