@@ -77,6 +77,9 @@ type Config struct {
 	LogLevel   string  `json:"log-level"`
 	LogQueries float64 `json:"log-queries"`
 
+	// Drop-in features of CoreDNS plugins (dropin.go); file keys only.
+	Hosts *HostsConfig `json:"hosts"`
+
 	// path is the --config file, watched for live reload.
 	path string
 	// searchSet records whether --search was given, since an empty list
@@ -317,6 +320,9 @@ func (c *Config) validate() error {
 		return errors.New("--cluster-domain: want at least one domain")
 	}
 	if err := clusterConfig(*c).Validate(); err != nil {
+		return err
+	}
+	if err := c.validateDropIn(); err != nil {
 		return err
 	}
 	if len(c.Listen) == 0 && len(c.LocalIP) == 0 {

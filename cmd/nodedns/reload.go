@@ -58,7 +58,7 @@ func (a *agent) watchConfig(ctx context.Context) {
 
 // reload reads the configuration again and applies what can change while
 // serving: upstreams and stub domains, cache size and TTL bounds,
-// serve-stale and prefetch, search domains and autopath, log level. Sockets
+// serve-stale and prefetch, search domains and autopath, hosts, log level. Sockets
 // are not touched, so no query is dropped. A bad file changes nothing.
 func (a *agent) reload(old Config) Config {
 	cfg, err := loadConfig(a.args, io.Discard)
@@ -81,6 +81,13 @@ func (a *agent) reload(old Config) Config {
 	zone := "cluster.local."
 	if a.ix != nil {
 		zone = a.ix.Zone()
+	}
+	hc := hostsConfig(cfg.Hosts)
+	hc.Logger = a.log
+	if err := a.hosts.Update(hc); err != nil {
+		// validate read the file moments ago; it changed since.
+		a.log.Error("config reload: hosts rejected; keeping the running records", "err", err)
+		cfg.Hosts = old.Hosts
 	}
 	a.srv.SetSearchPath(cfg.Autopath, searchDomains(cfg, zone))
 	_ = a.level.UnmarshalText([]byte(cfg.LogLevel))

@@ -19,6 +19,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/admin"
 	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/errlog"
+	"github.com/nodedns/nodedns/pkg/hosts"
 	"github.com/nodedns/nodedns/pkg/intercept"
 	"github.com/nodedns/nodedns/pkg/k8s"
 	"github.com/nodedns/nodedns/pkg/metrics"
@@ -54,6 +55,9 @@ type agent struct {
 	// get, limited per message by it.
 	failures *errlog.Limiter
 	upLog    *slog.Logger
+	// hosts holds the static records (none when the key is absent); a
+	// reload replaces them.
+	hosts *hosts.Hosts
 }
 
 // newLogger returns a text logger at level (validated by the config);
@@ -214,8 +218,13 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 	if a.rec, err = a.newRecorder(); err != nil {
 		return nil, err
 	}
+	hc := hostsConfig(cfg.Hosts)
+	hc.Logger = log
+	if a.hosts, err = hosts.New(hc); err != nil {
+		return nil, fmt.Errorf("hosts: %w", err)
+	}
 	listen := listenAddrs(cfg)
-	scfg := server.Config{Observer: a.rec, Failures: a.failures, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
+	scfg := server.Config{Observer: a.rec, Failures: a.failures, Hosts: a.hosts, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
 		MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.udpSockets(), Logger: log}
 	if err := a.wireCluster(&scfg); err != nil {
 		return nil, err
@@ -244,6 +253,7 @@ func (a *agent) run(ctx context.Context) error {
 	go a.watchConfig(ctx)
 	go a.rec.Run(ctx)
 	go a.failures.Run(ctx)
+	go a.hosts.Run(ctx)
 	a.startCluster(ctx)
 
 	// The link first (the addresses must exist to be bound), then the

@@ -79,12 +79,17 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 		}
 		return dst, verdictSlow
 	}
+	if s.cfg.Hosts != nil {
+		if m, ok := s.cfg.Hosts.Lookup(r.q.Name, r.q.Type); ok {
+			return s.sendCluster(dst, r, m, SourceHosts), verdictReply
+		}
+	}
 	if s.cfg.Cluster != nil {
 		if res, ok := s.cfg.Cluster.Lookup(r.q.Name, r.q.Type); ok {
 			if res.NotSynced || res.ExternalTarget != "" {
 				return dst, verdictSlow
 			}
-			return s.sendCluster(dst, r, res.Msg), verdictReply
+			return s.sendCluster(dst, r, res.Msg, SourceCluster), verdictReply
 		}
 	}
 	if s.cfg.HitCache != nil {
@@ -123,12 +128,17 @@ func (s *Server) slow(ctx context.Context, dst []byte, r *request) (out []byte) 
 	return s.send(dst, r, m, src, 0, 0)
 }
 
-// answer resolves one (name, type): the cluster zone when the name is the
-// cluster's, else cache and upstream. It is the step the search-path walk
+// answer resolves one (name, type): static records, then the cluster zone
+// when the name is the cluster's, else cache and upstream. It is the step the search-path walk
 // repeats.
 func (s *Server) answer(ctx context.Context, name string, qtype uint16, do, cd bool) (*dns.Msg, Source, error) {
 	if loop := s.loopName.Load().(string); loop != "" && name == loop {
 		s.loopSeen.Add(1)
+	}
+	if s.cfg.Hosts != nil {
+		if m, ok := s.cfg.Hosts.Lookup(name, qtype); ok {
+			return m, SourceHosts, nil
+		}
 	}
 	if s.cfg.Cluster != nil {
 		if res, ok := s.cfg.Cluster.Lookup(name, qtype); ok {

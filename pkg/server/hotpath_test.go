@@ -12,6 +12,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/cache"
+	"github.com/nodedns/nodedns/pkg/hosts"
 )
 
 // noUpstream fails every exchange; the hit-path tests never reach it.
@@ -22,8 +23,9 @@ func (noUpstream) Exchange(context.Context, *dns.Msg) (*dns.Msg, error) {
 }
 
 // hotServer returns a server (no sockets) whose cache holds
-// www.example.test A and whose cluster knows web.team-a.
-func hotServer(tb testing.TB) *Server {
+// www.example.test A and whose cluster knows web.team-a; opts adjust its
+// configuration (static records, load balancing).
+func hotServer(tb testing.TB, opts ...func(*Config)) *Server {
 	tb.Helper()
 	c, err := cache.New(cache.Config{Size: 1000}, noUpstream{})
 	if err != nil {
@@ -35,7 +37,11 @@ func hotServer(tb testing.TB) *Server {
 	r.Response = true
 	r.Answer = []dns.RR{mustRR("www.example.test. 300 IN A 192.0.2.1")}
 	c.Put(cache.KeyOf(r), r)
-	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, Resolver: c, HitCache: c, Cluster: &stableCluster{inner: testCluster()}})
+	cfg := Config{Listen: []string{"127.0.0.1:0"}, Resolver: c, HitCache: c, Cluster: &stableCluster{inner: testCluster()}}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -68,8 +74,17 @@ func serveOnce(s *Server, pkt, out []byte) ([]byte, verdict) {
 // TestHotPathAllocs pins the allocation count of a cache hit and of a
 // cluster answer on the reader: the per-query cost a node pays thousands of
 // times a second.
+//
+// The same holds with the drop-in features on: static records consulted
+// before everything (and answering), load balancing rotating the answers.
 func TestHotPathAllocs(t *testing.T) {
-	s := hotServer(t)
+	servers := []struct {
+		name string
+		s    *Server
+	}{
+		{"", hotServer(t)},
+		{"with hosts", hotServer(t, withHosts(t))},
+	}
 	out := make([]byte, 0, 4096)
 	cases := []struct {
 		name string
@@ -79,15 +94,35 @@ func TestHotPathAllocs(t *testing.T) {
 		{"cache hit", packet(t, "Www.Example.Test.", dns.TypeA, true), 0},
 		{"cluster answer", packet(t, "web.team-a.svc.cluster.local.", dns.TypeA, true), 0},
 	}
-	for _, c := range cases {
-		if _, v := serveOnce(s, c.pkt, out); v != verdictReply {
-			t.Fatalf("%s: verdict %d, want a reply on the reader", c.name, v)
+	for _, sv := range servers {
+		cs := cases
+		if sv.name == "with hosts" {
+			cs = append(cs[:len(cs):len(cs)], struct {
+				name string
+				pkt  []byte
+				max  float64
+			}{"hosts answer", packet(t, "Static.Example.", dns.TypeA, true), 0})
 		}
-		n := testing.AllocsPerRun(200, func() { serveOnce(s, c.pkt, out) })
-		if n > c.max {
-			t.Errorf("%s: %.1f allocations per query, want at most %.0f", c.name, n, c.max)
+		for _, c := range cs {
+			if _, v := serveOnce(sv.s, c.pkt, out); v != verdictReply {
+				t.Fatalf("%s %s: verdict %d, want a reply on the reader", c.name, sv.name, v)
+			}
+			n := testing.AllocsPerRun(200, func() { serveOnce(sv.s, c.pkt, out) })
+			if n > c.max {
+				t.Errorf("%s %s: %.1f allocations per query, want at most %.0f", c.name, sv.name, n, c.max)
+			}
 		}
 	}
+}
+
+// withHosts configures static records (static.example, falling through for
+// every other name) in front of the other stages.
+func withHosts(tb testing.TB) func(*Config) {
+	h, err := hosts.New(hosts.Config{Entries: []string{"192.0.2.50 static.example", "192.0.2.51 static.example"}, Fallthrough: []string{}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return func(c *Config) { c.Hosts = h }
 }
 
 func BenchmarkFastCacheHit(b *testing.B) {

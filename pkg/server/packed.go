@@ -124,8 +124,9 @@ func (sh *packedShard) add(k packedKey, m *dns.Msg, wire []byte, now int64, budg
 	}
 }
 
-// sendCluster appends the reply to r for the cluster's message m.
-func (s *Server) sendCluster(dst []byte, r *request, m *dns.Msg) []byte {
+// sendCluster appends the reply to r for m, a message the stage src (the
+// cluster zone or static records) keeps until its records change.
+func (s *Server) sendCluster(dst []byte, r *request, m *dns.Msg, src Source) []byte {
 	start := len(dst)
 	k := packedKey{name: r.q.Name, qtype: r.q.Type}
 	sh := s.packed.shard(k.name)
@@ -145,6 +146,6 @@ func (s *Server) sendCluster(dst []byte, r *request, m *dns.Msg) []byte {
 		}
 	}
 	dst = s.finish(dst, start, r, m.Rcode)
-	s.observe(r, SourceCluster, m.Rcode, 0, 0)
+	s.observe(r, src, m.Rcode, 0, 0)
 	return dst
 }

@@ -27,10 +27,11 @@ import (
 
 // Config configures a Server. Zero values take the defaults named.
 //
-// Resolution order for one query: a cache hit (HitCache) on the socket's
-// reader; then, off the reader, the cluster zone (Cluster); the search-path
-// walk for pods on this node (Pods, when Autopath); then Resolver (cache and
-// upstream).
+// Resolution order for one query, as CoreDNS's plugin order has it: the
+// search-path walk for pods on this node (Pods, when Autopath), each step of
+// which is resolved as below; static records (Hosts); the cluster zone
+// (Cluster); a cache hit (HitCache); Resolver (cache and upstream). All but
+// the last are tried on the socket's reader when they need no waiting.
 type Config struct {
 	// Listen holds host:port addresses; UDP and TCP are served on each.
 	Listen []string
@@ -39,6 +40,8 @@ type Config struct {
 	// ClusterDNS, when set, answers cluster-zone queries until Cluster has
 	// synced; without it they get SERVFAIL (never a false NXDOMAIN).
 	ClusterDNS Exchanger
+	// Hosts answers static records before everything else; nil: none.
+	Hosts Hosts
 	// Pods maps clients to namespaces for the search-path walk.
 	Pods Pods
 	// Autopath enables the server-side search-path walk.

@@ -95,6 +95,11 @@ func (s *Server) walkFast(dst []byte, r *request) ([]byte, bool) {
 
 // peek returns the answer for (name, r's type) if it needs no waiting.
 func (s *Server) peek(name string, r *request) (*dns.Msg, bool) {
+	if s.cfg.Hosts != nil {
+		if m, ok := s.cfg.Hosts.Lookup(name, r.q.Type); ok {
+			return m, true
+		}
+	}
 	if res, ok := s.cfg.Cluster.Lookup(name, r.q.Type); ok {
 		if res.NotSynced || res.ExternalTarget != "" {
 			return nil, false
