@@ -77,8 +77,11 @@ type Config struct {
 	LogLevel   string  `json:"log-level"`
 	LogQueries float64 `json:"log-queries"`
 
-	// Drop-in features of CoreDNS plugins (dropin.go); file keys only.
-	Hosts *HostsConfig `json:"hosts"`
+	// Drop-in features of CoreDNS plugins (dropin.go). hosts and rewrite
+	// are file keys only.
+	Hosts       *HostsConfig  `json:"hosts"`
+	Rewrite     []RewriteRule `json:"rewrite"`
+	LoadBalance string        `json:"loadbalance"`
 
 	// path is the --config file, watched for live reload.
 	path string
@@ -189,6 +192,7 @@ func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
 	fs.Var(&c.SyncInterval, "sync-interval", "how often the link and rules are checked and repaired (a Go duration)")
 	fs.BoolVar(&c.Teardown, "teardown", c.Teardown, "remove rules and link on exit when no other agent serves the addresses")
 	fs.Var(&c.Lameduck, "lameduck", "on SIGTERM: report not ready and keep answering this long before exiting")
+	fs.StringVar(&c.LoadBalance, "loadbalance", c.LoadBalance, "round_robin: rotate the order of A and AAAA records in every reply, as CoreDNS's loadbalance (empty: off)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.Float64Var(&c.LogQueries, "log-queries", c.LogQueries, "fraction of queries to log (0 to 1)")
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nodedns/nodedns/pkg/hosts"
+	"github.com/nodedns/nodedns/pkg/rewrite"
 )
 
 // HostsConfig is the `hosts:` key: static records answered before the
@@ -92,10 +93,54 @@ func (z ZoneList) String() string {
 	return strings.Join(z.Zones, ",")
 }
 
+// RewriteRule is one entry of the `rewrite:` key: CoreDNS's `rewrite
+// [stop|continue] name TYPE FROM TO answer auto` (pkg/rewrite).
+type RewriteRule struct {
+	// Type is exact (default), prefix, suffix, substring or regex.
+	Type string `json:"type"`
+	From string `json:"from"`
+	// To may use {0}, {1}.. captures of a regex From.
+	To string `json:"to"`
+	// Mode is stop (default: a match ends the list) or continue.
+	Mode string `json:"mode"`
+}
+
+// newRewriter builds the rules of the `rewrite:` key; nil when there are
+// none.
+func newRewriter(rules []RewriteRule) (*rewrite.Rewriter, error) {
+	if len(rules) == 0 {
+		return nil, nil
+	}
+	rs := make([]rewrite.Rule, 0, len(rules))
+	for i, r := range rules {
+		switch r.Mode {
+		case "", "stop", "continue":
+		default:
+			return nil, fmt.Errorf("rewrite rule %d: mode %q: want stop or continue", i+1, r.Mode)
+		}
+		rs = append(rs, rewrite.Rule{Type: r.Type, From: r.From, To: r.To, Continue: r.Mode == "continue"})
+	}
+	return rewrite.New(rs)
+}
+
+// Load-balancing policies of --loadbalance.
+const (
+	loadBalanceOff        = ""
+	loadBalanceRoundRobin = "round_robin"
+)
+
 // validateDropIn checks the keys of issue 15's drop-in features.
 func (c *Config) validateDropIn() error {
 	if err := hosts.Check(hostsConfig(c.Hosts)); err != nil {
 		return fmt.Errorf("hosts: %w", err)
+	}
+	if _, err := newRewriter(c.Rewrite); err != nil {
+		return err
+	}
+	switch c.LoadBalance {
+	case loadBalanceOff, loadBalanceRoundRobin:
+	default:
+		return fmt.Errorf("--loadbalance %q: want round_robin (or empty for off)", c.LoadBalance)
 	}
 	return nil
 }

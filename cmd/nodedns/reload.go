@@ -58,7 +58,8 @@ func (a *agent) watchConfig(ctx context.Context) {
 
 // reload reads the configuration again and applies what can change while
 // serving: upstreams and stub domains, cache size and TTL bounds,
-// serve-stale and prefetch, search domains and autopath, hosts, log level. Sockets
+// serve-stale and prefetch, search domains and autopath, hosts, rewrite,
+// loadbalance, log level. Sockets
 // are not touched, so no query is dropped. A bad file changes nothing.
 func (a *agent) reload(old Config) Config {
 	cfg, err := loadConfig(a.args, io.Discard)
@@ -89,6 +90,15 @@ func (a *agent) reload(old Config) Config {
 		a.log.Error("config reload: hosts rejected; keeping the running records", "err", err)
 		cfg.Hosts = old.Hosts
 	}
+	if rw, err := newRewriter(cfg.Rewrite); err != nil {
+		a.log.Error("config reload: rewrite rejected; keeping the running rules", "err", err)
+		cfg.Rewrite = old.Rewrite
+	} else if rw == nil {
+		a.srv.SetRewriter(nil)
+	} else {
+		a.srv.SetRewriter(rw)
+	}
+	a.srv.SetLoadBalance(cfg.LoadBalance == loadBalanceRoundRobin)
 	a.srv.SetSearchPath(cfg.Autopath, searchDomains(cfg, zone))
 	_ = a.level.UnmarshalText([]byte(cfg.LogLevel))
 	for _, name := range restartOnly(old, cfg) {

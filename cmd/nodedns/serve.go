@@ -223,11 +223,18 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 	if a.hosts, err = hosts.New(hc); err != nil {
 		return nil, fmt.Errorf("hosts: %w", err)
 	}
+	rw, err := newRewriter(cfg.Rewrite)
+	if err != nil {
+		return nil, err
+	}
 	listen := listenAddrs(cfg)
-	scfg := server.Config{Observer: a.rec, Failures: a.failures, Hosts: a.hosts, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
+	scfg := server.Config{Observer: a.rec, Failures: a.failures, Hosts: a.hosts, LoadBalance: cfg.LoadBalance == loadBalanceRoundRobin, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
 		MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.udpSockets(), Logger: log}
 	if err := a.wireCluster(&scfg); err != nil {
 		return nil, err
+	}
+	if rw != nil {
+		scfg.Rewriter = rw
 	}
 	a.srv, err = server.New(scfg)
 	if err != nil {

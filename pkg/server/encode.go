@@ -30,6 +30,10 @@ type request struct {
 	// failure log (failures.go); empty when a stage answered it.
 	fail    string
 	failErr error
+	// asked is the name the client asked when a rewrite rule changed
+	// q.Name (rewrite.go); revert maps a reply's names back to it.
+	asked  string
+	revert func(*dns.Msg) *dns.Msg
 }
 
 func (r *request) setMaxSize(maxUDP int) {
@@ -59,7 +63,7 @@ func (s *Server) encode(dst []byte, r *request, m *dns.Msg) []byte {
 // flags as m has them. finish makes it the reply to a particular request.
 func (s *Server) pack(dst []byte, r *request, m *dns.Msg) ([]byte, error) {
 	out := dns.Msg{MsgHdr: m.MsgHdr, Compress: true, Answer: m.Answer, Ns: m.Ns, Extra: m.Extra}
-	out.Question = []dns.Question{{Name: r.q.Name, Qtype: r.q.Type, Qclass: r.q.Class}}
+	out.Question = []dns.Question{{Name: r.askedName(), Qtype: r.q.Type, Qclass: r.q.Class}}
 	if hasOPT(m.Extra) {
 		out.Extra = make([]dns.RR, 0, len(m.Extra))
 		for _, rr := range m.Extra {
@@ -106,6 +110,12 @@ func (s *Server) finish(dst []byte, start int, r *request, rcode int) []byte {
 	n := len(r.q.RawName)
 	if len(m) >= dnswire.HeaderLen+n && binary.BigEndian.Uint16(m[4:]) == 1 {
 		copy(m[dnswire.HeaderLen:], r.q.RawName)
+	}
+	if rcode == dns.RcodeSuccess && s.loadBalance.Load() {
+		// Round robin, as CoreDNS's loadbalance: each reply's address
+		// RRsets rotated one step further than the last reply's, in the
+		// copy being sent (never in a stored reply).
+		dnswire.RotateAddrs(m, s.rotation.Add(1))
 	}
 	if r.q.EDNS {
 		dst = appendOPT(dst, start, r, rcode)

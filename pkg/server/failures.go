@@ -81,9 +81,12 @@ func (s *Server) logFailure(r *request, src Source) {
 	if !ok {
 		return
 	}
-	attrs := []slog.Attr{slog.String("reason", reason), slog.String("name", r.q.Name),
+	attrs := []slog.Attr{slog.String("reason", reason), slog.String("name", r.askedName()),
 		slog.String("type", dns.Type(r.q.Type).String()), slog.String("client", r.client.String()),
 		slog.String("proto", r.proto), slog.String("source", string(src))}
+	if r.asked != "" {
+		attrs = append(attrs, slog.String("rewritten", r.q.Name))
+	}
 	if r.failErr != nil && r.failErr.Error() != reason {
 		attrs = append(attrs, slog.String("err", r.failErr.Error()))
 	}

@@ -73,6 +73,9 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 			Cpu: "RFC8482"}}}
 		return s.send(dst, r, m, SourceLocal, 0, 0), verdictReply
 	}
+	if out, v, done := s.rewriteQuery(dst, r); done {
+		return out, v
+	}
 	if s.walkCandidate(r) {
 		if out, ok := s.walkFast(dst, r); ok {
 			return out, verdictReply
@@ -216,6 +219,9 @@ func (s *Server) externalName(ctx context.Context, res ClusterResult, qtype uint
 
 // send encodes m as the reply to r, appends it and reports it.
 func (s *Server) send(dst []byte, r *request, m *dns.Msg, src Source, steps, saved int) []byte {
+	if r.revert != nil {
+		m = r.revert(m)
+	}
 	out := s.encode(dst, r, m)
 	rcode := m.Rcode
 	if r.fail == failPack {
@@ -239,7 +245,7 @@ func (s *Server) observe(r *request, src Source, rcode, steps, saved int) {
 	if s.cfg.Observer == nil {
 		return
 	}
-	s.cfg.Observer.Observe(Event{Source: src, Rcode: rcode, Proto: r.proto, Client: r.client, Name: r.q.Name,
+	s.cfg.Observer.Observe(Event{Source: src, Rcode: rcode, Proto: r.proto, Client: r.client, Name: r.askedName(),
 		Qtype: r.q.Type, Duration: time.Since(r.start), AutopathSteps: steps, AutopathSaved: saved})
 }
 

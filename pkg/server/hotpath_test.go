@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/hosts"
+	"github.com/nodedns/nodedns/pkg/rewrite"
 )
 
 // noUpstream fails every exchange; the hit-path tests never reach it.
@@ -37,6 +38,13 @@ func hotServer(tb testing.TB, opts ...func(*Config)) *Server {
 	r.Response = true
 	r.Answer = []dns.RR{mustRR("www.example.test. 300 IN A 192.0.2.1")}
 	c.Put(cache.KeyOf(r), r)
+	pool := new(dns.Msg)
+	pool.SetQuestion("pool.example.test.", dns.TypeA)
+	pool.Response = true
+	for _, ip := range []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"} {
+		pool.Answer = append(pool.Answer, mustRR("pool.example.test. 300 IN A %s", ip))
+	}
+	c.Put(cache.KeyOf(pool), pool)
 	cfg := Config{Listen: []string{"127.0.0.1:0"}, Resolver: c, HitCache: c, Cluster: &stableCluster{inner: testCluster()}}
 	for _, o := range opts {
 		o(&cfg)
@@ -84,6 +92,9 @@ func TestHotPathAllocs(t *testing.T) {
 	}{
 		{"", hotServer(t)},
 		{"with hosts", hotServer(t, withHosts(t))},
+		{"with rewrite rules", hotServer(t, withRewrite(t))},
+		{"with loadbalance", hotServer(t, withLoadBalance)},
+		{"with all three", hotServer(t, withHosts(t), withRewrite(t), withLoadBalance)},
 	}
 	out := make([]byte, 0, 4096)
 	cases := []struct {
@@ -93,10 +104,11 @@ func TestHotPathAllocs(t *testing.T) {
 	}{
 		{"cache hit", packet(t, "Www.Example.Test.", dns.TypeA, true), 0},
 		{"cluster answer", packet(t, "web.team-a.svc.cluster.local.", dns.TypeA, true), 0},
+		{"cache hit of 3 addresses", packet(t, "pool.example.test.", dns.TypeA, true), 0},
 	}
 	for _, sv := range servers {
 		cs := cases
-		if sv.name == "with hosts" {
+		if sv.s.cfg.Hosts != nil {
 			cs = append(cs[:len(cs):len(cs)], struct {
 				name string
 				pkt  []byte
@@ -115,6 +127,18 @@ func TestHotPathAllocs(t *testing.T) {
 	}
 }
 
+// withRewrite configures rewrite rules of every kind that the hot-path
+// names do not match.
+func withRewrite(tb testing.TB) func(*Config) {
+	rw := mustRewriter(tb,
+		rewrite.Rule{From: "api.legacy", To: "web.team-a.svc.cluster.local"},
+		rewrite.Rule{Type: "suffix", From: ".corp", To: ".corp.example"},
+		rewrite.Rule{Type: "regex", From: `^(.+)\.old\.example\.$`, To: "{1}.new.example"})
+	return func(c *Config) { c.Rewriter = rw }
+}
+
+func withLoadBalance(c *Config) { c.LoadBalance = true }
+
 // withHosts configures static records (static.example, falling through for
 // every other name) in front of the other stages.
 func withHosts(tb testing.TB) func(*Config) {
@@ -132,6 +156,34 @@ func BenchmarkFastCacheHit(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		serveOnce(s, pkt, out)
+	}
+}
+
+// BenchmarkDropIn measures the hit paths (a cache hit of three addresses, a
+// cluster answer) with each drop-in feature off and on: static records
+// consulted first, rewrite rules that do not match, round-robin rotation.
+func BenchmarkDropIn(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts []func(*Config)
+	}{
+		{"off", nil},
+		{"hosts", []func(*Config){withHosts(b)}},
+		{"rewrite", []func(*Config){withRewrite(b)}},
+		{"loadbalance", []func(*Config){withLoadBalance}},
+		{"all", []func(*Config){withHosts(b), withRewrite(b), withLoadBalance}},
+	} {
+		s := hotServer(b, c.opts...)
+		for _, q := range []struct{ name, qname string }{{"cache3", "pool.example.test."}, {"cluster", "web.team-a.svc.cluster.local."}} {
+			pkt := packet(b, q.qname, dns.TypeA, true)
+			out := make([]byte, 0, 4096)
+			b.Run(c.name+"/"+q.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					serveOnce(s, pkt, out)
+				}
+			})
+		}
 	}
 }
 
