@@ -49,8 +49,12 @@ type Config struct {
 	ClusterTTL    Duration `json:"cluster-ttl"`
 	Pods          string   `json:"pods"`
 	ClusterDNS    string   `json:"cluster-dns"`
-	NodeName      string   `json:"node-name"`
-	Autopath      bool     `json:"autopath"`
+	// ClusterZone is local (answered from the API server) or forward
+	// (sent to ClusterDNS, as NodeLocal DNSCache does); forward.go.
+	ClusterZone        string `json:"cluster-zone"`
+	ClusterDNSProtocol string `json:"cluster-dns-protocol"`
+	NodeName           string `json:"node-name"`
+	Autopath           bool   `json:"autopath"`
 	// ClusterSyncWait bounds how long the listeners wait for the cluster
 	// index at start when no other agent serves our addresses.
 	ClusterSyncWait Duration `json:"cluster-sync-wait"`
@@ -117,32 +121,34 @@ func (c *Config) udpSockets() int {
 
 func defaultConfig() Config {
 	return Config{
-		Admin:           "127.0.0.1:9253",
-		Policy:          "random",
-		CacheSize:       10000,
-		MaxTTL:          Duration(time.Hour),
-		MaxNegativeTTL:  Duration(30 * time.Minute),
-		ServeStale:      Duration(time.Hour),
-		Prefetch:        2,
-		MaxInflight:     2000,
-		MaxTCPConns:     1000,
-		MaxUDPSize:      1232,
-		UDPReaders:      "threads",
-		LoopCheck:       true,
-		ClusterDomain:   List{"cluster.local"},
-		Fallthrough:     List{"in-addr.arpa", "ip6.arpa"},
-		ClusterTTL:      Duration(5 * time.Second),
-		Pods:            "insecure",
-		NodeName:        os.Getenv("NODE_NAME"),
-		Autopath:        true,
-		ClusterSyncWait: Duration(5 * time.Second),
-		Interface:       "nodelocaldns",
-		SetupInterface:  true,
-		SetupIptables:   true,
-		SyncInterval:    Duration(60 * time.Second),
-		Teardown:        true,
-		Lameduck:        Duration(5 * time.Second),
-		LogLevel:        "info",
+		Admin:              "127.0.0.1:9253",
+		Policy:             "random",
+		CacheSize:          10000,
+		MaxTTL:             Duration(time.Hour),
+		MaxNegativeTTL:     Duration(30 * time.Minute),
+		ServeStale:         Duration(time.Hour),
+		Prefetch:           2,
+		MaxInflight:        2000,
+		MaxTCPConns:        1000,
+		MaxUDPSize:         1232,
+		UDPReaders:         "threads",
+		LoopCheck:          true,
+		ClusterDomain:      List{"cluster.local"},
+		Fallthrough:        List{"in-addr.arpa", "ip6.arpa"},
+		ClusterTTL:         Duration(5 * time.Second),
+		Pods:               "insecure",
+		ClusterZone:        clusterZoneLocal,
+		ClusterDNSProtocol: protoTCP,
+		NodeName:           os.Getenv("NODE_NAME"),
+		Autopath:           true,
+		ClusterSyncWait:    Duration(5 * time.Second),
+		Interface:          "nodelocaldns",
+		SetupInterface:     true,
+		SetupIptables:      true,
+		SyncInterval:       Duration(60 * time.Second),
+		Teardown:           true,
+		Lameduck:           Duration(5 * time.Second),
+		LogLevel:           "info",
 	}
 }
 
@@ -174,7 +180,9 @@ func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
 	fs.Var(&repeatList{l: &c.ClusterDomain}, "cluster-domain", "the cluster's DNS domain; repeat (or separate by commas) to answer several zones from one index, the first primary (PTR targets, search-path walk)")
 	fs.Var(&c.ClusterTTL, "cluster-ttl", "TTL of cluster answers (0s-3600s)")
 	fs.StringVar(&c.Pods, "pods", c.Pods, "pod records: disabled, insecure or verified")
-	fs.StringVar(&c.ClusterDNS, "cluster-dns", c.ClusterDNS, "ip[:port] of the central cluster DNS, asked for cluster names only until the informers have synced")
+	fs.StringVar(&c.ClusterDNS, "cluster-dns", c.ClusterDNS, "ip[:port] of the central cluster DNS: with --cluster-zone forward it answers the cluster and reverse zones; with local, cluster names only until the informers have synced")
+	fs.StringVar(&c.ClusterZone, "cluster-zone", c.ClusterZone, "local: answer the cluster zone from the API server; forward: send the cluster and reverse zones to --cluster-dns and cache them (NodeLocal DNSCache's arrangement, for central Corefiles that customize the zone)")
+	fs.StringVar(&c.ClusterDNSProtocol, "cluster-dns-protocol", c.ClusterDNSProtocol, "tcp or udp: how --cluster-dns is asked (udp retries over TCP when truncated)")
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "this node's name (default $NODE_NAME); its pods are watched for the search-path walk")
 	fs.BoolVar(&c.Autopath, "autopath", c.Autopath, "walk pods' search lists on the server (one round trip instead of several)")
 	fs.Var(&c.ClusterSyncWait, "cluster-sync-wait", "at start, how long to wait for the cluster index before serving when no other agent answers on our addresses (one that does keeps serving until we synced)")
@@ -327,6 +335,9 @@ func (c *Config) validate() error {
 		return err
 	}
 	if err := c.validateDropIn(); err != nil {
+		return err
+	}
+	if err := c.validateForward(); err != nil {
 		return err
 	}
 	if len(c.Listen) == 0 && len(c.LocalIP) == 0 {

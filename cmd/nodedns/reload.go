@@ -79,6 +79,15 @@ func (a *agent) reload(old Config) Config {
 		a.log.Error("config reload: cache settings rejected", "err", err)
 		return old
 	}
+	if a.clusterCache != nil {
+		// The cache settings are live; the cluster TTL that caps them is
+		// restart-only, like the index's.
+		cc := cfg
+		cc.ClusterTTL = old.ClusterTTL
+		if err := a.clusterCache.Reconfigure(clusterCacheConfig(cc, a.log)); err != nil {
+			a.log.Error("config reload: cluster zone cache settings rejected", "err", err)
+		}
+	}
 	zone := "cluster.local."
 	if a.ix != nil {
 		zone = a.ix.Zone()
@@ -108,6 +117,7 @@ func (a *agent) reload(old Config) Config {
 	// warns again rather than forgetting.
 	cfg.Listen, cfg.LocalIP, cfg.Admin, cfg.AdminSocket = old.Listen, old.LocalIP, old.Admin, old.AdminSocket
 	cfg.Kubeconfig, cfg.ClusterDomain, cfg.ClusterTTL, cfg.Pods, cfg.ClusterDNS, cfg.NodeName = old.Kubeconfig, old.ClusterDomain, old.ClusterTTL, old.Pods, old.ClusterDNS, old.NodeName
+	cfg.ClusterZone, cfg.ClusterDNSProtocol = old.ClusterZone, old.ClusterDNSProtocol
 	cfg.Interface, cfg.SetupInterface, cfg.SetupIptables, cfg.SyncInterval = old.Interface, old.SetupInterface, old.SetupIptables, old.SyncInterval
 	cfg.MaxInflight, cfg.MaxTCPConns, cfg.MaxUDPSize = old.MaxInflight, old.MaxTCPConns, old.MaxUDPSize
 	cfg.MaxClientInflight = old.MaxClientInflight
@@ -140,6 +150,7 @@ func restartOnly(a, b Config) []string {
 		{"admin-socket", a.AdminSocket, b.AdminSocket}, {"kubeconfig", a.Kubeconfig, b.Kubeconfig},
 		{"cluster-domain", a.ClusterDomain, b.ClusterDomain}, {"cluster-ttl", a.ClusterTTL, b.ClusterTTL},
 		{"pods", a.Pods, b.Pods}, {"cluster-dns", a.ClusterDNS, b.ClusterDNS}, {"node-name", a.NodeName, b.NodeName},
+		{"cluster-zone", a.ClusterZone, b.ClusterZone}, {"cluster-dns-protocol", a.ClusterDNSProtocol, b.ClusterDNSProtocol},
 		{"interface", a.Interface, b.Interface}, {"setup-interface", a.SetupInterface, b.SetupInterface},
 		{"setup-iptables", a.SetupIptables, b.SetupIptables}, {"sync-interval", a.SyncInterval, b.SyncInterval},
 		{"max-inflight", a.MaxInflight, b.MaxInflight}, {"max-tcp-conns", a.MaxTCPConns, b.MaxTCPConns},

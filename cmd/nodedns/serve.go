@@ -58,6 +58,10 @@ type agent struct {
 	// hosts holds the static records (none when the key is absent); a
 	// reload replaces them.
 	hosts *hosts.Hosts
+	// clusterFwd asks --cluster-dns; clusterCache keeps its answers in
+	// forward mode (forward.go). Both nil when unused.
+	clusterFwd   *upstream.Forwarder
+	clusterCache *cache.Cache
 }
 
 // newLogger returns a text logger at level (validated by the config);
@@ -261,6 +265,12 @@ func (a *agent) run(ctx context.Context) error {
 	go a.rec.Run(ctx)
 	go a.failures.Run(ctx)
 	go a.hosts.Run(ctx)
+	if a.clusterFwd != nil {
+		go a.clusterFwd.Run(ctx)
+	}
+	if a.clusterCache != nil {
+		defer a.clusterCache.Close()
+	}
 	a.startCluster(ctx)
 
 	// The link first (the addresses must exist to be bound), then the

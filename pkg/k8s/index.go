@@ -235,7 +235,7 @@ func (ix *Index) Synced() bool { return ix.synced.Load() }
 // does), else only this node's when NodeName is set (for PodNamespace),
 // else none.
 func (ix *Index) watchesPods() (watch, clusterWide bool) {
-	if ix.cfg.Pods == PodsVerified {
+	if ix.cfg.Pods == PodsVerified && !ix.cfg.PodsOnly {
 		return true, true
 	}
 	return ix.cfg.NodeName != "", false
@@ -253,6 +253,70 @@ func (ix *Index) Run(ctx context.Context) error {
 	ix.startedAt = ix.now()
 	ix.wmu.Unlock()
 
+	cl := ix.client
+	var ctrls []cache.Controller
+	if !ix.cfg.PodsOnly {
+		ctrls = ix.zoneInformers()
+	}
+	if watchPods, clusterWide := ix.watchesPods(); watchPods {
+		sel := ""
+		if !clusterWide {
+			sel = fields.OneTermEqualSelector("spec.nodeName", ix.cfg.NodeName).String()
+		}
+		ctrls = append(ctrls, ix.informer(&corev1.Pod{}, podTransform(ix.cfg.NodeName), ix.onPod,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.FieldSelector = sel
+				return cl.CoreV1().Pods("").List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.FieldSelector = sel
+				return cl.CoreV1().Pods("").Watch(ctx, o)
+			}))
+	}
+	if ix.cfg.PodsOnly {
+		ix.log.Info("starting the pod informer only: the cluster zone is not answered here", "node", ix.cfg.NodeName)
+	} else {
+		ix.logOptions()
+	}
+
+	var wg sync.WaitGroup
+	for _, c := range ctrls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.RunWithContext(ctx)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ix.waitSynced(ctx, ctrls)
+	}()
+	<-ctx.Done()
+	wg.Wait()
+	ix.log.Info("informers stopped")
+	return nil
+}
+
+// logOptions reports the zone's options as the informers start.
+func (ix *Index) logOptions() {
+	if ix.cfg.IgnoreEmptyService && ix.cfg.NoEndpoints {
+		ix.log.Warn("ignore-empty-service with no-endpoints: no Service has endpoints, so every ClusterIP Service is NXDOMAIN (as in CoreDNS)")
+	}
+	for _, z := range reverseZones {
+		if !ix.fallsThrough(z) {
+			ix.log.Info("fallthrough does not cover all of a reverse zone: PTR queries there for addresses the cluster does not know get NXDOMAIN", "zone", z, "fallthrough", ix.cfg.Fallthrough)
+		}
+	}
+	ix.log.Info("starting informers", "zones", ix.zones, "pods", string(ix.cfg.Pods), "node", ix.cfg.NodeName,
+		"endpoints", !ix.cfg.NoEndpoints, "endpointPodNames", ix.cfg.EndpointPodNames,
+		"ignoreEmptyService", ix.cfg.IgnoreEmptyService, "namespaces", ix.cfg.Namespaces,
+		"namespaceLabels", ix.cfg.NamespaceLabels, "fallthrough", ix.cfg.Fallthrough)
+}
+
+// zoneInformers are the informers the zone's records come from: Services,
+// Namespaces and (unless NoEndpoints) EndpointSlices.
+func (ix *Index) zoneInformers() []cache.Controller {
 	cl := ix.client
 	ctrls := []cache.Controller{
 		ix.informer(&corev1.Service{}, transformService, ix.onService,
@@ -285,51 +349,7 @@ func (ix *Index) Run(ctx context.Context) error {
 				return cl.DiscoveryV1().EndpointSlices("").Watch(ctx, o)
 			}))
 	}
-	if watchPods, clusterWide := ix.watchesPods(); watchPods {
-		sel := ""
-		if !clusterWide {
-			sel = fields.OneTermEqualSelector("spec.nodeName", ix.cfg.NodeName).String()
-		}
-		ctrls = append(ctrls, ix.informer(&corev1.Pod{}, podTransform(ix.cfg.NodeName), ix.onPod,
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = sel
-				return cl.CoreV1().Pods("").List(ctx, o)
-			},
-			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = sel
-				return cl.CoreV1().Pods("").Watch(ctx, o)
-			}))
-	}
-	if ix.cfg.IgnoreEmptyService && ix.cfg.NoEndpoints {
-		ix.log.Warn("ignore-empty-service with no-endpoints: no Service has endpoints, so every ClusterIP Service is NXDOMAIN (as in CoreDNS)")
-	}
-	for _, z := range reverseZones {
-		if !ix.fallsThrough(z) {
-			ix.log.Info("fallthrough does not cover all of a reverse zone: PTR queries there for addresses the cluster does not know get NXDOMAIN", "zone", z, "fallthrough", ix.cfg.Fallthrough)
-		}
-	}
-	ix.log.Info("starting informers", "zones", ix.zones, "pods", string(ix.cfg.Pods), "node", ix.cfg.NodeName,
-		"endpoints", !ix.cfg.NoEndpoints, "endpointPodNames", ix.cfg.EndpointPodNames,
-		"ignoreEmptyService", ix.cfg.IgnoreEmptyService, "namespaces", ix.cfg.Namespaces,
-		"namespaceLabels", ix.cfg.NamespaceLabels, "fallthrough", ix.cfg.Fallthrough)
-
-	var wg sync.WaitGroup
-	for _, c := range ctrls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.RunWithContext(ctx)
-		}()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		ix.waitSynced(ctx, ctrls)
-	}()
-	<-ctx.Done()
-	wg.Wait()
-	ix.log.Info("informers stopped")
-	return nil
+	return ctrls
 }
 
 // waitSynced flips Synced once every informer has handled its initial list.

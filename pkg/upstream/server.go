@@ -118,6 +118,14 @@ func (s *Server) exchangeOnce(ctx context.Context, q *dns.Msg, timeout time.Dura
 	defer cancel()
 	out := q.Copy()
 	out.Id = dns.Id()
+	if s.cfg.ForceTCP {
+		r, err := s.tcp(ctx, out)
+		if err != nil {
+			return nil, err
+		}
+		r.Id = q.Id
+		return r, nil
+	}
 	r, err := s.udp(ctx, out)
 	if err != nil {
 		return nil, err
