@@ -213,6 +213,10 @@ func (h *Hosts) Update(cfg Config) error {
 	}
 	h.cfg, h.file, h.stat = s, file, stat
 	h.rebuild()
+	if s.fall == nil {
+		h.log.Warn("hosts without fallthrough: every other name in its zones is answered SERVFAIL, as CoreDNS does (add fallthrough to pass them on)",
+			"zones", s.zones)
+	}
 	select {
 	case h.wake <- struct{}{}: // the watcher picks up a new interval
 	default:
