@@ -1,6 +1,8 @@
 package main
 
 import (
+	"slices"
+
 	"github.com/nodedns/nodedns/pkg/metrics"
 	"github.com/nodedns/nodedns/pkg/server"
 )
@@ -16,6 +18,13 @@ func (a *agent) newRecorder() (*metrics.Recorder, error) {
 				var out []metrics.UpstreamFigures
 				for _, s := range a.fwd.Load().Servers() {
 					out = append(out, metrics.UpstreamFigures(s.Stats()))
+				}
+				if a.clusterFwd != nil { // --cluster-dns, unless also an upstream
+					for _, s := range a.clusterFwd.Servers() {
+						if !slices.ContainsFunc(out, func(f metrics.UpstreamFigures) bool { return f.Addr == s.Addr }) {
+							out = append(out, metrics.UpstreamFigures(s.Stats()))
+						}
+					}
 				}
 				return out
 			},
