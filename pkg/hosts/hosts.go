@@ -190,38 +190,58 @@ func New(cfg Config) (*Hosts, error) {
 // Update replaces the configuration (a live reload). On error nothing
 // changes. The file is read again when its path changed.
 func (h *Hosts) Update(cfg Config) error {
-	if !cfg.Enabled() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		h.cfg, h.file, h.stat = nil, nil, fileStamp{}
-		h.t.Store(nil)
-		return nil
-	}
-	s, err := cfg.validate()
+	apply, err := h.Prepare(cfg)
 	if err != nil {
 		return err
 	}
+	apply()
+	return nil
+}
+
+// Prepare validates cfg and reads its file when the path changed, without
+// changing anything; apply then makes cfg the running configuration. It
+// lets a reload check every setting before it applies any.
+func (h *Hosts) Prepare(cfg Config) (apply func(), err error) {
+	if !cfg.Enabled() {
+		return func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.cfg, h.file, h.stat = nil, nil, fileStamp{}
+			h.t.Store(nil)
+		}, nil
+	}
+	s, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	file, stat := h.file, h.stat
+	h.mu.Unlock()
 	// The file's entries are kept whole (names outside the zones are
 	// dropped only when the table is built), so only a new path is read.
-	if s.file != stat.path || !stat.checked {
+	readNew := s.file != stat.path || !stat.checked
+	if readNew {
 		if file, stat, err = h.readFile(s.file); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	h.cfg, h.file, h.stat = s, file, stat
-	h.rebuild()
-	if s.fall == nil {
-		h.log.Warn("hosts without fallthrough: every other name in its zones is answered SERVFAIL, as CoreDNS does (add fallthrough to pass them on)",
-			"zones", s.zones)
-	}
-	select {
-	case h.wake <- struct{}{}: // the watcher picks up a new interval
-	default:
-	}
-	return nil
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if readNew {
+			h.file, h.stat = file, stat
+		} // else: the watcher's latest reading of the same file stays
+		h.cfg = s
+		h.rebuild()
+		if s.fall == nil {
+			h.log.Warn("hosts without fallthrough: every other name in its zones is answered SERVFAIL, as CoreDNS does (add fallthrough to pass them on)",
+				"zones", s.zones)
+		}
+		select {
+		case h.wake <- struct{}{}: // the watcher picks up a new interval
+		default:
+		}
+	}, nil
 }
 
 // rebuild makes a new table from cfg, the file and the entries; h.mu held.

@@ -317,3 +317,19 @@ func FuzzParseLine(f *testing.F) {
 		}
 	})
 }
+
+// TestPrepare: nothing changes until the returned apply runs.
+func TestPrepare(t *testing.T) {
+	h := mustNew(t, Config{Entries: []string{"192.0.2.1 a.example"}, Fallthrough: []string{}})
+	apply, err := h.Prepare(Config{Entries: []string{"192.0.2.2 b.example"}, Fallthrough: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if answer(h, "a.example.", dns.TypeA) == "next" || answer(h, "b.example.", dns.TypeA) != "next" {
+		t.Fatal("Prepare changed the records")
+	}
+	apply()
+	if answer(h, "a.example.", dns.TypeA) != "next" || answer(h, "b.example.", dns.TypeA) == "next" {
+		t.Fatal("apply did not change the records")
+	}
+}
