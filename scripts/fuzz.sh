@@ -5,8 +5,10 @@
 #
 # Targets: the request path through the server (FuzzServe), the request
 # decoder (FuzzParseQuery), the cache's hit path (FuzzAppendHit), the
-# upstream-reply validator (FuzzValidate) and cluster record synthesis
-# (FuzzLookup). New interesting inputs stay in Go's fuzz cache; a failing
+# upstream-reply validator (FuzzValidate), cluster record synthesis
+# (FuzzLookup), the hosts(5) line parser (FuzzParseLine), name rewrites and
+# their revert (FuzzRewrite) and the wire-form address rotation
+# (FuzzRotateAddrs). New interesting inputs stay in Go's fuzz cache; a failing
 # input is written to the package's testdata/fuzz/<Target>/ by go test:
 # commit it, and it runs as a regression test with every plain `go test`.
 # The first run builds instrumented test binaries, which takes minutes for
@@ -21,6 +23,9 @@ targets=(
   "./pkg/cache FuzzAppendHit"
   "./pkg/upstream FuzzValidate"
   "./pkg/k8s FuzzLookup"
+  "./pkg/hosts FuzzParseLine"
+  "./pkg/rewrite FuzzRewrite"
+  "./pkg/dnswire FuzzRotateAddrs"
 )
 failed=()
 for t in "${targets[@]}"; do

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,6 +100,9 @@ func (a *agent) wireForward(scfg *server.Config) error {
 	scfg.Search = searchDomains(a.cfg, zones[0])
 	a.log.Info("cluster zone forwarded", "zones", zones, "reverse", reverseZones, "cluster-dns", a.cfg.ClusterDNS,
 		"protocol", a.cfg.ClusterDNSProtocol, "cache-ttl", a.cfg.ClusterTTL.String())
+	if ignored := localOnlyOptions(a.cfg); len(ignored) > 0 {
+		a.log.Warn("cluster zone options ignored with --cluster-zone forward: the central DNS answers the zone", "options", ignored)
+	}
 	if !a.cfg.Autopath {
 		return nil
 	}
@@ -156,4 +160,28 @@ func (c *Config) validateForward() error {
 		}
 	}
 	return nil
+}
+
+// localOnlyOptions lists the cluster zone options set away from their
+// defaults, which only the local index applies.
+func localOnlyOptions(cfg Config) []string {
+	def := defaultConfig()
+	var out []string
+	for _, o := range []struct {
+		name string
+		set  bool
+	}{
+		{"pods", cfg.Pods != def.Pods},
+		{"endpoint-pod-names", cfg.EndpointPodNames},
+		{"ignore-empty-service", cfg.IgnoreEmptyService},
+		{"no-endpoints", cfg.NoEndpoints},
+		{"namespaces", len(cfg.Namespaces) > 0},
+		{"namespace-labels", cfg.NamespaceLabels != ""},
+		{"fallthrough", !slices.Equal(cfg.Fallthrough, def.Fallthrough)},
+	} {
+		if o.set {
+			out = append(out, o.name)
+		}
+	}
+	return out
 }

@@ -132,3 +132,21 @@ func TestClusterZoneErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestLocalOnlyOptions(t *testing.T) {
+	cfg, err := loadConfig([]string{"--listen", "127.0.0.1:5353", "--cluster-zone", "forward", "--cluster-dns", "192.0.2.10"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := localOnlyOptions(cfg); len(got) != 0 {
+		t.Fatalf("defaults reported as set: %v", got)
+	}
+	cfg, err = loadConfig([]string{"--listen", "127.0.0.1:5353", "--cluster-zone", "forward", "--cluster-dns", "192.0.2.10",
+		"--pods", "verified", "--namespaces", "a", "--fallthrough="}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(localOnlyOptions(cfg), ","); got != "pods,namespaces,fallthrough" {
+		t.Fatalf("%s", got)
+	}
+}
