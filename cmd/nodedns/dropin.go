@@ -132,7 +132,7 @@ const (
 // validateDropIn checks the keys of issue 15's drop-in features.
 func (c *Config) validateDropIn() error {
 	if err := hosts.Check(hostsConfig(c.Hosts)); err != nil {
-		return fmt.Errorf("hosts: %w", err)
+		return err
 	}
 	if _, err := newRewriter(c.Rewrite); err != nil {
 		return err

@@ -83,8 +83,8 @@ func TestDropInErrorsNameTheValue(t *testing.T) {
 		body string
 		want string
 	}{
-		{"hosts:\n  entries: [\"192.0.2.1 a.example\", \"nope b.example\"]\n", `hosts: hosts entry 2 ("nope b.example"): "nope" is not an IP address`},
-		{"hosts:\n  file: " + hostsFile + "\n", "hosts: hosts file " + hostsFile + ` line 3: "192.0.2.x" is not an IP address`},
+		{"hosts:\n  entries: [\"192.0.2.1 a.example\", \"nope b.example\"]\n", `hosts entry 2 ("nope b.example"): "nope" is not an IP address`},
+		{"hosts:\n  file: " + hostsFile + "\n", "hosts file " + hostsFile + ` line 3: "192.0.2.x" is not an IP address`},
 		{"hosts:\n  entries: [192.0.2.1 a.example]\n  ttl: 3600\n", `duration 3600: want a string`},
 		{"hosts:\n  entries: [192.0.2.1 a.example]\n  tll: 1s\n", `tll`},
 	}

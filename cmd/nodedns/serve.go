@@ -225,7 +225,7 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 	hc := hostsConfig(cfg.Hosts)
 	hc.Logger = log
 	if a.hosts, err = hosts.New(hc); err != nil {
-		return nil, fmt.Errorf("hosts: %w", err)
+		return nil, err
 	}
 	rw, err := newRewriter(cfg.Rewrite)
 	if err != nil {
