@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -179,6 +180,11 @@ func FuzzRewrite(f *testing.F) {
 		if _, ok := dns.IsDomainName(name); !ok {
 			return
 		}
+		if re, err := regexp.Compile(from); err == nil && re.MatchString(name) {
+			if lit := requiredLiteral(from); !strings.Contains(name, lit) {
+				t.Fatalf("%q matches %q but lacks its required literal %q", name, from, lit)
+			}
+		}
 		for _, typ := range []string{Exact, Prefix, Suffix, Substring, Regex} {
 			rw, err := New([]Rule{{Type: typ, From: from, To: to}})
 			if err != nil {
@@ -195,4 +201,21 @@ func FuzzRewrite(f *testing.F) {
 			rev.Msg(m)
 		}
 	})
+}
+
+func TestRequiredLiteral(t *testing.T) {
+	for pattern, want := range map[string]string{
+		`^(.+)\.old\.example\.$`:         ".old.example.",
+		`(.*)-(us-west-1)\.example\.org`: ".example.org",
+		`^(db|web)-(\d+)\.legacy\.$`:     ".legacy.",
+		`(?i)^API\.EXAMPLE\.$`:           "",
+		`^(a|bcd)\.x\.$`:                 ".x.",
+		`(foo)+\.bar`:                    ".bar",
+		`(foo){0,2}x`:                    "x",
+		`^[a-z]+$`:                       "",
+	} {
+		if got := requiredLiteral(pattern); got != want {
+			t.Errorf("%s: %q, want %q", pattern, got, want)
+		}
+	}
 }
