@@ -96,6 +96,13 @@ func (a *agent) wireForward(scfg *server.Config) error {
 	if err != nil {
 		return err
 	}
+	// A stub domain inside a forwarded zone (10.in-addr.arpa, say) keeps
+	// its own servers, as its more specific server block would in a
+	// Corefile.
+	if err := router.SetExcept(stubZones(a.cfg)); err != nil {
+		return fmt.Errorf("stub domains: %w", err)
+	}
+	a.router = router
 	scfg.Resolver, scfg.HitCache = router, router
 	scfg.Search = searchDomains(a.cfg, zones[0])
 	a.log.Info("cluster zone forwarded", "zones", zones, "reverse", reverseZones, "cluster-dns", a.cfg.ClusterDNS,
@@ -182,6 +189,15 @@ func localOnlyOptions(cfg Config) []string {
 		if o.set {
 			out = append(out, o.name)
 		}
+	}
+	return out
+}
+
+// stubZones are the zones of the stub domains.
+func stubZones(cfg Config) []string {
+	out := make([]string, 0, len(cfg.Stubs))
+	for z := range cfg.Stubs {
+		out = append(out, z)
 	}
 	return out
 }

@@ -38,8 +38,16 @@ func TestClusterZoneForward(t *testing.T) {
 		_ = w.WriteMsg(m)
 	})
 	up := dnstest.Start(t, answerWith("192.0.2.1"))
+	stub := dnstest.Start(t, func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		rr, _ := dns.NewRR(r.Question[0].Name + " 60 IN PTR onprem.corp.example.")
+		m.Answer = []dns.RR{rr}
+		_ = w.WriteMsg(m)
+	})
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	args := []string{"--listen", addr, "--admin", "", "--loop-check=false", "--lameduck", "0s", "--upstream", up.Addr,
+		"--stub-domain", "10.in-addr.arpa=" + stub.Addr,
 		"--cluster-zone", "forward", "--cluster-dns", central.Addr, "--cluster-ttl", "2s", "--cluster-domain", "cluster.local,example.internal",
 		"--node-name", ""}
 	cfg, err := loadConfig(args, io.Discard)
@@ -93,8 +101,12 @@ func TestClusterZoneForward(t *testing.T) {
 	if r := ask("web.team-a.svc.example.internal.", dns.TypeA); len(r.Answer) != 1 {
 		t.Fatalf("second zone: %v", r)
 	}
-	if r := ask("10.0.96.10.in-addr.arpa.", dns.TypePTR); len(r.Answer) != 1 || r.Answer[0].(*dns.PTR).Ptr != "web.team-a.svc.cluster.local." {
+	if r := ask("10.0.96.172.in-addr.arpa.", dns.TypePTR); len(r.Answer) != 1 || r.Answer[0].(*dns.PTR).Ptr != "web.team-a.svc.cluster.local." {
 		t.Fatalf("PTR: %v", r)
+	}
+	// A stub domain inside a forwarded zone keeps its servers.
+	if r := ask("5.0.0.10.in-addr.arpa.", dns.TypePTR); len(r.Answer) != 1 || r.Answer[0].(*dns.PTR).Ptr != "onprem.corp.example." || stub.Count() != 1 {
+		t.Fatalf("PTR in the stub domain: %v", r)
 	}
 	if r := ask("nope.team-a.svc.cluster.local.", dns.TypeA); r.Rcode != dns.RcodeNameError || len(r.Ns) != 1 || r.Ns[0].Header().Ttl > 2 {
 		t.Fatalf("NXDOMAIN: %v", r)

@@ -74,6 +74,11 @@ func (a *agent) reload(old Config) Config {
 			return old
 		}
 		a.swapForwarder(fwd)
+		if a.router != nil {
+			if err := a.router.SetExcept(stubZones(cfg)); err != nil {
+				a.log.Error("config reload: stub domains inside the forwarded cluster zones keep their old routes", "err", err)
+			}
+		}
 	}
 	if err := a.cache.Reconfigure(cacheConfig(cfg, a.log)); err != nil {
 		a.log.Error("config reload: cache settings rejected", "err", err)

@@ -26,6 +26,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/ndots"
 	"github.com/nodedns/nodedns/pkg/server"
 	"github.com/nodedns/nodedns/pkg/upstream"
+	"github.com/nodedns/nodedns/pkg/zoneroute"
 )
 
 const resolvConf = "/etc/resolv.conf"
@@ -62,6 +63,7 @@ type agent struct {
 	// forward mode (forward.go). Both nil when unused.
 	clusterFwd   *upstream.Forwarder
 	clusterCache *cache.Cache
+	router       *zoneroute.Router
 }
 
 // newLogger returns a text logger at level (validated by the config);

@@ -12,7 +12,9 @@ package zoneroute
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/miekg/dns"
 )
@@ -24,46 +26,88 @@ type Backend interface {
 	Peek(name string, qtype, qclass uint16, do, cd bool) (m *dns.Msg, ok bool)
 }
 
-// Router sends names in Zones to Zoned, the rest to Default. It is
-// immutable and safe for concurrent use when its backends are.
+// Router sends names in its zones to one backend, the rest to the default
+// one; names in an excepted zone go to the default one even inside a
+// routed zone (a stub domain more specific than the routed zone, as a more
+// specific server block wins in a Corefile). It is safe for concurrent use
+// when its backends are.
 type Router struct {
 	zones   []string
 	zoned   Backend
 	deflt   Backend
 	allRoot bool
+	except  atomic.Pointer[[]string]
 }
 
 // New returns a Router for zones (domain names, any case, with or without
 // the trailing dot).
 func New(zones []string, zoned, deflt Backend) (*Router, error) {
 	r := &Router{zoned: zoned, deflt: deflt}
+	var err error
+	if r.zones, err = normalize(zones); err != nil {
+		return nil, err
+	}
+	r.allRoot = slices.Contains(r.zones, ".")
+	r.except.Store(&[]string{})
+	return r, nil
+}
+
+func normalize(zones []string) ([]string, error) {
+	out := make([]string, 0, len(zones))
 	for _, z := range zones {
 		n := strings.ToLower(dns.Fqdn(strings.TrimSpace(z)))
 		if _, ok := dns.IsDomainName(n); !ok {
 			return nil, fmt.Errorf("zone %q is not a domain name", z)
 		}
-		if n == "." {
-			r.allRoot = true
-		}
-		r.zones = append(r.zones, n)
+		out = append(out, n)
 	}
-	return r, nil
+	return out, nil
+}
+
+// SetExcept replaces the excepted zones (the stub domains, say; only those
+// inside a routed zone change anything). Queries under way keep the old
+// list.
+func (r *Router) SetExcept(zones []string) error {
+	n, err := normalize(zones)
+	if err != nil {
+		return err
+	}
+	n = slices.DeleteFunc(n, func(z string) bool { return !r.routes(z) })
+	r.except.Store(&n)
+	return nil
 }
 
 // For returns the backend for name, a lower-case FQDN.
 func (r *Router) For(name string) Backend {
+	if !r.routes(name) {
+		return r.deflt
+	}
+	for _, z := range *r.except.Load() {
+		if inZone(z, name) {
+			return r.deflt
+		}
+	}
+	return r.zoned
+}
+
+func (r *Router) routes(name string) bool {
 	if r.allRoot {
-		return r.zoned
+		return true
 	}
 	for _, z := range r.zones {
-		if name == z {
-			return r.zoned
-		}
-		if i := len(name) - len(z); i > 0 && name[i-1] == '.' && name[i:] == z {
-			return r.zoned
+		if inZone(z, name) {
+			return true
 		}
 	}
-	return r.deflt
+	return false
+}
+
+func inZone(zone, name string) bool {
+	if zone == "." || name == zone {
+		return true
+	}
+	i := len(name) - len(zone)
+	return i > 0 && name[i-1] == '.' && name[i:] == zone
 }
 
 // Resolve implements pkg/server's Resolver.

@@ -58,6 +58,25 @@ func TestRoutes(t *testing.T) {
 	if _, err := New([]string{"a..b"}, named("x"), named("y")); err == nil {
 		t.Error("bad zone accepted")
 	}
+	// A stub domain inside a routed zone goes to the default backend;
+	// one outside changes nothing.
+	if err := r.SetExcept([]string{"10.In-Addr.Arpa", "corp.example"}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"5.0.0.10.in-addr.arpa.":    "default",
+		"10.in-addr.arpa.":          "default",
+		"5.0.96.11.in-addr.arpa.":   "cluster",
+		"web.ns.svc.cluster.local.": "cluster",
+		"corp.example.":             "default",
+	} {
+		if got := string(r.For(name).(named)); got != want {
+			t.Errorf("with stubs, %s: %s, want %s", name, got, want)
+		}
+	}
+	if n := len(*r.except.Load()); n != 1 {
+		t.Errorf("%d excepted zones kept, want 1 (the one inside a routed zone)", n)
+	}
 }
 
 func TestAppendHitAllocs(t *testing.T) {
