@@ -132,8 +132,8 @@ func (s *Server) slow(ctx context.Context, dst []byte, r *request) (out []byte) 
 }
 
 // answer resolves one (name, type): static records, then the cluster zone
-// when the name is the cluster's, else cache and upstream. It is the step the search-path walk
-// repeats.
+// when the name is the cluster's, else cache and upstream. It is the step
+// the search-path walk repeats.
 func (s *Server) answer(ctx context.Context, name string, qtype uint16, do, cd bool) (*dns.Msg, Source, error) {
 	if loop := s.loopName.Load().(string); loop != "" && name == loop {
 		s.loopSeen.Add(1)
