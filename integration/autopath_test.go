@@ -89,6 +89,8 @@ type apEnv struct {
 	specB    apPodSpec
 	specC    apPodSpec
 	up       *apUpstream
+	// agentArgs are more flags for startAgent (another test's mode).
+	agentArgs []string
 }
 
 // apUpstream is the scripted upstream: api.example.com has A and AAAA,
@@ -495,6 +497,7 @@ func (e *apEnv) startAgent(t *testing.T, autopath bool, addrs ...string) (*proc,
 	}
 	// Extra flags for figure runs (e.g. --udp-readers poller).
 	args = append(args, strings.Fields(os.Getenv("NODEDNS_AUTOPATH_AGENT_ARGS"))...)
+	args = append(args, e.agentArgs...)
 	label := fmt.Sprintf("nodedns (autopath=%v, %s)", autopath, strings.Join(addrs, ","))
 	p := &proc{Name: label, out: &syncBuffer{}, done: make(chan struct{})}
 	p.Cmd = exec.Command(nodednsBin, args...)

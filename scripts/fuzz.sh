@@ -6,11 +6,13 @@
 # Targets: the request path through the server (FuzzServe), the request
 # decoder (FuzzParseQuery), the cache's hit path (FuzzAppendHit), the
 # upstream-reply validator (FuzzValidate), cluster record synthesis
-# (FuzzLookup), the resolv.conf reader (FuzzParse), and the API server's
-# list responses as the agent streams them (FuzzListStream), decodes their
+# (FuzzLookup), the resolv.conf reader (FuzzParse), the API server's list
+# responses as the agent streams them (FuzzListStream), decodes their
 # items (FuzzDecode, against the API types) and parses addresses
-# (FuzzParseAddr, against net/netip). New interesting inputs stay in Go's
-# fuzz cache; a failing input is written to the package's
+# (FuzzParseAddr, against net/netip), the hosts(5) line parser
+# (FuzzParseLine), name rewrites and their revert (FuzzRewrite) and the
+# wire-form address rotation (FuzzRotateAddrs). New interesting inputs stay
+# in Go's fuzz cache; a failing input is written to the package's
 # testdata/fuzz/<Target>/ by go test: commit it, and it runs as a
 # regression test with every plain `go test`.
 # The first run builds instrumented test binaries, which takes minutes for
@@ -29,6 +31,9 @@ targets=(
   "./pkg/k8s FuzzListStream"
   "./pkg/k8s FuzzDecode"
   "./pkg/k8s FuzzParseAddr"
+  "./pkg/hosts FuzzParseLine"
+  "./pkg/rewrite FuzzRewrite"
+  "./pkg/dnswire FuzzRotateAddrs"
 )
 failed=()
 for t in "${targets[@]}"; do

@@ -12,7 +12,6 @@ import (
 	"github.com/nodedns/nodedns/pkg/admin"
 	"github.com/nodedns/nodedns/pkg/k8s"
 	"github.com/nodedns/nodedns/pkg/server"
-	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // clusterIndex adapts *k8s.Index to server.Cluster: the result types have
@@ -28,6 +27,9 @@ func (c clusterIndex) Lookup(name string, qtype uint16) (server.ClusterResult, b
 // in-cluster config) is available; without one the agent is a plain caching
 // forwarder and says so.
 func (a *agent) wireCluster(scfg *server.Config) error {
+	if a.cfg.ClusterZone == clusterZoneForward {
+		return a.wireForward(scfg)
+	}
 	rc, err := k8s.RESTConfig(a.cfg.Kubeconfig)
 	if err != nil {
 		return err
@@ -57,12 +59,12 @@ func (a *agent) wireCluster(scfg *server.Config) error {
 		}
 	}
 	if a.cfg.ClusterDNS != "" {
-		fwd, err := upstream.New(upstream.Config{Servers: []string{a.cfg.ClusterDNS}, Policy: upstream.Sequential, Logger: a.log})
+		fwd, err := clusterDNSForwarder(a.cfg, a.upLog)
 		if err != nil {
-			return fmt.Errorf("--cluster-dns: %w", err)
+			return err
 		}
+		a.clusterFwd = fwd
 		scfg.ClusterDNS = fwd
-		a.clusterDNS = fwd
 	}
 	return nil
 }
@@ -130,7 +132,8 @@ func (a *agent) startCluster(ctx context.Context) {
 //     serve external names and answer cluster names SERVFAIL (or from
 //     --cluster-dns) until the sync.
 func (a *agent) awaitClusterSync(ctx context.Context) {
-	if a.ix == nil || a.ix.Synced() {
+	if a.ix == nil || a.ix.Synced() || a.cfg.ClusterZone == clusterZoneForward {
+		// Forwarded, the zone's answers need nothing from the API server.
 		return
 	}
 	start := time.Now()
@@ -169,7 +172,7 @@ func (a *agent) awaitClusterSync(ctx context.Context) {
 // not-ready would only take a working DNS server out of rotation.
 func (a *agent) clusterReady() admin.Check {
 	return admin.Check{Name: "informers", Fn: func() error {
-		if a.ix == nil || a.ix.Synced() {
+		if a.ix == nil || a.ix.Synced() || a.cfg.ClusterZone == clusterZoneForward {
 			return nil
 		}
 		return fmt.Errorf("cluster index not synced yet")

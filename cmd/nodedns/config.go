@@ -58,8 +58,17 @@ type Config struct {
 	ClusterTTL    Duration
 	Pods          string
 	ClusterDNS    string
-	NodeName      string
-	Autopath      bool
+	// ClusterZone is local (answered from the API server) or forward
+	// (sent to ClusterDNS, as NodeLocal DNSCache does); forward.go.
+	ClusterZone        string
+	ClusterDNSProtocol string
+	NodeName           string
+	Autopath           bool
+	// Drop-in features of CoreDNS plugins (dropin.go). hosts and rewrite
+	// are file keys only.
+	Hosts       *HostsConfig
+	Rewrite     []RewriteRule
+	LoadBalance string
 	// ClusterSyncWait bounds how long the listeners wait for the cluster
 	// index at start when no other agent serves our addresses.
 	ClusterSyncWait Duration

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/nodedns/nodedns/pkg/hosts"
 	"github.com/nodedns/nodedns/pkg/intercept"
 	"github.com/nodedns/nodedns/pkg/resolvconf"
 	"github.com/nodedns/nodedns/pkg/upstream"
@@ -259,7 +260,7 @@ var settings = []*setting{
 		field: func(c *Config) any { return &c.Pods }, check: func(c *Config) error {
 			return oneOf("pods", c.Pods, "disabled", "insecure", "verified")
 		}},
-	{key: "cluster-dns", help: "ip[:port] of the central cluster DNS, asked for cluster names only until the informers have synced",
+	{key: "cluster-dns", help: "ip[:port] of the central cluster DNS: with --cluster-zone forward it answers the cluster and reverse zones; with local, cluster names only until the informers have synced",
 		field: func(c *Config) any { return &c.ClusterDNS }, check: func(c *Config) error {
 			if c.ClusterDNS == "" {
 				return nil
@@ -268,6 +269,14 @@ var settings = []*setting{
 				return fmt.Errorf("--cluster-dns %q: want an IP address with an optional :port", c.ClusterDNS)
 			}
 			return nil
+		}},
+	{key: "cluster-zone", def: clusterZoneLocal, help: "local: answer the cluster zone from the API server; forward: send the cluster and reverse zones to --cluster-dns and cache them (NodeLocal DNSCache's arrangement, for central Corefiles that customize the zone)",
+		field: func(c *Config) any { return &c.ClusterZone }, check: func(c *Config) error {
+			return oneOf("cluster-zone", c.ClusterZone, clusterZoneLocal, clusterZoneForward)
+		}},
+	{key: "cluster-dns-protocol", def: protoTCP, help: "tcp or udp: how --cluster-dns is asked (udp retries over TCP when truncated)",
+		field: func(c *Config) any { return &c.ClusterDNSProtocol }, check: func(c *Config) error {
+			return oneOf("cluster-dns-protocol", c.ClusterDNSProtocol, protoTCP, protoUDP)
 		}},
 	{key: "node-name", env: "NODE_NAME", help: "this node's name (default $NODE_NAME); its pods are watched for the search-path walk",
 		field: func(c *Config) any { return &c.NodeName }},
@@ -332,6 +341,24 @@ var settings = []*setting{
 		}},
 
 	// Logs.
+	// Drop-in features of CoreDNS plugins (dropin.go).
+	{key: "hosts", flag: noFlag, help: "static records as CoreDNS's hosts plugin: entries (hosts(5) lines), file (re-read when it changes), ttl, no-reverse, zones, fallthrough",
+		field: func(c *Config) any { return &c.Hosts }, apply: appliers(applyHosts), check: func(c *Config) error {
+			return hosts.Check(hostsConfig(c.Hosts))
+		}},
+	{key: "rewrite", flag: noFlag, help: "name rewrites as CoreDNS's rewrite plugin (answer auto): a list of {type: exact|prefix|suffix|substring|regex, from, to}",
+		field: func(c *Config) any { return &c.Rewrite }, apply: appliers(applyRewrite), check: func(c *Config) error {
+			_, err := newRewriter(c.Rewrite)
+			return err
+		}},
+	{key: "loadbalance", help: "round_robin: rotate the order of A and AAAA records in every reply, as CoreDNS's loadbalance (empty: off)",
+		field: func(c *Config) any { return &c.LoadBalance }, apply: appliers(applyLoadBalance), check: func(c *Config) error {
+			if c.LoadBalance != loadBalanceOff && c.LoadBalance != loadBalanceRoundRobin {
+				return fmt.Errorf("--loadbalance %q: want round_robin (or empty for off)", c.LoadBalance)
+			}
+			return nil
+		}},
+
 	{key: "log-level", def: "info", help: "debug, info, warn or error",
 		field: func(c *Config) any { return &c.LogLevel }, apply: appliers(applyLogLevel), check: func(c *Config) error {
 			return oneOf("log-level", c.LogLevel, "debug", "info", "warn", "error")
@@ -363,6 +390,8 @@ func completeCheck(c *Config) error {
 
 // crossChecks are the checks that involve several settings.
 var crossChecks = []func(c *Config) error{
+	// --cluster-zone forward needs --cluster-dns, which must not be ourselves.
+	func(c *Config) error { return c.validateForward() },
 	func(c *Config) error {
 		if c.MinTTL > c.MaxTTL {
 			return fmt.Errorf("--min-ttl %s is above --max-ttl %s", c.MinTTL, c.MaxTTL)

@@ -19,12 +19,15 @@ func (a *agent) newRecorder() (*metrics.Recorder, error) {
 			Cache: func() metrics.CacheFigures { return metrics.CacheFigures(a.cache.Stats()) },
 			Upstreams: func() []metrics.UpstreamFigures {
 				var out []metrics.UpstreamFigures
-				servers := a.fwd.Load().Servers()
-				if a.clusterDNS != nil {
-					servers = append(servers, a.clusterDNS.Servers()...)
-				}
-				for _, s := range servers {
+				for _, s := range a.fwd.Load().Servers() {
 					out = append(out, metrics.UpstreamFigures(s.Stats()))
+				}
+				if a.clusterFwd != nil { // --cluster-dns, unless also an upstream
+					for _, s := range a.clusterFwd.Servers() {
+						if !slices.ContainsFunc(out, func(f metrics.UpstreamFigures) bool { return f.Addr == s.Addr }) {
+							out = append(out, metrics.UpstreamFigures(s.Stats()))
+						}
+					}
 				}
 				return out
 			},

@@ -35,20 +35,75 @@ type applier struct {
 
 var (
 	// applyCache reconfigures the cache in place (entries are kept).
+	// In forward mode the cluster zone's cache takes the same settings,
+	// capped by the cluster TTL (restart-only, like the index's).
 	applyCache = &applier{name: "cache", prepare: func(a *agent, cfg *Config) (func() error, error) {
-		return func() error { return a.cache.Reconfigure(cacheConfig(*cfg, a.log)) }, nil
+		return func() error {
+			if err := a.cache.Reconfigure(cacheConfig(*cfg, a.log)); err != nil {
+				return err
+			}
+			if a.clusterCache != nil {
+				cc := *cfg
+				cc.ClusterTTL = a.cfg.ClusterTTL
+				if err := a.clusterCache.Reconfigure(clusterCacheConfig(cc, a.log)); err != nil {
+					a.log.Error("config reload: cluster zone cache settings rejected", "err", err)
+				}
+			}
+			return nil
+		}, nil
 	}}
 	// applyForwarder builds a new forwarder (reading the resolv.conf again
 	// when it supplies the upstreams) and swaps it in; exchanges under way
 	// finish on the old one. The stub domains are zones of the
 	// CoreDNS-compatible series, so those follow.
 	applyForwarder = &applier{name: "upstreams", prepare: func(a *agent, cfg *Config) (func() error, error) {
-		fwd, err := newForwarder(*cfg, a.log, a.panics)
+		fwd, err := newForwarder(*cfg, a.upLog, a.panics)
 		if err != nil {
 			return nil, err
 		}
 		zones := metricZones(*cfg)
-		return func() error { a.swapForwarder(fwd); a.rec.SetZones(zones); return nil }, nil
+		stubs := stubZones(*cfg)
+		return func() error {
+			a.swapForwarder(fwd)
+			a.rec.SetZones(zones)
+			if a.router != nil {
+				// Stub domains inside the forwarded cluster zones keep
+				// their own servers.
+				if err := a.router.SetExcept(stubs); err != nil {
+					a.log.Error("config reload: stub domains inside the forwarded cluster zones keep their old routes", "err", err)
+				}
+			}
+			return nil
+		}, nil
+	}}
+	// applyHosts reads the hosts file and entries (prepare) and swaps the
+	// records in (commit).
+	applyHosts = &applier{name: "hosts", prepare: func(a *agent, cfg *Config) (func() error, error) {
+		hc := hostsConfig(cfg.Hosts)
+		hc.Logger = a.log
+		apply, err := a.hosts.Prepare(hc)
+		if err != nil {
+			return nil, err
+		}
+		return func() error { apply(); return nil }, nil
+	}}
+	applyRewrite = &applier{name: "rewrite", prepare: func(a *agent, cfg *Config) (func() error, error) {
+		rw, err := newRewriter(cfg.Rewrite)
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			if rw == nil { // no rules: a nil interface, not a nil *Rewriter in one
+				a.srv.SetRewriter(nil)
+			} else {
+				a.srv.SetRewriter(rw)
+			}
+			return nil
+		}, nil
+	}}
+	applyLoadBalance = &applier{name: "loadbalance", prepare: func(a *agent, cfg *Config) (func() error, error) {
+		on := cfg.LoadBalance == loadBalanceRoundRobin
+		return func() error { a.srv.SetLoadBalance(on); return nil }, nil
 	}}
 	// applySearch replaces the search-path settings of the server.
 	applySearch = &applier{name: "search path", prepare: func(a *agent, cfg *Config) (func() error, error) {
@@ -74,7 +129,7 @@ var (
 
 // applierOrder is the order commits run in: the one commit that can fail
 // (the cache's own checks) first, so that a failure leaves nothing applied.
-var applierOrder = []*applier{applyCache, applyForwarder, applySearch, applyLogLevel, applyLogQueries, applyAtExit}
+var applierOrder = []*applier{applyCache, applyForwarder, applyHosts, applyRewrite, applyLoadBalance, applySearch, applyLogLevel, applyLogQueries, applyAtExit}
 
 // watchConfig re-applies the configuration whenever the --config file's
 // content changes, and on SIGHUP (at once, changed or not), until ctx is

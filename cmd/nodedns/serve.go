@@ -15,6 +15,8 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/admin"
 	"github.com/nodedns/nodedns/pkg/cache"
+	"github.com/nodedns/nodedns/pkg/errlog"
+	"github.com/nodedns/nodedns/pkg/hosts"
 	"github.com/nodedns/nodedns/pkg/intercept"
 	"github.com/nodedns/nodedns/pkg/k8s"
 	"github.com/nodedns/nodedns/pkg/metrics"
@@ -24,6 +26,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/resolvconf"
 	"github.com/nodedns/nodedns/pkg/server"
 	"github.com/nodedns/nodedns/pkg/upstream"
+	"github.com/nodedns/nodedns/pkg/zoneroute"
 )
 
 // agent holds the wired parts of a running agent.
@@ -56,8 +59,19 @@ type agent struct {
 	// probes (both used by the reload goroutine only, after run set them).
 	runCtx  context.Context
 	stopFwd context.CancelFunc
-	// clusterDNS is the --cluster-dns forwarder (nil without one).
-	clusterDNS *upstream.Forwarder
+	// failures limits the warn lines written for failures (SERVFAILs sent,
+	// upstream exchanges failed); upLog is the logger upstream forwarders
+	// get, limited per message by it.
+	failures *errlog.Limiter
+	upLog    *slog.Logger
+	// hosts holds the static records (none when the key is absent); a
+	// reload replaces them.
+	hosts *hosts.Hosts
+	// clusterFwd asks --cluster-dns; clusterCache keeps its answers in
+	// forward mode (forward.go). Both nil when unused.
+	clusterFwd   *upstream.Forwarder
+	clusterCache *cache.Cache
+	router       *zoneroute.Router
 }
 
 // newLogger returns a text logger at level (validated by the config);
@@ -222,7 +236,9 @@ func cacheConfig(cfg Config, log *slog.Logger) cache.Config {
 func build(cfg Config, log *slog.Logger) (*agent, error) {
 	a := &agent{cfg: cfg, log: log, started: time.Now(), reloads: newReloadStats(), panics: new(recovery.Counter)}
 	a.live.Store(&cfg)
-	fwd, err := newForwarder(cfg, log, a.panics)
+	a.failures = errlog.New(log, errlog.Config{})
+	a.upLog = slog.New(a.failures.Handler(log.Handler()))
+	fwd, err := newForwarder(cfg, a.upLog, a.panics)
 	if err != nil {
 		return nil, err
 	}
@@ -233,8 +249,17 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	hc := hostsConfig(cfg.Hosts)
+	hc.Logger = log
+	if a.hosts, err = hosts.New(hc); err != nil {
+		return nil, err
+	}
+	rw, err := newRewriter(cfg.Rewrite)
+	if err != nil {
+		return nil, err
+	}
 	listen := listenAddrs(cfg)
-	scfg := server.Config{Panics: a.panics, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
+	scfg := server.Config{Panics: a.panics, Failures: a.failures, Hosts: a.hosts, LoadBalance: cfg.LoadBalance == loadBalanceRoundRobin, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
 		MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.udpSockets(), Logger: log}
 	if err := a.wireCluster(&scfg); err != nil {
 		return nil, err
@@ -249,6 +274,9 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 		}
 	}
 	scfg.Observer = a.rec
+	if rw != nil {
+		scfg.Rewriter = rw
+	}
 	a.srv, err = server.New(scfg)
 	if err != nil {
 		return nil, err
@@ -276,6 +304,14 @@ func (a *agent) run(ctx context.Context) (err error) {
 	defer stopHUP()
 	go a.watchConfig(ctx, hup)
 	go a.rec.Run(ctx)
+	go a.failures.Run(ctx)
+	go a.hosts.Run(ctx)
+	if a.clusterFwd != nil {
+		go a.clusterFwd.Run(ctx)
+	}
+	if a.clusterCache != nil {
+		defer a.clusterCache.Close()
+	}
 	a.startCluster(ctx)
 
 	// Until the agent serves, a failure removes the interception it put

@@ -350,3 +350,173 @@ func AppendOPT(m []byte, udpSize uint16, do bool, extRcode uint8) []byte {
 	binary.BigEndian.PutUint16(m[10:], binary.BigEndian.Uint16(m[10:])+1)
 	return m
 }
+
+// maxRotateRun bounds the records of one RRset RotateAddrs rotates (their
+// offsets are kept on the stack); a longer run, which only a TCP reply
+// can hold (a UDP reply of 1232 bytes holds at most 75 A records), keeps
+// its order.
+const maxRotateRun = 256
+
+// RotateAddrs rotates the addresses of every A and AAAA RRset in the
+// packed message m by k positions, in place: within each run of
+// consecutive records of one type and one owner name (in the answer,
+// authority and additional sections), record i gets the address record
+// i+k (mod the run's length) had. Owner names, TTLs and everything else
+// stay where they are, so compression pointers remain valid; it allocates
+// nothing. A message that does not parse is left as it is (a partial
+// rotation of a valid prefix may have happened).
+func RotateAddrs(m []byte, k uint32) {
+	var h Query
+	if ParseHeader(m, &h) != nil {
+		return
+	}
+	off := HeaderLen
+	var err error
+	for i := 0; i < int(h.QDCount); i++ {
+		if off, err = SkipName(m, off); err != nil {
+			return
+		}
+		off += 4
+	}
+	var run [maxRotateRun]uint16 // RDATA offsets of the current run
+	n := 0
+	var runType uint16
+	runOwner := 0 // offset of the run's first owner name
+	flush := func() {
+		if n > 1 && n <= maxRotateRun {
+			rotate(m, run[:n], int(k%uint32(n)), rdataLen(runType))
+		}
+		n = 0
+	}
+	total := int(h.ANCount) + int(h.NSCount) + int(h.ARCount)
+	for i := 0; i < total; i++ {
+		nameEnd, err := SkipName(m, off)
+		if err != nil || nameEnd+10 > len(m) {
+			return
+		}
+		typ := binary.BigEndian.Uint16(m[nameEnd:])
+		rdlen := int(binary.BigEndian.Uint16(m[nameEnd+8:]))
+		end := nameEnd + 10 + rdlen
+		if end > len(m) {
+			return
+		}
+		// A section boundary ends a run: the same name in the answer and
+		// the additional section is two RRsets' worth of context.
+		if i == int(h.ANCount) || i == int(h.ANCount)+int(h.NSCount) {
+			flush()
+		}
+		addr := (typ == dns.TypeA || typ == dns.TypeAAAA) && rdlen == rdataLen(typ) && nameEnd+10 <= 0xFFFF
+		switch {
+		case !addr:
+			flush()
+		case n > 0 && (typ != runType || !sameName(m, runOwner, off)):
+			flush()
+			fallthrough
+		default:
+			if n == 0 {
+				runType, runOwner = typ, off
+			}
+			if n < maxRotateRun {
+				run[n] = uint16(nameEnd + 10)
+			}
+			n++
+		}
+		off = end
+	}
+	flush()
+}
+
+func rdataLen(t uint16) int {
+	if t == dns.TypeA {
+		return 4
+	}
+	return 16
+}
+
+// rotate moves the size-byte fields at offs left by k: field i gets what
+// field i+k held (three reversals, no buffer).
+func rotate(m []byte, offs []uint16, k, size int) {
+	if k == 0 {
+		return
+	}
+	rev := func(a, b int) { // fields a..b-1
+		for b--; a < b; a, b = a+1, b-1 {
+			x, y := m[offs[a]:int(offs[a])+size], m[offs[b]:int(offs[b])+size]
+			for j := 0; j < size; j++ {
+				x[j], y[j] = y[j], x[j]
+			}
+		}
+	}
+	rev(0, k)
+	rev(k, len(offs))
+	rev(0, len(offs))
+}
+
+// sameName reports whether the (possibly compressed) names at a and b of m
+// are equal, ignoring ASCII case. Pointers are followed a bounded number of
+// times, so a malicious loop ends as "not equal".
+func sameName(m []byte, a, b int) bool {
+	// The common case: both are the same compression pointer.
+	if a+1 < len(m) && b+1 < len(m) && m[a]&0xC0 == 0xC0 && m[a] == m[b] && m[a+1] == m[b+1] {
+		return true
+	}
+	for hops := 0; hops < 128; {
+		var la, lb int
+		var ok bool
+		if a, la, ok = label(m, a, &hops); !ok {
+			return false
+		}
+		if b, lb, ok = label(m, b, &hops); !ok {
+			return false
+		}
+		if la != lb {
+			return false
+		}
+		if la == 0 {
+			return true
+		}
+		if a+1+la > len(m) || b+1+lb > len(m) {
+			return false
+		}
+		for j := 1; j <= la; j++ {
+			x, y := m[a+j], m[b+j]
+			if x >= 'A' && x <= 'Z' {
+				x += 'a' - 'A'
+			}
+			if y >= 'A' && y <= 'Z' {
+				y += 'a' - 'A'
+			}
+			if x != y {
+				return false
+			}
+		}
+		a, b = a+1+la, b+1+lb
+	}
+	return false
+}
+
+// label follows pointers from off to a label and returns its offset and
+// length.
+func label(m []byte, off int, hops *int) (int, int, bool) {
+	for {
+		if off >= len(m) {
+			return 0, 0, false
+		}
+		l := int(m[off])
+		switch {
+		case l&0xC0 == 0xC0:
+			if off+1 >= len(m) {
+				return 0, 0, false
+			}
+			*hops++
+			if *hops >= 128 {
+				return 0, 0, false
+			}
+			off = int(binary.BigEndian.Uint16(m[off:]) & 0x3FFF)
+		case l > 63:
+			return 0, 0, false
+		default:
+			return off, l, true
+		}
+	}
+}

@@ -109,6 +109,13 @@ type Config struct {
 	// for every PTR query in the reverse zones.
 	Fallthrough []string
 
+	// PodsOnly watches nothing but this node's pods (NodeName), for
+	// PodNamespace: no Services, EndpointSlices or Namespaces. The index
+	// then answers nothing of the zone; it serves the search-path walk
+	// when the cluster zone itself is forwarded to the central cluster
+	// DNS (--cluster-zone forward), whatever Pods says.
+	PodsOnly bool
+
 	// Set by normalize.
 	nsSet map[string]struct{}
 	nsSel labels.Selector

@@ -255,7 +255,7 @@ func (ix *Index) Generation() uint64 { return ix.gen.Load() }
 // does), else only this node's when NodeName is set (for PodNamespace),
 // else none.
 func (ix *Index) watchesPods() (watch, clusterWide bool) {
-	if ix.cfg.Pods == PodsVerified {
+	if ix.cfg.Pods == PodsVerified && !ix.cfg.PodsOnly {
 		return true, true
 	}
 	return ix.cfg.NodeName != "", false
@@ -275,41 +275,46 @@ func (ix *Index) Run(ctx context.Context) error {
 
 	cl := ix.client
 	core, disc := cl.CoreV1().RESTClient(), cl.DiscoveryV1().RESTClient()
-	ctrls := []cache.Controller{
-		ix.informer(&corev1.Service{}, ix.onService, listSpec{
-			resource: "services", rc: core, transform: transformService, log: ix.log,
-			decode: decodeService, sized: ix.reserveServices,
-			typed: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return cl.CoreV1().Services("").List(ctx, o)
-			},
-		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return cl.CoreV1().Services("").Watch(ctx, o)
-		}),
-		ix.informer(&corev1.Namespace{}, ix.onNamespace, listSpec{
-			resource: "namespaces", rc: core, transform: namespaceTransform(ix.cfg.nsSel != nil), log: ix.log,
-			decode: namespaceDecoder(ix.cfg.nsSel != nil),
-			typed: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return cl.CoreV1().Namespaces().List(ctx, o)
-			},
-		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return cl.CoreV1().Namespaces().Watch(ctx, o)
-		}),
-	}
-	if !ix.cfg.NoEndpoints {
-		// Only slices that belong to a Service: the label is how CoreDNS
-		// ties a slice to its service, and unlabelled slices cannot be
-		// named. With NoEndpoints there is no slice watch at all, as with
-		// CoreDNS's noendpoints.
-		ctrls = append(ctrls, ix.informer(&discoveryv1.EndpointSlice{}, ix.onSlice, listSpec{
-			resource: "endpointslices", rc: disc, transform: endpointSliceTransform(ix.cfg.EndpointPodNames), log: ix.log,
-			decode: endpointSliceDecoder(ix.cfg.EndpointPodNames), sized: ix.reserveSlices,
-			opts: func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName },
-			typed: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return cl.DiscoveryV1().EndpointSlices("").List(ctx, o)
-			},
-		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return cl.DiscoveryV1().EndpointSlices("").Watch(ctx, o)
-		}))
+	var ctrls []cache.Controller
+	// PodsOnly (--cluster-zone forward): the zone is answered elsewhere;
+	// only this node's pods are watched, for the search-path walk.
+	if !ix.cfg.PodsOnly {
+		ctrls = []cache.Controller{
+			ix.informer(&corev1.Service{}, ix.onService, listSpec{
+				resource: "services", rc: core, transform: transformService, log: ix.log,
+				decode: decodeService, sized: ix.reserveServices,
+				typed: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					return cl.CoreV1().Services("").List(ctx, o)
+				},
+			}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return cl.CoreV1().Services("").Watch(ctx, o)
+			}),
+			ix.informer(&corev1.Namespace{}, ix.onNamespace, listSpec{
+				resource: "namespaces", rc: core, transform: namespaceTransform(ix.cfg.nsSel != nil), log: ix.log,
+				decode: namespaceDecoder(ix.cfg.nsSel != nil),
+				typed: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					return cl.CoreV1().Namespaces().List(ctx, o)
+				},
+			}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return cl.CoreV1().Namespaces().Watch(ctx, o)
+			}),
+		}
+		if !ix.cfg.NoEndpoints {
+			// Only slices that belong to a Service: the label is how CoreDNS
+			// ties a slice to its service, and unlabelled slices cannot be
+			// named. With NoEndpoints there is no slice watch at all, as with
+			// CoreDNS's noendpoints.
+			ctrls = append(ctrls, ix.informer(&discoveryv1.EndpointSlice{}, ix.onSlice, listSpec{
+				resource: "endpointslices", rc: disc, transform: endpointSliceTransform(ix.cfg.EndpointPodNames), log: ix.log,
+				decode: endpointSliceDecoder(ix.cfg.EndpointPodNames), sized: ix.reserveSlices,
+				opts: func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName },
+				typed: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					return cl.DiscoveryV1().EndpointSlices("").List(ctx, o)
+				},
+			}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return cl.DiscoveryV1().EndpointSlices("").Watch(ctx, o)
+			}))
+		}
 	}
 	var podCtrl cache.Controller
 	if watchPods, clusterWide := ix.watchesPods(); watchPods {
@@ -333,7 +338,10 @@ func (ix *Index) Run(ctx context.Context) error {
 		})
 		ctrls = append(ctrls, podCtrl)
 	}
-	if ix.cfg.IgnoreEmptyService && ix.cfg.NoEndpoints {
+	if ix.cfg.PodsOnly {
+		ix.log.Info("starting the pod informer only: the cluster zone is not answered here", "node", ix.cfg.NodeName)
+	}
+	if ix.cfg.IgnoreEmptyService && ix.cfg.NoEndpoints && !ix.cfg.PodsOnly {
 		ix.log.Warn("ignore-empty-service with no-endpoints: no Service has endpoints, so every ClusterIP Service is NXDOMAIN (as in CoreDNS)")
 	}
 	for _, z := range reverseZones {

@@ -286,3 +286,23 @@ func TestSharedAddress(t *testing.T) {
 		t.Errorf("endpoint index not empty: %d entries", n)
 	}
 }
+
+// TestPodsOnly: with the cluster zone forwarded, only this node's pods are
+// watched (for the search-path walk); no Service, slice or namespace list
+// reaches the API server, even in verified pod mode.
+func TestPodsOnly(t *testing.T) {
+	mine := testPod("team-a", "web", "node-1", testNow, "10.244.0.7")
+	other := testPod("team-b", "db", "node-2", testNow, "10.244.9.7")
+	ix, c := startIndex(t, Config{TTL: 5, Pods: PodsVerified, NodeName: "node-1", PodsOnly: true}, mine, other)
+	if ns, ok := ix.PodNamespace(mustAddr("10.244.0.7")); !ok || ns != "team-a" {
+		t.Fatalf("this node's pod: %q %v", ns, ok)
+	}
+	if _, ok := ix.PodNamespace(mustAddr("10.244.9.7")); ok {
+		t.Fatal("another node's pod is known")
+	}
+	for _, a := range c.Actions() {
+		if r := a.GetResource().Resource; r != "pods" {
+			t.Errorf("%s of %s reached the API server", a.GetVerb(), r)
+		}
+	}
+}

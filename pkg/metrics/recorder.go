@@ -165,11 +165,12 @@ const (
 	srcUpstream
 	srcAutopath
 	srcLocal
+	srcHosts
 	srcOther
 	numSources
 )
 
-var sourceNames = [numSources]string{"cluster", "cache", "stale", "upstream", "autopath", "local", "other"}
+var sourceNames = [numSources]string{"cluster", "cache", "stale", "upstream", "autopath", "local", "hosts", "other"}
 
 func sourceIndex(s server.Source) int {
 	switch s {
@@ -185,6 +186,8 @@ func sourceIndex(s server.Source) int {
 		return srcAutopath
 	case server.SourceLocal:
 		return srcLocal
+	case server.SourceHosts:
+		return srcHosts
 	}
 	return srcOther
 }

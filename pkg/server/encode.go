@@ -29,6 +29,14 @@ type request struct {
 	// listener is the index in Config.Listen of the address the query
 	// came in on.
 	listener int
+	// fail and failErr say why the server answers SERVFAIL, for the
+	// failure log (failures.go); empty when a stage answered it.
+	fail    string
+	failErr error
+	// asked is the name the client asked when a rewrite rule changed
+	// q.Name (rewrite.go); revert maps a reply's names back to it.
+	asked  string
+	revert func(*dns.Msg) *dns.Msg
 }
 
 func (r *request) setMaxSize(maxUDP int) {
@@ -48,7 +56,7 @@ func (s *Server) encode(dst []byte, r *request, m *dns.Msg) []byte {
 	start := len(dst)
 	dst, err := s.pack(dst, r, m)
 	if err != nil {
-		s.log.Warn("packing reply failed", "name", r.q.Name, "type", r.q.Type, "err", err)
+		r.fail, r.failErr = failPack, err
 		return s.errorReply(dst[:start], r, dns.RcodeServerFailure)
 	}
 	return s.finish(dst, start, r, m.Rcode)
@@ -58,7 +66,7 @@ func (s *Server) encode(dst []byte, r *request, m *dns.Msg) []byte {
 // flags as m has them. finish makes it the reply to a particular request.
 func (s *Server) pack(dst []byte, r *request, m *dns.Msg) ([]byte, error) {
 	out := dns.Msg{MsgHdr: m.MsgHdr, Compress: true, Answer: m.Answer, Ns: m.Ns, Extra: m.Extra}
-	out.Question = []dns.Question{{Name: r.q.Name, Qtype: r.q.Type, Qclass: r.q.Class}}
+	out.Question = []dns.Question{{Name: r.askedName(), Qtype: r.q.Type, Qclass: r.q.Class}}
 	if hasOPT(m.Extra) {
 		out.Extra = make([]dns.RR, 0, len(m.Extra))
 		for _, rr := range m.Extra {
@@ -104,6 +112,12 @@ func (r *request) fits(n int) bool {
 // reply does not fit the client's size. rcode may be extended (> 15).
 func (s *Server) finish(dst []byte, start int, r *request, rcode int) []byte {
 	flags := patchHeader(dst[start:], r, rcode)
+	if rcode == dns.RcodeSuccess && s.loadBalance.Load() {
+		// Round robin, as CoreDNS's loadbalance: each reply's address
+		// RRsets rotated one step further than the last reply's, in the
+		// copy being sent (never in a stored reply).
+		dnswire.RotateAddrs(dst[start:], s.rotation.Add(1))
+	}
 	if r.q.EDNS {
 		dst = appendOPT(dst, start, r, rcode)
 	}

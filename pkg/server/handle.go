@@ -30,7 +30,8 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.cfg.Panics.Caught(s.log, p, "answering a query", "name", r.q.Name, "type", r.q.Type)
-			out, v = s.errorReply(dst[:0], r, dns.RcodeServerFailure), verdictReply
+			r.fail = failPanic
+			out, v = s.reply(dst[:0], r, dns.RcodeServerFailure, SourceLocal), verdictReply
 		}
 	}()
 	err := dnswire.ParseQuery(r.raw, &r.q)
@@ -70,6 +71,9 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 			Cpu: "RFC8482"}}}
 		return s.send(dst, r, m, SourceLocal, 0, 0), verdictReply
 	}
+	if out, v, done := s.rewriteQuery(dst, r); done {
+		return out, v
+	}
 	if ns, base, ok := s.walkTarget(r); ok {
 		// A pod's first search-path expansion: a shortcut kept from an
 		// earlier query, the name itself in the cluster, or a walk whose
@@ -86,12 +90,17 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 		}
 		return dst, verdictSlow
 	}
+	if s.cfg.Hosts != nil {
+		if m, ok := s.cfg.Hosts.Lookup(r.q.Name, r.q.Type); ok {
+			return s.sendCluster(dst, r, m, SourceHosts), verdictReply
+		}
+	}
 	if s.cfg.Cluster != nil {
 		if res, ok := s.cfg.Cluster.Lookup(r.q.Name, r.q.Type); ok {
 			if res.NotSynced || res.ExternalTarget != "" {
 				return dst, verdictSlow
 			}
-			return s.sendCluster(dst, r, res.Msg), verdictReply
+			return s.sendCluster(dst, r, res.Msg, SourceCluster), verdictReply
 		}
 	}
 	if s.cfg.HitCache != nil {
@@ -110,6 +119,7 @@ func (s *Server) slow(ctx context.Context, dst []byte, r *request) (out []byte) 
 	defer func() {
 		if p := recover(); p != nil {
 			s.cfg.Panics.Caught(s.log, p, "answering a query", "name", r.q.Name, "type", r.q.Type)
+			r.fail = failPanic
 			out = s.reply(dst[:0], r, dns.RcodeServerFailure, SourceLocal)
 		}
 	}()
@@ -129,20 +139,23 @@ func (s *Server) slow(ctx context.Context, dst []byte, r *request) (out []byte) 
 	}
 	m, src, err := s.answer(ctx, r.q.Name, r.q.Type, r.q.DO, r.q.CD())
 	if err != nil {
-		if loop := s.loopName.Load().(string); loop == "" || r.q.Name != loop {
-			s.log.Debug("resolution failed", "name", r.q.Name, "type", r.q.Type, "err", err)
-		}
+		r.fail, r.failErr = failureReason(err), err
 		return s.reply(dst, r, dns.RcodeServerFailure, src)
 	}
 	return s.send(dst, r, m, src, 0, 0)
 }
 
-// answer resolves one (name, type): the cluster zone when the name is the
-// cluster's, else cache and upstream. It is the step the search-path walk
-// repeats.
+// answer resolves one (name, type): static records, then the cluster zone
+// when the name is the cluster's, else cache and upstream. It is the step
+// the search-path walk repeats.
 func (s *Server) answer(ctx context.Context, name string, qtype uint16, do, cd bool) (*dns.Msg, Source, error) {
 	if loop := s.loopName.Load().(string); loop != "" && name == loop {
 		s.loopSeen.Add(1)
+	}
+	if s.cfg.Hosts != nil {
+		if m, ok := s.cfg.Hosts.Lookup(name, qtype); ok {
+			return m, SourceHosts, nil
+		}
 	}
 	if s.cfg.Cluster != nil {
 		if res, ok := s.cfg.Cluster.Lookup(name, qtype); ok {
@@ -184,11 +197,11 @@ func query(name string, qtype uint16, do, cd bool) *dns.Msg {
 // false NXDOMAIN.
 func (s *Server) beforeSync(ctx context.Context, name string, qtype uint16) (*dns.Msg, Source, error) {
 	if s.cfg.ClusterDNS == nil {
-		return nil, SourceCluster, errors.New("cluster index not synced and no --cluster-dns")
+		return nil, SourceCluster, errNotSynced
 	}
 	m, err := s.cfg.ClusterDNS.Exchange(ctx, query(name, qtype, false, false))
 	if err != nil {
-		return nil, SourceUpstream, fmt.Errorf("asking cluster DNS before sync: %w", err)
+		return nil, SourceUpstream, fmt.Errorf("%w before sync: %w", errClusterDNS, err)
 	}
 	return m, SourceUpstream, nil
 }
@@ -220,8 +233,15 @@ func (s *Server) externalName(ctx context.Context, res ClusterResult, qtype uint
 
 // send encodes m as the reply to r, appends it and reports it.
 func (s *Server) send(dst []byte, r *request, m *dns.Msg, src Source, steps, saved int) []byte {
+	if r.revert != nil {
+		m = r.revert(m)
+	}
 	out := s.encode(dst, r, m)
-	s.observe(r, src, m.Rcode, steps, saved, len(out)-len(dst))
+	rcode := m.Rcode
+	if r.fail == failPack {
+		rcode = dns.RcodeServerFailure
+	}
+	s.observe(r, src, rcode, steps, saved, len(out)-len(dst))
 	return out
 }
 
@@ -232,12 +252,16 @@ func (s *Server) reply(dst []byte, r *request, rcode int, src Source) []byte {
 	return out
 }
 
-// observe reports the answer to r, a reply of size bytes.
+// observe reports the answer to r, a reply of size bytes, and logs it
+// (rate-limited) when it is a SERVFAIL.
 func (s *Server) observe(r *request, src Source, rcode, steps, saved, size int) {
+	if rcode == dns.RcodeServerFailure && s.cfg.Failures != nil {
+		s.logFailure(r, src)
+	}
 	if s.cfg.Observer == nil {
 		return
 	}
-	s.cfg.Observer.Observe(Event{Source: src, Rcode: rcode, Proto: r.proto, Client: r.client, Name: r.q.Name,
+	s.cfg.Observer.Observe(Event{Source: src, Rcode: rcode, Proto: r.proto, Client: r.client, Name: r.askedName(),
 		Qtype: r.q.Type, Duration: time.Since(r.start), AutopathSteps: steps, AutopathSaved: saved,
 		Listener: r.listener, RequestSize: len(r.raw), ResponseSize: size, DO: r.q.DO})
 }

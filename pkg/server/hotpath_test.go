@@ -12,6 +12,8 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/cache"
+	"github.com/nodedns/nodedns/pkg/hosts"
+	"github.com/nodedns/nodedns/pkg/rewrite"
 )
 
 // noUpstream fails every exchange; the hit-path tests never reach it.
@@ -22,8 +24,9 @@ func (noUpstream) Exchange(context.Context, *dns.Msg) (*dns.Msg, error) {
 }
 
 // hotServer returns a server (no sockets) whose cache holds
-// www.example.test A and whose cluster knows web.team-a.
-func hotServer(tb testing.TB) *Server {
+// www.example.test A and whose cluster knows web.team-a; opts adjust its
+// configuration (static records, load balancing).
+func hotServer(tb testing.TB, opts ...func(*Config)) *Server {
 	tb.Helper()
 	c, err := cache.New(cache.Config{Size: 1000}, noUpstream{})
 	if err != nil {
@@ -35,10 +38,21 @@ func hotServer(tb testing.TB) *Server {
 	r.Response = true
 	r.Answer = []dns.RR{mustRR("www.example.test. 300 IN A 192.0.2.1")}
 	c.Put(cache.KeyOf(r), r)
+	pool := new(dns.Msg)
+	pool.SetQuestion("pool.example.test.", dns.TypeA)
+	pool.Response = true
+	for _, ip := range []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"} {
+		pool.Answer = append(pool.Answer, mustRR("pool.example.test. 300 IN A %s", ip))
+	}
+	c.Put(cache.KeyOf(pool), pool)
 	cl := testCluster()
 	addHeadless(cl, "small.team-a.svc.cluster.local.", 3)
 	addHeadless(cl, "huge.team-a.svc.cluster.local.", hugeEndpoints)
-	s, err := New(Config{Listen: []string{"127.0.0.1:0"}, Resolver: c, HitCache: c, Cluster: &stableCluster{inner: cl}})
+	cfg := Config{Listen: []string{"127.0.0.1:0"}, Resolver: c, HitCache: c, Cluster: &stableCluster{inner: cl}}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -84,8 +98,20 @@ func serveOnce(s *Server, pkt, out []byte) ([]byte, verdict) {
 // TestHotPathAllocs pins the allocation count of a cache hit and of a
 // cluster answer on the reader: the per-query cost a node pays thousands of
 // times a second.
+//
+// The same holds with the drop-in features on: static records consulted
+// before everything (and answering), load balancing rotating the answers.
 func TestHotPathAllocs(t *testing.T) {
-	s := hotServer(t)
+	servers := []struct {
+		name string
+		s    *Server
+	}{
+		{"", hotServer(t)},
+		{"with hosts", hotServer(t, withHosts(t))},
+		{"with rewrite rules", hotServer(t, withRewrite(t))},
+		{"with loadbalance", hotServer(t, withLoadBalance)},
+		{"with all three", hotServer(t, withHosts(t), withRewrite(t), withLoadBalance)},
+	}
 	out := make([]byte, 0, 4096)
 	cases := []struct {
 		name string
@@ -98,16 +124,49 @@ func TestHotPathAllocs(t *testing.T) {
 		// small answer costs (issue 13).
 		{"huge headless (TC)", packet(t, "huge.team-a.svc.cluster.local.", dns.TypeA, true), 0},
 		{"huge headless (TC, no EDNS)", packet(t, "huge.team-a.svc.cluster.local.", dns.TypeA, false), 0},
+		{"cache hit of 3 addresses", packet(t, "pool.example.test.", dns.TypeA, true), 0},
 	}
-	for _, c := range cases {
-		if _, v := serveOnce(s, c.pkt, out); v != verdictReply {
-			t.Fatalf("%s: verdict %d, want a reply on the reader", c.name, v)
+	for _, sv := range servers {
+		cs := cases
+		if sv.s.cfg.Hosts != nil {
+			cs = append(cs[:len(cs):len(cs)], struct {
+				name string
+				pkt  []byte
+				max  float64
+			}{"hosts answer", packet(t, "Static.Example.", dns.TypeA, true), 0})
 		}
-		n := testing.AllocsPerRun(200, func() { serveOnce(s, c.pkt, out) })
-		if n > c.max {
-			t.Errorf("%s: %.1f allocations per query, want at most %.0f", c.name, n, c.max)
+		for _, c := range cs {
+			if _, v := serveOnce(sv.s, c.pkt, out); v != verdictReply {
+				t.Fatalf("%s %s: verdict %d, want a reply on the reader", c.name, sv.name, v)
+			}
+			n := testing.AllocsPerRun(200, func() { serveOnce(sv.s, c.pkt, out) })
+			if n > c.max {
+				t.Errorf("%s %s: %.1f allocations per query, want at most %.0f", c.name, sv.name, n, c.max)
+			}
 		}
 	}
+}
+
+// withRewrite configures rewrite rules of every kind that the hot-path
+// names do not match.
+func withRewrite(tb testing.TB) func(*Config) {
+	rw := mustRewriter(tb,
+		rewrite.Rule{From: "api.legacy", To: "web.team-a.svc.cluster.local"},
+		rewrite.Rule{Type: "suffix", From: ".corp", To: ".corp.example"},
+		rewrite.Rule{Type: "regex", From: `^(.+)\.old\.example\.$`, To: "{1}.new.example"})
+	return func(c *Config) { c.Rewriter = rw }
+}
+
+func withLoadBalance(c *Config) { c.LoadBalance = true }
+
+// withHosts configures static records (static.example, falling through for
+// every other name) in front of the other stages.
+func withHosts(tb testing.TB) func(*Config) {
+	h, err := hosts.New(hosts.Config{Entries: []string{"192.0.2.50 static.example", "192.0.2.51 static.example"}, Fallthrough: []string{}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return func(c *Config) { c.Hosts = h }
 }
 
 func BenchmarkFastCacheHit(b *testing.B) {
@@ -117,6 +176,34 @@ func BenchmarkFastCacheHit(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		serveOnce(s, pkt, out)
+	}
+}
+
+// BenchmarkDropIn measures the hit paths (a cache hit of three addresses, a
+// cluster answer) with each drop-in feature off and on: static records
+// consulted first, rewrite rules that do not match, round-robin rotation.
+func BenchmarkDropIn(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts []func(*Config)
+	}{
+		{"off", nil},
+		{"hosts", []func(*Config){withHosts(b)}},
+		{"rewrite", []func(*Config){withRewrite(b)}},
+		{"loadbalance", []func(*Config){withLoadBalance}},
+		{"all", []func(*Config){withHosts(b), withRewrite(b), withLoadBalance}},
+	} {
+		s := hotServer(b, c.opts...)
+		for _, q := range []struct{ name, qname string }{{"cache3", "pool.example.test."}, {"cluster", "web.team-a.svc.cluster.local."}} {
+			pkt := packet(b, q.qname, dns.TypeA, true)
+			out := make([]byte, 0, 4096)
+			b.Run(c.name+"/"+q.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					serveOnce(s, pkt, out)
+				}
+			})
+		}
 	}
 }
 

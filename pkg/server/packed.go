@@ -139,12 +139,13 @@ func (sh *packedShard) add(k packedKey, m *dns.Msg, wire []byte, now int64, budg
 	}
 }
 
-// sendCluster appends the reply to r for the cluster's message m. The
+// sendCluster appends the reply to r for m, a message the stage src (the
+// cluster zone or static records) keeps until its records change. The
 // packed reply is kept whatever its size; a UDP client it does not fit gets
 // the TC reply made from its header and question alone, so a Service too
 // large for UDP costs a query no more than a small one, and nothing is
 // packed twice for the same message.
-func (s *Server) sendCluster(dst []byte, r *request, m *dns.Msg) []byte {
+func (s *Server) sendCluster(dst []byte, r *request, m *dns.Msg, src Source) []byte {
 	start := len(dst)
 	k := packedKey{name: r.q.Name, qtype: r.q.Type}
 	sh := s.packed.shard(k.name)
@@ -152,14 +153,14 @@ func (s *Server) sendCluster(dst []byte, r *request, m *dns.Msg) []byte {
 	if wire, ok := sh.get(k, m, now); ok {
 		if !r.fits(len(wire)) {
 			dst = s.truncatedReply(dst, start, wire, r, m.Rcode)
-			s.observe(r, SourceCluster, m.Rcode, 0, 0, len(dst)-start)
+			s.observe(r, src, m.Rcode, 0, 0, len(dst)-start)
 			return dst
 		}
 		dst = append(dst, wire...)
 	} else {
 		var err error
 		if dst, err = s.pack(dst, r, m); err != nil {
-			s.log.Warn("packing cluster reply failed", "name", r.q.Name, "type", r.q.Type, "err", err)
+			r.fail, r.failErr = failPack, err
 			return s.reply(dst[:start], r, dns.RcodeServerFailure, SourceLocal)
 		}
 		// The query's name lives in a reused buffer; the key outlives it.
@@ -167,6 +168,6 @@ func (s *Server) sendCluster(dst []byte, r *request, m *dns.Msg) []byte {
 		sh.add(k, m, append([]byte(nil), dst[start:]...), now, s.packed.shardCost)
 	}
 	dst = s.finish(dst, start, r, m.Rcode)
-	s.observe(r, SourceCluster, m.Rcode, 0, 0, len(dst)-start)
+	s.observe(r, src, m.Rcode, 0, 0, len(dst)-start)
 	return dst
 }

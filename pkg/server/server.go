@@ -29,10 +29,11 @@ import (
 
 // Config configures a Server. Zero values take the defaults named.
 //
-// Resolution order for one query: a cache hit (HitCache) on the socket's
-// reader; then, off the reader, the cluster zone (Cluster); the search-path
-// walk for pods on this node (Pods, when Autopath); then Resolver (cache and
-// upstream).
+// Resolution order for one query, as CoreDNS's plugin order has it: name
+// rewrites (Rewriter) first, then the search-path walk for pods on this node (Pods, when Autopath), each step of
+// which is resolved as below; static records (Hosts); the cluster zone
+// (Cluster); a cache hit (HitCache); Resolver (cache and upstream). All but
+// the last are tried on the socket's reader when they need no waiting.
 type Config struct {
 	// Listen holds host:port addresses; UDP and TCP are served on each.
 	Listen []string
@@ -41,6 +42,16 @@ type Config struct {
 	// ClusterDNS, when set, answers cluster-zone queries until Cluster has
 	// synced; without it they get SERVFAIL (never a false NXDOMAIN).
 	ClusterDNS Exchanger
+	// Rewriter rewrites query names before everything else (see
+	// SetRewriter); nil: none.
+	Rewriter NameRewriter
+	// LoadBalance rotates the order of A and AAAA records in replies,
+	// one step per reply (CoreDNS's `loadbalance round_robin`); see
+	// SetLoadBalance.
+	LoadBalance bool
+	// Hosts answers static records before everything but the walk; nil:
+	// none.
+	Hosts Hosts
 	// Pods maps clients to namespaces for the search-path walk.
 	Pods Pods
 	// Autopath enables the server-side search-path walk.
@@ -58,6 +69,9 @@ type Config struct {
 	// cache and the forwarder, so the agent reports one figure (Stats).
 	// nil: a counter of the server's own.
 	Panics *recovery.Counter
+	// Failures rate-limits the warn line written for every SERVFAIL the
+	// server sends (failures.go); nil: no such lines.
+	Failures FailureLimiter
 
 	// SocketsPerAddr is the number of SO_REUSEPORT UDP sockets (each with
 	// its own reader) per listen address; default GOMAXPROCS.
@@ -171,6 +185,12 @@ type Server struct {
 	// (udpthread_linux.go).
 	heldPs  atomic.Int32
 	walkSet atomic.Pointer[walkSettings]
+	// rewriter rewrites query names first (rewrite.go); nil: none.
+	rewriter atomic.Pointer[rewriterBox]
+	// loadBalance rotates the A and AAAA RRsets of every NOERROR reply
+	// (finish); rotation counts replies for the next offset.
+	loadBalance atomic.Bool
+	rotation    atomic.Uint32
 
 	wg       sync.WaitGroup // readers, acceptors, connections, slow-path queries
 	ctx      context.Context
@@ -224,6 +244,8 @@ func New(cfg Config) (*Server, error) {
 	s.epoch = time.Now()
 	s.loopName.Store("")
 	s.walkSet.Store(&walkSettings{autopath: cfg.Autopath, search: cfg.Search})
+	s.SetRewriter(cfg.Rewriter)
+	s.loadBalance.Store(cfg.LoadBalance)
 	return s, nil
 }
 

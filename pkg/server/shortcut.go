@@ -326,5 +326,5 @@ func (s *Server) asAsked(dst []byte, r *request) ([]byte, bool) {
 	if !ok || res.NotSynced || res.ExternalTarget != "" || res.Msg.Rcode == dns.RcodeNameError {
 		return dst, false
 	}
-	return s.sendCluster(dst, r, res.Msg), true
+	return s.sendCluster(dst, r, res.Msg, SourceCluster), true
 }

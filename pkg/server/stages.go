@@ -49,6 +49,19 @@ type Cluster interface {
 	Zone() string
 }
 
+// Hosts answers names from static records (pkg/hosts), before the cluster
+// zone and the cache, as CoreDNS's hosts plugin sits before kubernetes and
+// forward. Implementations must be safe for concurrent use and cheap:
+// Lookup is called on the reader for every query and must allocate nothing
+// for a name it does not answer.
+type Hosts interface {
+	// Lookup answers (name, qtype), name lower-case and fully qualified.
+	// ok false means the next stage answers. The message (Rcode,
+	// Authoritative, Answer) is shared: never modify it; a stage returns
+	// the same message for a question until its records change.
+	Lookup(name string, qtype uint16) (m *dns.Msg, ok bool)
+}
+
 // Pods maps a client address to the namespace of the pod that owns it. Only
 // pods on this node are known; host-network pods are never returned.
 // Implementations must be safe for concurrent use and cheap.
@@ -129,4 +142,5 @@ const (
 	SourceUpstream Source = "upstream"
 	SourceAutopath Source = "autopath"
 	SourceLocal    Source = "local" // answered by the server itself (errors, ANY, ...)
+	SourceHosts    Source = "hosts" // static records (Config.Hosts)
 )

@@ -263,6 +263,7 @@ func (s *Server) serveTCP(st *tcpState, listener int) {
 		slots <- struct{}{}
 		if !s.admit(client) {
 			<-slots
+			r.fail = failOverloaded
 			t.write(s.reply(nil, r, dns.RcodeServerFailure, SourceLocal))
 			continue
 		}

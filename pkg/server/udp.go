@@ -82,6 +82,7 @@ func (s *Server) awaitInflight(ctx context.Context) {
 // resolved.
 func (s *Server) goSlowUDP(u *udpSock, r *request, addr netip.AddrPort, scratch []byte) {
 	if !s.admit(r.client) {
+		r.fail = failOverloaded
 		s.writeUDP(u, s.reply(scratch, r, dns.RcodeServerFailure, SourceLocal), addr)
 		return
 	}

@@ -120,6 +120,14 @@ type winner struct {
 
 // winnerNow returns the answer for (name, r's type) if it needs no waiting.
 func (s *Server) winnerNow(name string, r *request) (winner, bool) {
+	if s.cfg.Hosts != nil {
+		if _, ok := s.cfg.Hosts.Lookup(name, r.q.Type); ok {
+			// Static records win over the cluster and the cache; the
+			// shortcuts keep no hosts answers, so the walk takes the
+			// general path (answer), off the reader.
+			return winner{}, false
+		}
+	}
 	if res, ok := s.cfg.Cluster.Lookup(name, r.q.Type); ok {
 		if res.NotSynced || res.ExternalTarget != "" {
 			return winner{}, false

@@ -122,9 +122,13 @@ func (s *Server) observe(rcode int, d time.Duration) {
 	s.latency[rcode].Observe(d)
 }
 
+// fail records a failed attempt. Every one is logged at warn level: the
+// agent's logger limits such lines per message (pkg/errlog), so a dead
+// upstream costs a burst and then a line a second, not one per query.
 func (s *Server) fail(err error) {
 	s.failures.Add(1)
 	s.lastErr.Store(err.Error())
+	s.cfg.Logger.Warn("upstream exchange failed", "component", "upstream", "server", s.Addr, "err", err)
 	if int(s.consecutive.Add(1)) >= s.cfg.MaxFails && !s.down.Swap(true) {
 		s.cfg.Logger.Warn("upstream marked down", "component", "upstream", "server", s.Addr, "err", err)
 	}
@@ -170,6 +174,14 @@ func (s *Server) exchangeOnce(ctx context.Context, q *dns.Msg, timeout time.Dura
 	defer cancel()
 	out := q.Copy()
 	out.Id = dns.Id()
+	if s.cfg.ForceTCP {
+		r, err := s.tcp(ctx, out)
+		if err != nil {
+			return nil, err
+		}
+		r.Id = q.Id
+		return r, nil
+	}
 	r, err := s.udp(ctx, out)
 	if err != nil {
 		return nil, err

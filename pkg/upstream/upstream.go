@@ -86,7 +86,11 @@ type Config struct {
 	ProbeInterval time.Duration
 	// UDPSize is the EDNS0 buffer size advertised upstream; default 1232.
 	UDPSize uint16
-	Logger  *slog.Logger
+	// ForceTCP sends every exchange (and health probe) over TCP, on
+	// pooled connections, as CoreDNS's force_tcp: how NodeLocal DNSCache
+	// talks to the central cluster DNS.
+	ForceTCP bool
+	Logger   *slog.Logger
 }
 
 func (c *Config) defaults() {

@@ -248,6 +248,21 @@ func TestTCPRetryOnTruncation(t *testing.T) {
 	}
 }
 
+// TestForceTCP: every exchange goes over TCP, on one pooled connection
+// (how the agent talks to the central cluster DNS in forward mode).
+func TestForceTCP(t *testing.T) {
+	up := dnstest.Start(t, dnstest.Zone(60))
+	f := newForwarder(t, upstream.Config{Servers: []string{up.Addr}, ForceTCP: true})
+	for i := 0; i < 3; i++ {
+		if r := exchange(t, f, fmt.Sprintf("small%d.example.test.", i), dns.TypeTXT); r.Rcode != dns.RcodeSuccess || r.Id != 4242 {
+			t.Fatalf("query %d: %v", i, r)
+		}
+	}
+	if up.Count() != 3 || up.TCPCount() != 3 || up.TCPConns() != 1 {
+		t.Fatalf("%d queries, %d over TCP on %d connections; want 3, 3, 1", up.Count(), up.TCPCount(), up.TCPConns())
+	}
+}
+
 func TestTCPConnectionReuse(t *testing.T) {
 	up := dnstest.Start(t, dnstest.Zone(60))
 	f := newForwarder(t, upstream.Config{Servers: []string{up.Addr}})

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodedns/nodedns/pkg/cache"
+	"github.com/nodedns/nodedns/pkg/k8s"
+	"github.com/nodedns/nodedns/pkg/server"
+	"github.com/nodedns/nodedns/pkg/upstream"
+	"github.com/nodedns/nodedns/pkg/zoneroute"
+)
+
+// Values of --cluster-zone and --cluster-dns-protocol.
+const (
+	clusterZoneLocal   = "local"
+	clusterZoneForward = "forward"
+	protoTCP           = "tcp"
+	protoUDP           = "udp"
+)
+
+// reverseZones go to the cluster DNS in forward mode, as NodeLocal
+// DNSCache sends in-addr.arpa and ip6.arpa to kube-dns-upstream.
+var reverseZones = []string{"in-addr.arpa.", "ip6.arpa."}
+
+// forwardedZone stands for the cluster zone in forward mode: it answers
+// nothing itself (the names go to the cluster DNS through the router) and
+// names the zone, which the search-path walk builds its list from.
+type forwardedZone struct{ zone string }
+
+func (f forwardedZone) Lookup(string, uint16) (server.ClusterResult, bool) {
+	return server.ClusterResult{}, false
+}
+
+func (f forwardedZone) Zone() string { return f.zone }
+
+// clusterDNSForwarder is the forwarder to --cluster-dns.
+func clusterDNSForwarder(cfg Config, log *slog.Logger) (*upstream.Forwarder, error) {
+	fwd, err := upstream.New(upstream.Config{Servers: []string{cfg.ClusterDNS}, Policy: upstream.Sequential,
+		ForceTCP: cfg.ClusterDNSProtocol == protoTCP, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-dns: %w", err)
+	}
+	return fwd, nil
+}
+
+// clusterCacheConfig is the cache of forwarded cluster answers: the
+// agent's cache settings, with every lifetime capped at --cluster-ttl so
+// that a change in the cluster shows as soon as with the local index
+// (--cluster-ttl 0: nothing is kept past the reply, except to be served
+// stale when the cluster DNS fails).
+func clusterCacheConfig(cfg Config, log *slog.Logger) cache.Config {
+	cc := cacheConfig(cfg, log)
+	ttl := time.Duration(cfg.ClusterTTL)
+	if ttl <= 0 {
+		ttl = time.Nanosecond // 0 would mean the cache's default
+	}
+	cc.MinTTL, cc.MaxTTL, cc.MaxNegativeTTL = 0, ttl, ttl
+	return cc
+}
+
+// clusterZones are the cluster domains as lower-case FQDNs, primary first.
+func clusterZones(cfg Config) []string {
+	out := make([]string, 0, len(cfg.ClusterDomain))
+	for _, z := range cfg.ClusterDomain {
+		out = append(out, strings.ToLower(dns.Fqdn(z)))
+	}
+	return out
+}
+
+// wireForward is --cluster-zone forward, NodeLocal DNSCache's arrangement:
+// the cluster's zones and the reverse zones go to --cluster-dns (over TCP
+// unless --cluster-dns-protocol udp) through a cache of their own capped
+// at the cluster TTL; everything else goes to the upstreams as usual.
+// Nothing of the zone is answered from the API server; only this node's
+// pods are watched (when a kubeconfig is at hand), so the search-path walk
+// still runs here, asking the forwarded zone for each step.
+func (a *agent) wireForward(scfg *server.Config) error {
+	fwd, err := clusterDNSForwarder(a.cfg, a.upLog)
+	if err != nil {
+		return err
+	}
+	a.clusterFwd = fwd
+	if a.clusterCache, err = cache.New(clusterCacheConfig(a.cfg, a.log), fwd); err != nil {
+		return fmt.Errorf("cluster zone cache: %w", err)
+	}
+	zones := clusterZones(a.cfg)
+	router, err := zoneroute.New(append(append([]string(nil), zones...), reverseZones...), a.clusterCache, a.cache)
+	if err != nil {
+		return err
+	}
+	// A stub domain inside a forwarded zone (10.in-addr.arpa, say) keeps
+	// its own servers, as its more specific server block would in a
+	// Corefile.
+	if err := router.SetExcept(stubZones(a.cfg)); err != nil {
+		return fmt.Errorf("stub domains: %w", err)
+	}
+	a.router = router
+	scfg.Resolver, scfg.HitCache = router, router
+	scfg.Search = searchDomains(a.cfg, zones[0])
+	a.log.Info("cluster zone forwarded", "zones", zones, "reverse", reverseZones, "cluster-dns", a.cfg.ClusterDNS,
+		"protocol", a.cfg.ClusterDNSProtocol, "cache-ttl", a.cfg.ClusterTTL.String())
+	if ignored := localOnlyOptions(a.cfg); len(ignored) > 0 {
+		a.log.Warn("cluster zone options ignored with --cluster-zone forward: the central DNS answers the zone", "options", ignored)
+	}
+	if !a.cfg.Autopath {
+		return nil
+	}
+	if a.cfg.NodeName == "" {
+		a.log.Warn("autopath needs --node-name (or $NODE_NAME) to know this node's pods: search-path walk off")
+		return nil
+	}
+	rc, err := k8s.RESTConfig(a.cfg.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	if rc == nil {
+		a.log.Warn("no --kubeconfig and not running in a pod: this node's pods are unknown, search-path walk off")
+		return nil
+	}
+	rc.UserAgent = "nodedns/" + version
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("creating Kubernetes client: %w", err)
+	}
+	if a.ix, err = k8s.New(client, k8s.Config{Zones: a.cfg.ClusterDomain, TTL: uint32(time.Duration(a.cfg.ClusterTTL) / time.Second),
+		NodeName: a.cfg.NodeName, PodsOnly: true, Logger: a.log}); err != nil {
+		return err
+	}
+	scfg.Cluster, scfg.Pods = forwardedZone{zone: zones[0]}, a.ix
+	return nil
+}
+
+// validateForward checks --cluster-zone and what it needs.
+func (c *Config) validateForward() error {
+	switch c.ClusterZone {
+	case clusterZoneLocal, clusterZoneForward:
+	default:
+		return fmt.Errorf("--cluster-zone %q: want local or forward", c.ClusterZone)
+	}
+	switch c.ClusterDNSProtocol {
+	case protoTCP, protoUDP:
+	default:
+		return fmt.Errorf("--cluster-dns-protocol %q: want tcp or udp", c.ClusterDNSProtocol)
+	}
+	if c.ClusterZone == clusterZoneForward && c.ClusterDNS == "" {
+		return fmt.Errorf("--cluster-zone forward needs --cluster-dns (the central cluster DNS, e.g. a kube-dns-upstream Service's ClusterIP)")
+	}
+	if c.ClusterDNS == "" {
+		return nil
+	}
+	n, err := upstream.NormalizeAddr(c.ClusterDNS)
+	if err != nil {
+		return fmt.Errorf("--cluster-dns: %w", err)
+	}
+	ap := netip.MustParseAddrPort(n)
+	for _, l := range listenAddrs(*c) {
+		if netip.MustParseAddrPort(l) == ap {
+			return fmt.Errorf("--cluster-dns %s is one of this agent's own addresses: that is a forwarding loop (point it at a Service with kube-dns's endpoints but its own ClusterIP, as NodeLocal DNSCache's kube-dns-upstream)", c.ClusterDNS)
+		}
+	}
+	return nil
+}
+
+// localOnlyOptions lists the cluster zone options set away from their
+// defaults, which only the local index applies.
+func localOnlyOptions(cfg Config) []string {
+	def := defaultConfig()
+	var out []string
+	for _, o := range []struct {
+		name string
+		set  bool
+	}{
+		{"pods", cfg.Pods != def.Pods},
+		{"endpoint-pod-names", cfg.EndpointPodNames},
+		{"ignore-empty-service", cfg.IgnoreEmptyService},
+		{"no-endpoints", cfg.NoEndpoints},
+		{"namespaces", len(cfg.Namespaces) > 0},
+		{"namespace-labels", cfg.NamespaceLabels != ""},
+		{"fallthrough", !slices.Equal(cfg.Fallthrough, def.Fallthrough)},
+	} {
+		if o.set {
+			out = append(out, o.name)
+		}
+	}
+	return out
+}
+
+// stubZones are the zones of the stub domains.
+func stubZones(cfg Config) []string {
+	out := make([]string, 0, len(cfg.Stubs))
+	for z := range cfg.Stubs {
+		out = append(out, z)
+	}
+	return out
+}

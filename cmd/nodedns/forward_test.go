@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
+)
+
+// TestClusterZoneForward: with --cluster-zone forward the cluster's zones
+// and the reverse zones go to --cluster-dns over TCP, are cached no longer
+// than the cluster TTL, and external names still go to the upstream.
+func TestClusterZoneForward(t *testing.T) {
+	central := dnstest.Start(t, func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.Authoritative = true
+		q := r.Question[0]
+		switch {
+		case q.Qtype == dns.TypePTR:
+			rr, _ := dns.NewRR(q.Name + " 30 IN PTR web.team-a.svc.cluster.local.")
+			m.Answer = []dns.RR{rr}
+		case strings.HasPrefix(q.Name, "web."):
+			rr, _ := dns.NewRR(q.Name + " 30 IN A 10.96.0.10")
+			m.Answer = []dns.RR{rr}
+		default:
+			m.Rcode = dns.RcodeNameError
+			soa, _ := dns.NewRR("cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 30")
+			m.Ns = []dns.RR{soa}
+		}
+		_ = w.WriteMsg(m)
+	})
+	up := dnstest.Start(t, answerWith("192.0.2.1"))
+	stub := dnstest.Start(t, func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		rr, _ := dns.NewRR(r.Question[0].Name + " 60 IN PTR onprem.corp.example.")
+		m.Answer = []dns.RR{rr}
+		_ = w.WriteMsg(m)
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	args := []string{"--listen", addr, "--admin", "", "--loop-check=false", "--lameduck", "0s", "--upstream", up.Addr,
+		"--stub-domain", "10.in-addr.arpa=" + stub.Addr,
+		"--cluster-zone", "forward", "--cluster-dns", central.Addr, "--cluster-ttl", "2s", "--cluster-domain", "cluster.local,example.internal",
+		"--node-name", ""}
+	cfg, err := loadConfig(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := build(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.args, a.level = args, new(slog.LevelVar)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	c := &dns.Client{Timeout: time.Second}
+	ask := func(name string, qtype uint16) *dns.Msg {
+		t.Helper()
+		m := new(dns.Msg)
+		m.SetQuestion(name, qtype)
+		var r *dns.Msg
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if r, _, err = c.Exchange(m, addr); err == nil {
+				return r
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %v", name, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	r := ask("web.team-a.svc.cluster.local.", dns.TypeA)
+	if len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "10.96.0.10" || r.Answer[0].Header().Ttl > 2 {
+		t.Fatalf("forwarded cluster name: %v", r)
+	}
+	if central.Count() != 1 || central.TCPCount() != 1 {
+		t.Fatalf("central saw %d queries, %d over TCP; want 1 over TCP", central.Count(), central.TCPCount())
+	}
+	// Cached: no second query within the cluster TTL.
+	ask("web.team-a.svc.cluster.local.", dns.TypeA)
+	if central.Count() != 1 {
+		t.Fatalf("central asked again within the cluster TTL: %d", central.Count())
+	}
+	// The second zone, the reverse zones and negative answers too.
+	if r := ask("web.team-a.svc.example.internal.", dns.TypeA); len(r.Answer) != 1 {
+		t.Fatalf("second zone: %v", r)
+	}
+	if r := ask("10.0.96.172.in-addr.arpa.", dns.TypePTR); len(r.Answer) != 1 || r.Answer[0].(*dns.PTR).Ptr != "web.team-a.svc.cluster.local." {
+		t.Fatalf("PTR: %v", r)
+	}
+	// A stub domain inside a forwarded zone keeps its servers.
+	if r := ask("5.0.0.10.in-addr.arpa.", dns.TypePTR); len(r.Answer) != 1 || r.Answer[0].(*dns.PTR).Ptr != "onprem.corp.example." || stub.Count() != 1 {
+		t.Fatalf("PTR in the stub domain: %v", r)
+	}
+	if r := ask("nope.team-a.svc.cluster.local.", dns.TypeA); r.Rcode != dns.RcodeNameError || len(r.Ns) != 1 || r.Ns[0].Header().Ttl > 2 {
+		t.Fatalf("NXDOMAIN: %v", r)
+	}
+	if central.Count() != 4 {
+		t.Fatalf("central saw %d queries, want 4", central.Count())
+	}
+	// External names go upstream, not to the cluster DNS.
+	if r := ask("www.example.com.", dns.TypeA); len(r.Answer) != 1 || up.Count() != 1 || central.Count() != 4 {
+		t.Fatalf("external: %v (upstream %d, central %d)", r, up.Count(), central.Count())
+	}
+	// After the cluster TTL the name is asked again.
+	time.Sleep(2100 * time.Millisecond)
+	ask("web.team-a.svc.cluster.local.", dns.TypeA)
+	if central.Count() != 5 {
+		t.Fatalf("central saw %d queries after the TTL, want 5", central.Count())
+	}
+}
+
+func TestClusterZoneErrors(t *testing.T) {
+	listen := []string{"--listen", "127.0.0.1:5353"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{append(listen, "--cluster-zone", "remote"), `--cluster-zone "remote": want local or forward`},
+		{append(listen, "--cluster-zone", "forward"), "--cluster-zone forward needs --cluster-dns"},
+		{append(listen, "--cluster-zone", "forward", "--cluster-dns", "kube-dns"), `upstream "kube-dns": want an IP address`},
+		{append(listen, "--cluster-dns", "10.0.0.10", "--cluster-dns-protocol", "quic"), `--cluster-dns-protocol "quic": want tcp or udp`},
+		{append(listen, "--cluster-zone", "forward", "--cluster-dns", "127.0.0.1:5353"), "forwarding loop"},
+	} {
+		_, err := loadConfig(c.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+func TestLocalOnlyOptions(t *testing.T) {
+	cfg, err := loadConfig([]string{"--listen", "127.0.0.1:5353", "--cluster-zone", "forward", "--cluster-dns", "192.0.2.10"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := localOnlyOptions(cfg); len(got) != 0 {
+		t.Fatalf("defaults reported as set: %v", got)
+	}
+	cfg, err = loadConfig([]string{"--listen", "127.0.0.1:5353", "--cluster-zone", "forward", "--cluster-dns", "192.0.2.10",
+		"--pods", "verified", "--namespaces", "a", "--fallthrough="}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(localOnlyOptions(cfg), ","); got != "pods,namespaces,fallthrough" {
+		t.Fatalf("%s", got)
+	}
+}
