@@ -121,8 +121,12 @@ func diffUpstream(t *testing.T) *dnstest.Server {
 		case strings.HasSuffix(name, ".new.example.") && q.Qtype == dns.TypeA:
 			m.Answer = []dns.RR{mustRR(t, q.Name+" 300 IN A 192.0.2.77")}
 		default:
+			// Reverse names get their reverse zone's SOA: an SOA that is
+			// not an ancestor of the name is not the denial's zone, and
+			// the agent drops it from a reply (issue 13's minimal
+			// replies) where CoreDNS passes it on.
 			zone := "example.com."
-			for _, z := range []string{"example.org.", "example.net.", "new.example.", "internal.", "example."} {
+			for _, z := range []string{"example.org.", "example.net.", "new.example.", "internal.", "example.", "in-addr.arpa.", "ip6.arpa."} {
 				if strings.HasSuffix(name, "."+z) || name == z {
 					zone = z
 					break
