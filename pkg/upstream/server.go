@@ -35,6 +35,10 @@ type Server struct {
 
 	mu   sync.Mutex
 	idle []idleConn
+
+	// stream, for TCP-only and TLS servers, carries every exchange
+	// (pool.go); nil: UDP, TCP after truncation.
+	stream *streamPool
 }
 
 type idleConn struct {
@@ -114,6 +118,14 @@ func (s *Server) exchangeOnce(ctx context.Context, q *dns.Msg, timeout time.Dura
 	defer cancel()
 	out := q.Copy()
 	out.Id = dns.Id()
+	if s.stream != nil {
+		r, err := s.stream.exchange(ctx, out)
+		if err != nil {
+			return nil, err
+		}
+		r.Id = q.Id
+		return r, nil
+	}
 	r, err := s.udp(ctx, out)
 	if err != nil {
 		return nil, err

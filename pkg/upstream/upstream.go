@@ -4,6 +4,11 @@
 // UDP replies over TCP, coalesces identical in-flight queries into one
 // exchange and bounds how many exchanges run at once.
 //
+// Servers speak plain DNS (UDP first), TCP only (force-tcp) or DNS over
+// TLS with certificate verification, over bounded pools of reused
+// connections (spec.go, pool.go, tls.go); servers may be given by a name
+// of the cluster zone and follow it as it resolves (groups.go).
+//
 // It does not cache: pkg/cache sits in front of it. A reply is only ever
 // accepted when its ID and question match what was sent, so a spoofed or
 // stray datagram cannot poison the cache behind it.
@@ -66,7 +71,21 @@ type Config struct {
 	ProbeInterval time.Duration
 	// UDPSize is the EDNS0 buffer size advertised upstream; default 1232.
 	UDPSize uint16
-	Logger  *slog.Logger
+	// ForceTCP sends every exchange (and health probe) of plain-DNS
+	// servers over TCP, as CoreDNS's force_tcp: how NodeLocal DNSCache
+	// talks to the central cluster DNS. GroupOptions.PreferUDP overrides
+	// it for a group.
+	ForceTCP bool
+	// Options apply to Servers; StubOptions to the stub zone of the same
+	// spelling in Stubs (groups.go).
+	Options     GroupOptions
+	StubOptions map[string]GroupOptions
+	// CAFile is a PEM bundle that DNS-over-TLS upstreams are verified
+	// against, re-read when it changes; "": the system's roots.
+	CAFile string
+	// Resolver resolves servers given by name (required when there are).
+	Resolver Resolver
+	Logger   *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -123,6 +142,8 @@ type Forwarder struct {
 	log    *slog.Logger
 	groups []*group // sorted by zone length, longest first; the default group ("." zone) last
 	sem    chan struct{}
+	reg    registry  // every server by its canonical form (groups.go)
+	ca     *caBundle // roots of TLS upstreams
 
 	mu       sync.Mutex
 	inflight map[flightKey]*flight
@@ -135,40 +156,31 @@ type group struct {
 	zone    string // lower-case FQDN; "." for the default group
 	servers []*Server
 	next    atomic.Uint32 // round-robin cursor
+	policy  Policy
+	// dyn holds the servers given by name, cur the servers with their
+	// current addresses (nil: servers is the whole list); groups.go.
+	dyn *dynamic
+	cur atomic.Pointer[[]*Server]
 }
 
 // New validates cfg and returns a Forwarder. Call Run to probe down servers.
 func New(cfg Config) (*Forwarder, error) {
 	cfg.defaults()
-	switch cfg.Policy {
-	case Sequential, Random, RoundRobin:
-	default:
-		return nil, fmt.Errorf("upstream policy %q: want sequential, random or round_robin", cfg.Policy)
+	if err := checkPolicy(cfg.Policy); err != nil {
+		return nil, err
 	}
 	f := &Forwarder{
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "upstream"),
 		sem:      make(chan struct{}, cfg.MaxInflight),
 		inflight: make(map[flightKey]*flight),
+		reg:      registry{by: map[string]*Server{}},
 	}
-	byAddr := map[string]*Server{}
+	var err error
+	if f.ca, err = newCABundle(cfg.CAFile, f.log); err != nil {
+		return nil, err
+	}
 	zones := map[string]string{}
-	mk := func(zone string, addrs []string) (*group, error) {
-		g := &group{zone: zone}
-		for _, a := range addrs {
-			n, err := NormalizeAddr(a)
-			if err != nil {
-				return nil, err
-			}
-			s, ok := byAddr[n]
-			if !ok {
-				s = newServer(n, &f.cfg)
-				byAddr[n] = s
-			}
-			g.servers = append(g.servers, s)
-		}
-		return g, nil
-	}
 	for zone, addrs := range cfg.Stubs {
 		z := dns.CanonicalName(zone)
 		if _, ok := dns.IsDomainName(z); !ok || z == "." {
@@ -183,7 +195,7 @@ func New(cfg Config) (*Forwarder, error) {
 			return nil, fmt.Errorf("stub domain %q: same zone as %q", zone, prev)
 		}
 		zones[z] = zone
-		g, err := mk(z, addrs)
+		g, err := f.newGroup(z, addrs, cfg.StubOptions[zone])
 		if err != nil {
 			return nil, fmt.Errorf("stub domain %q: %w", zone, err)
 		}
@@ -195,11 +207,16 @@ func New(cfg Config) (*Forwarder, error) {
 		}
 		return f.groups[i].zone < f.groups[j].zone
 	})
-	def, err := mk(".", cfg.Servers)
+	def, err := f.newGroup(".", cfg.Servers, cfg.Options)
 	if err != nil {
 		return nil, err
 	}
 	f.groups = append(f.groups, def)
+	for zone := range cfg.StubOptions {
+		if _, ok := cfg.Stubs[zone]; !ok {
+			return nil, fmt.Errorf("options for stub domain %q, which has no servers", zone)
+		}
+	}
 	return f, nil
 }
 
@@ -208,7 +225,7 @@ func (f *Forwarder) Servers() []*Server {
 	seen := map[*Server]bool{}
 	var out []*Server
 	for _, g := range f.groups {
-		for _, s := range g.servers {
+		for _, s := range g.list() {
 			if !seen[s] {
 				seen[s] = true
 				out = append(out, s)
@@ -228,9 +245,11 @@ func (f *Forwarder) Run(ctx context.Context) {
 			for _, s := range f.Servers() {
 				s.closeIdle()
 			}
+			f.closeStreams()
 			return
 		case <-t.C:
 		}
+		f.maintain(time.Now())
 		for _, s := range f.Servers() {
 			if s.Down() {
 				s.probe(ctx)
@@ -344,7 +363,7 @@ func keyOf(q *dns.Msg) flightKey {
 // within ctx's deadline.
 func (f *Forwarder) exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
 	g := f.groupFor(strings.ToLower(q.Question[0].Name))
-	if g == nil || len(g.servers) == 0 {
+	if g == nil || len(g.list()) == 0 {
 		return nil, ErrNoUpstream
 	}
 	order := f.order(g)
@@ -402,20 +421,21 @@ func anyUp(ss []*Server) bool {
 }
 
 func (f *Forwarder) order(g *group) []*Server {
-	n := len(g.servers)
+	servers := g.list()
+	n := len(servers)
 	out := make([]*Server, n)
-	switch f.cfg.Policy {
+	switch g.policy {
 	case Sequential:
-		copy(out, g.servers)
+		copy(out, servers)
 	case RoundRobin:
 		start := int(g.next.Add(1)) % n
 		for i := range out {
-			out[i] = g.servers[(start+i)%n]
+			out[i] = servers[(start+i)%n]
 		}
 	default:
 		perm := randPerm(n)
 		for i, p := range perm {
-			out[i] = g.servers[p]
+			out[i] = servers[p]
 		}
 	}
 	return out
