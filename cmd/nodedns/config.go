@@ -24,6 +24,14 @@ type Config struct {
 	AdminSocket string   `json:"admin-socket"`
 	Policy      string   `json:"policy"`
 	Stubs       StubsMap `json:"stub-domains"`
+	// Upstream transport (upstreams.go): force-tcp and prefer-udp apply
+	// to --upstream; upstream-ca verifies tls:// upstreams.
+	ForceTCP   bool   `json:"force-tcp"`
+	PreferUDP  bool   `json:"prefer-udp"`
+	UpstreamCA string `json:"upstream-ca"`
+	// KubeDNSConfig is the mounted kube-dns ConfigMap, merged under the
+	// upstream settings (kubedns.go).
+	KubeDNSConfig string `json:"kube-dns-config"`
 
 	CacheSize      int      `json:"cache-size"`
 	MinTTL         Duration `json:"min-ttl"`
@@ -145,11 +153,15 @@ func defaultConfig() Config {
 func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
 	fs.StringVar(configPath, "config", *configPath, "YAML file with the same settings (keys are flag names) plus stub-domains; flags override it")
 	fs.Var(&c.Listen, "listen", "comma-separated ip:port to serve DNS on, UDP and TCP (default: port 53 of each --local-ip)")
-	fs.Var(&c.Upstream, "upstream", "comma-separated ip[:port] of upstream resolvers (default: nameservers in /etc/resolv.conf, minus our own addresses)")
+	fs.Var(&c.Upstream, "upstream", "comma-separated upstream resolvers: ip[:port], tcp://ip[:port], tls://ip[:853][#server-name], or names of the cluster zone (default: nameservers in /etc/resolv.conf, minus our own addresses)")
 	fs.StringVar(&c.Admin, "admin", c.Admin, "ip:port of the HTTP admin endpoint (/health, /ready, /metrics, /stats); empty disables it")
 	fs.StringVar(&c.AdminSocket, "admin-socket", c.AdminSocket, "unix socket serving the admin endpoint too (the DaemonSet's probes use it)")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "upstream selection: random, round_robin or sequential")
-	fs.Var(&c.Stubs, "stub-domain", "zone=ip[:port][,ip...]; repeat for several zones (longest zone wins)")
+	fs.Var(&c.Stubs, "stub-domain", "zone=server[,server...]; repeat for several zones (longest zone wins); servers as --upstream, or names of the cluster zone")
+	fs.BoolVar(&c.ForceTCP, "force-tcp", c.ForceTCP, "ask the --upstream servers over TCP only (pooled connections), as CoreDNS's force_tcp")
+	fs.BoolVar(&c.PreferUDP, "prefer-udp", c.PreferUDP, "ask the --upstream servers over UDP first, TCP only for truncated replies (the default), as CoreDNS's prefer_udp")
+	fs.StringVar(&c.UpstreamCA, "upstream-ca", c.UpstreamCA, "PEM bundle that tls:// upstreams' certificates are verified against, re-read when it changes (default: the system's roots)")
+	fs.StringVar(&c.KubeDNSConfig, "kube-dns-config", c.KubeDNSConfig, "directory of the mounted kube-dns ConfigMap (stubDomains, upstreamNameservers), merged under these settings and re-read when it changes")
 	fs.IntVar(&c.CacheSize, "cache-size", c.CacheSize, "maximum cached answers (external names)")
 	fs.Var(&c.MinTTL, "min-ttl", "lower bound on the lifetime of cached positive answers")
 	fs.Var(&c.MaxTTL, "max-ttl", "upper bound on the lifetime of cached positive answers")
@@ -319,6 +331,9 @@ func (c *Config) validate() error {
 	if err := clusterConfig(*c).Validate(); err != nil {
 		return err
 	}
+	if err := c.validateUpstreams(); err != nil {
+		return err
+	}
 	if len(c.Listen) == 0 && len(c.LocalIP) == 0 {
 		return errors.New("nothing to listen on: give --listen or --local-ip")
 	}
@@ -419,14 +434,15 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return d.Set(s)
 }
 
-// StubsMap maps a zone to its servers. As a flag, each use adds
-// zone=ip[,ip...].
-type StubsMap map[string][]string
+// StubsMap maps a zone to its servers and their options. As a flag, each
+// use adds zone=server[,server...].
+type StubsMap map[string]StubDomain
 
 func (m *StubsMap) String() string {
 	var parts []string
-	for z, s := range *m {
-		parts = append(parts, z+"="+strings.Join(s, ","))
+	for _, z := range m.sortedZones() {
+		l := (*m)[z].Servers
+		parts = append(parts, z+"="+l.String())
 	}
 	return strings.Join(parts, " ")
 }
@@ -435,13 +451,13 @@ func (m *StubsMap) String() string {
 func (m *StubsMap) Set(s string) error {
 	zone, servers, ok := strings.Cut(s, "=")
 	if !ok || strings.TrimSpace(zone) == "" || strings.TrimSpace(servers) == "" {
-		return fmt.Errorf("%q: want zone=ip[:port][,ip...]", s)
+		return fmt.Errorf("%q: want zone=server[,server...]", s)
 	}
 	if *m == nil {
 		*m = StubsMap{}
 	}
 	var l List
 	_ = l.Set(servers)
-	(*m)[strings.TrimSpace(zone)] = l
+	(*m)[strings.TrimSpace(zone)] = StubDomain{Servers: l}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/nodedns/nodedns/pkg/kubedns"
 	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
@@ -21,15 +22,19 @@ const upstreamBudget = 10 * time.Second
 var reloadPoll = 2 * time.Second
 
 // watchConfig re-applies the configuration whenever the --config file's
-// content changes, until ctx is done.
+// content changes, or the --kube-dns-config directory's, until ctx is
+// done.
 func (a *agent) watchConfig(ctx context.Context) {
-	if a.cfg.path == "" {
+	if a.cfg.path == "" && a.kd.src == nil {
 		return
 	}
 	// cur is the running configuration as far as reloads go; only this
 	// goroutine reads or writes it.
 	cur := a.cfg
-	last, _ := os.ReadFile(a.cfg.path)
+	var last []byte
+	if a.cfg.path != "" {
+		last, _ = os.ReadFile(a.cfg.path)
+	}
 	t := time.NewTicker(reloadPoll)
 	defer t.Stop()
 	var lastErr string
@@ -39,21 +44,39 @@ func (a *agent) watchConfig(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		b, err := os.ReadFile(a.cfg.path)
-		if err != nil {
-			if err.Error() != lastErr {
-				a.log.Warn("config file unreadable; keeping the running configuration", "file", a.cfg.path, "err", err)
-				lastErr = err.Error()
+		if a.cfg.path != "" {
+			b, err := os.ReadFile(a.cfg.path)
+			if err != nil {
+				if err.Error() != lastErr {
+					a.log.Warn("config file unreadable; keeping the running configuration", "file", a.cfg.path, "err", err)
+					lastErr = err.Error()
+				}
+			} else {
+				lastErr = ""
+				if !bytes.Equal(b, last) {
+					last = b
+					cur = a.reload(cur)
+					continue
+				}
 			}
-			continue
 		}
-		lastErr = ""
-		if bytes.Equal(b, last) {
-			continue
+		if kd, changed := a.kd.poll(cur, a.log); changed {
+			a.applyKubeDNS(cur, kd)
 		}
-		last = b
-		cur = a.reload(cur)
 	}
+}
+
+// applyKubeDNS rebuilds the forwarder with a changed kube-dns ConfigMap
+// under the running configuration.
+func (a *agent) applyKubeDNS(cfg Config, kd kubedns.Config) {
+	fwd, err := a.newForwarder(cfg, kd)
+	if err != nil {
+		a.log.Warn("kube-dns config not applied; keeping the running settings", "dir", cfg.KubeDNSConfig, "err", err)
+		return
+	}
+	a.kd.applied = kd
+	a.swapForwarder(fwd)
+	a.log.Info("kube-dns config applied", "dir", cfg.KubeDNSConfig, "stub_domains", len(kd.StubDomains), "upstream_nameservers", len(kd.UpstreamNameservers))
 }
 
 // reload reads the configuration again and applies what can change while
@@ -66,12 +89,15 @@ func (a *agent) reload(old Config) Config {
 		a.log.Error("config reload rejected; keeping the running configuration", "err", err)
 		return old
 	}
-	if !reflect.DeepEqual([]any{cfg.Upstream, cfg.Stubs, cfg.Policy}, []any{old.Upstream, old.Stubs, old.Policy}) {
-		fwd, err := newForwarder(cfg, a.log)
+	kd, kdChanged := a.kd.poll(cfg, a.log)
+	if kdChanged || !reflect.DeepEqual([]any{cfg.Upstream, cfg.Stubs, cfg.Policy, cfg.ForceTCP, cfg.PreferUDP, cfg.UpstreamCA},
+		[]any{old.Upstream, old.Stubs, old.Policy, old.ForceTCP, old.PreferUDP, old.UpstreamCA}) {
+		fwd, err := a.newForwarder(cfg, kd)
 		if err != nil {
 			a.log.Error("config reload rejected; keeping the running configuration", "err", err)
 			return old
 		}
+		a.kd.applied = kd
 		a.swapForwarder(fwd)
 	}
 	if err := a.cache.Reconfigure(cacheConfig(cfg, a.log)); err != nil {
@@ -94,6 +120,7 @@ func (a *agent) reload(old Config) Config {
 	cfg.Interface, cfg.SetupInterface, cfg.SetupIptables, cfg.SyncInterval = old.Interface, old.SetupInterface, old.SetupIptables, old.SyncInterval
 	cfg.MaxInflight, cfg.MaxTCPConns, cfg.MaxUDPSize = old.MaxInflight, old.MaxTCPConns, old.MaxUDPSize
 	cfg.MaxClientInflight = old.MaxClientInflight
+	cfg.KubeDNSConfig = old.KubeDNSConfig
 	cfg.EndpointPodNames, cfg.IgnoreEmptyService, cfg.NoEndpoints = old.EndpointPodNames, old.IgnoreEmptyService, old.NoEndpoints
 	cfg.Namespaces, cfg.NamespaceLabels, cfg.Fallthrough = old.Namespaces, old.NamespaceLabels, old.Fallthrough
 	a.log.Info("configuration reloaded", "file", cfg.path)
@@ -131,6 +158,7 @@ func restartOnly(a, b Config) []string {
 		{"ignore-empty-service", a.IgnoreEmptyService, b.IgnoreEmptyService},
 		{"no-endpoints", a.NoEndpoints, b.NoEndpoints}, {"namespaces", a.Namespaces, b.Namespaces},
 		{"namespace-labels", a.NamespaceLabels, b.NamespaceLabels}, {"fallthrough", a.Fallthrough, b.Fallthrough},
+		{"kube-dns-config", a.KubeDNSConfig, b.KubeDNSConfig},
 	}
 	var out []string
 	for _, p := range pairs {

@@ -20,6 +20,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/intercept"
 	"github.com/nodedns/nodedns/pkg/k8s"
+	"github.com/nodedns/nodedns/pkg/kubedns"
 	"github.com/nodedns/nodedns/pkg/metrics"
 	"github.com/nodedns/nodedns/pkg/ndots"
 	"github.com/nodedns/nodedns/pkg/server"
@@ -48,6 +49,8 @@ type agent struct {
 	// probes (both used by the reload goroutine only, after run set them).
 	runCtx  context.Context
 	stopFwd context.CancelFunc
+	// kd is the kube-dns ConfigMap directory's state (kubedns.go).
+	kd *kubeDNSState
 }
 
 // newLogger returns a text logger at level (validated by the config);
@@ -121,14 +124,14 @@ func upstreams(cfg Config, listen []string, log *slog.Logger) ([]string, error) 
 	if len(cfg.Upstream) > 0 {
 		var out []string
 		for _, u := range cfg.Upstream {
-			n, err := upstream.NormalizeAddr(u)
+			sp, err := upstream.ParseServer(u)
 			if err != nil {
 				return nil, fmt.Errorf("--upstream: %w", err)
 			}
-			if isOwn(n) {
+			if !sp.ByName() && isOwn(sp.Addr.String()) {
 				return nil, fmt.Errorf("--upstream %s is one of this agent's own addresses: that is a forwarding loop", u)
 			}
-			out = append(out, n)
+			out = append(out, u)
 		}
 		return out, nil
 	}
@@ -168,13 +171,23 @@ func searchDomains(cfg Config, zone string) []string {
 	return ndots.Search(rc.Search, zone)
 }
 
-// newForwarder builds the upstream forwarder of cfg.
-func newForwarder(cfg Config, log *slog.Logger) (*upstream.Forwarder, error) {
-	ups, err := upstreams(cfg, listenAddrs(cfg), log)
-	if err != nil {
+// newForwarder builds the upstream forwarder of cfg, with the kube-dns
+// ConfigMap's settings under it.
+func (a *agent) newForwarder(cfg Config, kd kubedns.Config) (*upstream.Forwarder, error) {
+	var ups []string
+	var err error
+	if len(cfg.Upstream) == 0 && len(kd.UpstreamNameservers) > 0 {
+		// The ConfigMap's upstreams replace the node's resolvers.
+		c := cfg
+		c.Upstream = kd.UpstreamNameservers
+		if ups, err = upstreams(c, listenAddrs(cfg), a.log); err != nil {
+			return nil, fmt.Errorf("kube-dns config %s: %w", kubedns.UpstreamNameserversKey, err)
+		}
+	} else if ups, err = upstreams(cfg, listenAddrs(cfg), a.log); err != nil {
 		return nil, err
 	}
-	return upstream.New(upstream.Config{Servers: ups, Stubs: cfg.Stubs, Policy: upstream.Policy(cfg.Policy), Logger: log})
+	res := indexResolver{ix: func() *k8s.Index { return a.ix }}
+	return upstream.New(forwarderConfig(cfg, ups, kd, res, a.log))
 }
 
 // cacheConfig maps cfg onto the cache's settings (0 disables prefetch and
@@ -193,11 +206,20 @@ func cacheConfig(cfg Config, log *slog.Logger) cache.Config {
 }
 
 func build(cfg Config, log *slog.Logger) (*agent, error) {
-	a := &agent{cfg: cfg, log: log, started: time.Now()}
-	fwd, err := newForwarder(cfg, log)
+	a := &agent{cfg: cfg, log: log, started: time.Now(), kd: newKubeDNSState(cfg.KubeDNSConfig)}
+	kd, _ := a.kd.poll(cfg, log)
+	fwd, err := a.newForwarder(cfg, kd)
 	if err != nil {
-		return nil, err
+		if kd.Empty() {
+			return nil, err
+		}
+		log.Warn("kube-dns config not applied; starting without it", "dir", cfg.KubeDNSConfig, "err", err)
+		if fwd, err = a.newForwarder(cfg, kubedns.Config{}); err != nil {
+			return nil, err
+		}
+		kd = kubedns.Config{}
 	}
+	a.kd.applied = kd
 	a.fwd.Store(fwd)
 	a.cache, err = cache.New(cacheConfig(cfg, log), fwd)
 	if err != nil {
@@ -211,6 +233,14 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 		MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.udpSockets(), Logger: log}
 	if err := a.wireCluster(&scfg); err != nil {
 		return nil, err
+	}
+	if a.ix == nil && hasNamedServers(cfg.Upstream) {
+		return nil, fmt.Errorf("--upstream names a server of the cluster zone, which needs the cluster index (--kubeconfig, or running in a pod)")
+	}
+	for _, z := range cfg.Stubs.sortedZones() {
+		if a.ix == nil && hasNamedServers(cfg.Stubs[z].Servers) {
+			return nil, fmt.Errorf("stub domain %q names a server of the cluster zone, which needs the cluster index (--kubeconfig, or running in a pod)", z)
+		}
 	}
 	a.srv, err = server.New(scfg)
 	if err != nil {

@@ -145,3 +145,9 @@ func (b *caBundle) tlsConfigFunc(serverName string, addr netip.Addr) func() *tls
 		return &tls.Config{ServerName: name, RootCAs: b.roots(), MinVersion: tls.VersionTLS12, ClientSessionCache: sessions}
 	}
 }
+
+// CheckCAFile reports whether file is a CA bundle the forwarder can use.
+func CheckCAFile(file string) error {
+	_, _, err := loadCA(file)
+	return err
+}
