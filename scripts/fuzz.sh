@@ -5,8 +5,9 @@
 #
 # Targets: the request path through the server (FuzzServe), the request
 # decoder (FuzzParseQuery), the cache's hit path (FuzzAppendHit), the
-# upstream-reply validator (FuzzValidate) and cluster record synthesis
-# (FuzzLookup). New interesting inputs stay in Go's fuzz cache; a failing
+# upstream-reply validator (FuzzValidate), cluster record synthesis
+# (FuzzLookup) and the Corefile parser with `nodedns migrate`'s mapping
+# (FuzzParse). New interesting inputs stay in Go's fuzz cache; a failing
 # input is written to the package's testdata/fuzz/<Target>/ by go test:
 # commit it, and it runs as a regression test with every plain `go test`.
 # The first run builds instrumented test binaries, which takes minutes for
@@ -21,6 +22,7 @@ targets=(
   "./pkg/cache FuzzAppendHit"
   "./pkg/upstream FuzzValidate"
   "./pkg/k8s FuzzLookup"
+  "./pkg/migrate FuzzParse"
 )
 failed=()
 for t in "${targets[@]}"; do

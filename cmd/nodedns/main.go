@@ -4,6 +4,7 @@
 //	nodedns stats [flags]     print the local agent's figures
 //	nodedns cleanup [flags]   remove the link and rules (uninstall)
 //	nodedns probe health|ready  liveness/readiness check for kubelet
+//	nodedns migrate [flags]   print a nodedns config equivalent to a Corefile
 //	nodedns version           print the version
 //
 // main only parses, wires and waits: every behaviour lives in pkg/.
@@ -43,6 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cleanup(args[1:], stderr)
 	case "probe":
 		err = probe(args[1:], stdout, stderr)
+	case "migrate":
+		err = migrateCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -53,6 +56,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintf(stderr, "nodedns %s: %v\n", args[0], ee.err)
+		}
+		return ee.code
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nodedns %s: %v\n", args[0], err)
@@ -69,6 +79,7 @@ commands:
   stats     print the local agent's figures (reads its /stats)
   cleanup   remove the link and iptables rules the agent installs
   probe     exit 0 when the agent is healthy/ready (probe health|ready)
+  migrate   print a nodedns config equivalent to a CoreDNS Corefile
   version   print the version
 
 Run 'nodedns <command> -h' for the command's flags.
