@@ -152,3 +152,23 @@ func (s *TLSServer) Conns() int { return int(s.conns.Load()) }
 // those resumed an earlier session.
 func (s *TLSServer) Handshakes() int { return int(s.handshakes.Load()) }
 func (s *TLSServer) Resumed() int    { return int(s.resumed.Load()) }
+
+// IssueFiles issues a server certificate (as Issue) and writes it and its
+// key as PEM files in a test directory, for servers that read files.
+func (ca *CA) IssueFiles(t testing.TB, names []string, ips ...netip.Addr) (certFile, keyFile string) {
+	t.Helper()
+	cert := ca.Issue(t, names, ips...)
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		t.Fatalf("server key: %v", err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
