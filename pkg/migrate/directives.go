@@ -159,6 +159,11 @@ func trimDot(z string) string {
 }
 
 func (m *migrator) kubernetes(b *block, d *Directive) {
+	if reverseKube(b, d) && len(d.Block) == 0 {
+		// A block of its own for the cluster's reverse zones: nodedns
+		// answers PTR for every address the cluster knows anyway.
+		return
+	}
 	if m.kubeLine != 0 {
 		m.drop(d.Line, "second kubernetes directive: nodedns has one cluster index, configured from line %d", m.kubeLine)
 		return

@@ -369,7 +369,7 @@ func keysText(sb *ServerBlock) string {
 func (m *migrator) findClusterZones(blocks []*block) {
 	for _, b := range blocks {
 		for _, d := range b.sb.Directives {
-			if d.Name != "kubernetes" {
+			if d.Name != "kubernetes" || reverseKube(b, d) {
 				continue
 			}
 			var zs []string
@@ -393,6 +393,22 @@ func (m *migrator) findClusterZones(blocks []*block) {
 		}
 	}
 	m.clusterZones = []string{"cluster.local."}
+}
+
+// reverseKube: a kubernetes directive for reverse zones only.
+func reverseKube(b *block, d *Directive) bool {
+	zones := b.zones
+	if len(d.Args) > 0 {
+		zones = nil
+		for _, a := range d.ArgTexts() {
+			k, err := parseKey(a)
+			if err != nil {
+				return false
+			}
+			zones = append(zones, k.zones...)
+		}
+	}
+	return allReverse(zones)
 }
 
 func (m *migrator) isClusterZone(z string) bool {

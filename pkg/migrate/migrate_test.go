@@ -292,6 +292,10 @@ func TestCarried(t *testing.T) {
 			map[string]any{"rewrite": []any{map[string]any{"type": "regex", "from": "(.*)\\.a\\.example", "to": "{1}.b.example", "mode": "stop"}}}},
 		{".:53 {\n  kubernetes cluster.local {\n    pods verified\n    noendpoints\n    namespace_labels env in (prod)\n    startup_timeout 10s\n    kubeconfig /etc/kubeconfig\n  }\n}\n",
 			map[string]any{"pods": "verified", "no-endpoints": true, "namespace-labels": "env in (prod)", "cluster-sync-wait": "10s", "kubeconfig": "/etc/kubeconfig", "fallthrough": []any{}}},
+		{"cluster.local:53 {\n  errors\n  kubernetes {\n    pods verified\n  }\n  cache 30\n}\nin-addr.arpa:53 ip6.arpa:53 {\n  kubernetes\n}\n.:53 {\n  errors\n  forward . 9.9.9.9\n  cache 300\n}\n",
+			map[string]any{"cluster-domain": []any{"cluster.local"}, "pods": "verified", "upstream": []any{"9.9.9.9"}, "max-ttl": "5m", "cluster-zone": nil, "stub-domains": nil}},
+		{"in-addr.arpa ip6.arpa {\n  kubernetes\n}\ncluster.local {\n  kubernetes {\n    pods verified\n  }\n}\n",
+			map[string]any{"cluster-domain": []any{"cluster.local"}, "pods": "verified"}},
 		{".:53 {\n  bufsize 1232\n  any\n  cancel\n  errors {\n    consolidate 5m \".*\"\n  }\n  log\n}\n",
 			map[string]any{"max-udp-size": float64(1232), "log-queries": float64(1)}},
 	} {
