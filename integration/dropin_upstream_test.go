@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -259,41 +260,85 @@ func TestKubeDNSConfigStubDomain(t *testing.T) {
 
 // TestStubDomainByServiceName: a stub domain's server given as a headless
 // Service's name is found in the cluster index (the real API server) and
-// follows its EndpointSlice.
+// follows its EndpointSlice. The API server refuses loopback endpoints, so
+// the two DNS servers listen on ULA addresses in a namespace made here,
+// joined to the root namespace by a veth pair.
 func TestStubDomainByServiceName(t *testing.T) {
+	needRoot(t)
+	needTool(t, "ip")
 	cp := controlPlane(t)
 	c := cp.Client
-	first := dnstest.Start(t, fixedA("192.0.2.21"))
-	port := netip.MustParseAddrPort(first.Addr).Port()
-	second, err := dnstest.Listen(fmt.Sprintf("127.0.0.2:%d", port), fixedA("192.0.2.22"))
-	if err != nil {
-		t.Skipf("127.0.0.2:%d: %v", port, err)
+	const prefix = "fd00:d0b:53::"
+	if out, err := exec.Command("ip", "-o", "addr", "show").CombinedOutput(); err != nil {
+		t.Fatalf("ip addr show: %v: %s", err, out)
+	} else if strings.Contains(string(out), prefix) {
+		t.Fatalf("an address in %s/64 is already configured in the root namespace:\n%s", prefix, out)
 	}
+	srvNS := newNetNS(t, "stubsvc")
+	rootIf := fmt.Sprintf("nddb%d", os.Getpid()%1000000)
+	if out, err := exec.Command("ip", "link", "add", rootIf, "type", "veth", "peer", "name", "eth0", "netns", srvNS.Name).CombinedOutput(); err != nil {
+		t.Fatalf("ip link add %s: %v: %s", rootIf, err, out)
+	}
+	t.Cleanup(func() {
+		if exec.Command("ip", "link", "show", rootIf).Run() == nil {
+			if out, err := exec.Command("ip", "link", "del", rootIf).CombinedOutput(); err != nil {
+				t.Errorf("ip link del %s: %v: %s", rootIf, err, out)
+			}
+		}
+	})
+	for _, args := range [][]string{{"addr", "add", prefix + "1/64", "dev", rootIf, "nodad"}, {"link", "set", rootIf, "up"}} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	srvNS.MustRun(t, "ip", "addr", "add", prefix+"2/64", "dev", "eth0", "nodad")
+	srvNS.MustRun(t, "ip", "addr", "add", prefix+"3/64", "dev", "eth0", "nodad")
+	srvNS.MustRun(t, "ip", "link", "set", "eth0", "up")
+	var first, second *dnstest.Server
+	if err := srvNS.Do(func() error {
+		var err error
+		if first, err = dnstest.Listen("["+prefix+"2]:53", fixedA("192.0.2.21")); err != nil {
+			return err
+		}
+		second, err = dnstest.Listen("["+prefix+"3]:53", fixedA("192.0.2.22"))
+		return err
+	}); err != nil {
+		t.Fatalf("DNS servers in %s: %v", srvNS.Name, err)
+	}
+	t.Cleanup(first.Close)
 	t.Cleanup(second.Close)
+
 	ns := clusterNS(t, c, "stubsvc")
 	ready := true
 	createSvc(t, c, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dns"},
-		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "dns", Protocol: corev1.ProtocolUDP, Port: int32(port)}}}})
+		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, IPFamilies: []corev1.IPFamily{corev1.IPv6Protocol},
+			Ports: []corev1.ServicePort{{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53}}}})
 	sl := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: "dns-1", Labels: map[string]string{discoveryv1.LabelServiceName: "dns"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+		AddressType: discoveryv1.AddressTypeIPv6,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{prefix + "2"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
 	}
-	sl, err = c.DiscoveryV1().EndpointSlices(ns).Create(context.Background(), sl, metav1.CreateOptions{})
+	sl, err := c.DiscoveryV1().EndpointSlices(ns).Create(context.Background(), sl, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("EndpointSlice with a loopback address: %v", err)
+		t.Fatalf("EndpointSlice: %v", err)
 	}
 	up := dnstest.Start(t, fixedA("192.0.2.20"))
-	addr := startAgent(t, cp, up.Addr, "--stub-domain", fmt.Sprintf("svc.test=dns.%s.svc.cluster.local:%d", ns, port))
+	addr := startAgent(t, cp, up.Addr, "--stub-domain", "svc.test=dns."+ns+".svc.cluster.local")
 	a := &forwarderAgent{addr: addr}
 	a.waitA(t, "192.0.2.21", func(i int) string { return fmt.Sprintf("a%d.svc.test.", i) })
-	sl.Endpoints[0].Addresses = []string{"127.0.0.2"}
+	if got, _, err := a.askA("other.example."); err != nil || got != "192.0.2.20" {
+		t.Errorf("other names: %q %v, want the upstream's", got, err)
+	}
+	sl.Endpoints[0].Addresses = []string{prefix + "3"}
 	if _, err := c.DiscoveryV1().EndpointSlices(ns).Update(context.Background(), sl, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	a.waitA(t, "192.0.2.22", func(i int) string { return fmt.Sprintf("b%d.svc.test.", i) })
 	t.Logf("stub server followed the EndpointSlice in %v", time.Since(start).Round(time.Millisecond))
+	if n := first.Count(); n == 0 {
+		t.Error("the first server was never asked")
+	}
 }
 
 // mountConfigMap lays files out as kubelet mounts a ConfigMap (keys linked

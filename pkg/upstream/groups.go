@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -135,15 +134,11 @@ func (f *Forwarder) newGroup(zone string, addrs []string, opts GroupOptions) (*g
 // server returns the registry's server for sp over tr, making it first.
 func (f *Forwarder) server(sp Spec, tr transport) (*Server, error) {
 	key := sp.String()
-	switch tr {
-	case transportTCP:
-		if sp.Scheme == schemeDNS {
-			key = "tcp://" + key
-		}
-	case transportUDP:
-		if sp.Scheme == schemeTCP {
-			key = strings.TrimPrefix(key, "tcp://")
-		}
+	if tr == transportTCP && sp.Scheme == schemeDNS {
+		// A plain server that its group (or the forwarder) sends over TCP
+		// is a server of its own: it keeps apart from the same address
+		// asked over UDP elsewhere.
+		key = "tcp://" + key
 	}
 	f.reg.mu.Lock()
 	defer f.reg.mu.Unlock()
