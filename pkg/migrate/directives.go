@@ -794,7 +794,7 @@ func (m *migrator) hosts(b *block, d *Directive) {
 			m.drop(o.Line, "hosts option %s: not known to nodedns", o.String())
 		}
 	}
-	m.set("hosts", h, d.Line)
+	m.set("hosts", h, d.Line, fmt.Sprintf("line %d: %s (the file is read in the agent's pod: mount it there)", d.Line, d.String()))
 }
 
 func (m *migrator) rewrite(b *block, d *Directive) {
