@@ -10,9 +10,10 @@
 # responses as the agent streams them (FuzzListStream), decodes their
 # items (FuzzDecode, against the API types) and parses addresses
 # (FuzzParseAddr, against net/netip), the hosts(5) line parser
-# (FuzzParseLine), name rewrites and their revert (FuzzRewrite) and the
-# wire-form address rotation (FuzzRotateAddrs). New interesting inputs stay
-# in Go's fuzz cache; a failing input is written to the package's
+# (FuzzParseLine), name rewrites and their revert (FuzzRewrite), the
+# wire-form address rotation (FuzzRotateAddrs) and the Corefile parser with
+# `nodedns migrate`'s mapping (FuzzParse). New interesting inputs stay in
+# Go's fuzz cache; a failing input is written to the package's
 # testdata/fuzz/<Target>/ by go test: commit it, and it runs as a
 # regression test with every plain `go test`.
 # The first run builds instrumented test binaries, which takes minutes for
@@ -34,6 +35,7 @@ targets=(
   "./pkg/hosts FuzzParseLine"
   "./pkg/rewrite FuzzRewrite"
   "./pkg/dnswire FuzzRotateAddrs"
+  "./pkg/migrate FuzzParse"
 )
 failed=()
 for t in "${targets[@]}"; do

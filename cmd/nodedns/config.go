@@ -32,6 +32,14 @@ type Config struct {
 	AdminSocket string
 	Policy      string
 	Stubs       StubsMap
+	// Upstream transport (upstreams.go): force-tcp and prefer-udp apply
+	// to --upstream; upstream-ca verifies tls:// upstreams.
+	ForceTCP   bool
+	PreferUDP  bool
+	UpstreamCA string
+	// KubeDNSConfig is the mounted kube-dns ConfigMap, merged under the
+	// upstream settings (kubedns.go).
+	KubeDNSConfig string
 
 	CacheSize      int
 	CacheMaxBytes  Bytes
@@ -539,14 +547,15 @@ func (b *Bytes) UnmarshalJSON(data []byte) error {
 	return b.Set(s)
 }
 
-// StubsMap maps a zone to its servers. As a flag, each use adds
-// zone=ip[,ip...].
-type StubsMap map[string][]string
+// StubsMap maps a zone to its servers and their options. As a flag, each
+// use adds zone=server[,server...].
+type StubsMap map[string]StubDomain
 
 func (m *StubsMap) String() string {
 	var parts []string
-	for _, z := range sortedKeys(*m) {
-		parts = append(parts, z+"="+strings.Join((*m)[z], ","))
+	for _, z := range m.sortedZones() {
+		l := (*m)[z].Servers
+		parts = append(parts, z+"="+l.String())
 	}
 	return strings.Join(parts, " ")
 }
@@ -555,14 +564,14 @@ func (m *StubsMap) String() string {
 func (m *StubsMap) Set(s string) error {
 	zone, servers, ok := strings.Cut(s, "=")
 	if !ok || strings.TrimSpace(zone) == "" || strings.TrimSpace(servers) == "" {
-		return fmt.Errorf("%q: want zone=ip[:port][,ip...]", s)
+		return fmt.Errorf("%q: want zone=server[,server...]", s)
 	}
 	if *m == nil {
 		*m = StubsMap{}
 	}
 	var l List
 	_ = l.Set(servers)
-	(*m)[strings.TrimSpace(zone)] = l
+	(*m)[strings.TrimSpace(zone)] = StubDomain{Servers: l}
 	return nil
 }
 

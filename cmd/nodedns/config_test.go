@@ -26,7 +26,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 	if cfg.CacheSize != 700 {
 		t.Errorf("flag did not override file: cache-size %d", cfg.CacheSize)
 	}
-	if time.Duration(cfg.MaxTTL) != 10*time.Minute || len(cfg.Upstream) != 2 || cfg.Stubs["corp.example"][0] != "192.0.2.53" {
+	if time.Duration(cfg.MaxTTL) != 10*time.Minute || len(cfg.Upstream) != 2 || cfg.Stubs["corp.example"].Servers[0] != "192.0.2.53" {
 		t.Errorf("file values not applied: %+v", cfg)
 	}
 	if cfg.ClusterDomain.String() != "cluster.local" || !cfg.Autopath {

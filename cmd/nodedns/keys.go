@@ -134,15 +134,8 @@ var settings = []*setting{
 		field: func(c *Config) any { return &c.AdminSocket }},
 
 	// Upstreams.
-	{key: "upstream", help: "comma-separated ip[:port] of upstream resolvers (default: nameservers in --resolv-conf, minus our own addresses)",
-		field: func(c *Config) any { return &c.Upstream }, apply: appliers(applyForwarder), check: func(c *Config) error {
-			for _, u := range c.Upstream {
-				if _, err := upstream.NormalizeAddr(u); err != nil {
-					return fmt.Errorf("--upstream %q: want an IP address with an optional :port", u)
-				}
-			}
-			return nil
-		}},
+	{key: "upstream", help: "comma-separated upstream resolvers: ip[:port], tcp://ip[:port], tls://ip[:853][#server-name], or names of the cluster zone (default: nameservers in --resolv-conf, minus our own addresses); checked with the stub domains (validateUpstreams)",
+		field: func(c *Config) any { return &c.Upstream }, apply: appliers(applyForwarder)},
 	{key: "resolv-conf", def: resolvconf.DefaultPath, help: "resolver configuration whose nameservers are the default upstreams and whose search domains pods inherit",
 		field: func(c *Config) any { return &c.ResolvConf }, apply: appliers(applyForwarder, applySearch), check: func(c *Config) error {
 			if c.ResolvConf == "" {
@@ -158,20 +151,16 @@ var settings = []*setting{
 			}
 			return fmt.Errorf("--policy %q: want random, round_robin or sequential", c.Policy)
 		}},
-	{key: "stub-domains", flag: "stub-domain", help: "zone=ip[:port][,ip...]; repeat for several zones (longest zone wins); in the file a map of zone to a list of servers",
-		field: func(c *Config) any { return &c.Stubs }, apply: appliers(applyForwarder), check: func(c *Config) error {
-			for _, z := range sortedKeys(c.Stubs) {
-				if len(c.Stubs[z]) == 0 {
-					return fmt.Errorf("--stub-domain %q: no servers", z)
-				}
-				for _, u := range c.Stubs[z] {
-					if _, err := upstream.NormalizeAddr(u); err != nil {
-						return fmt.Errorf("--stub-domain %q: server %q: want an IP address with an optional :port", z, u)
-					}
-				}
-			}
-			return nil
-		}},
+	{key: "stub-domains", flag: "stub-domain", help: "zone=server[,server...]; repeat for several zones (longest zone wins); servers as --upstream, or names of the cluster zone; in the file a map of zone to a list of servers or to {servers, force-tcp, prefer-udp, policy}",
+		field: func(c *Config) any { return &c.Stubs }, apply: appliers(applyForwarder)},
+	{key: "force-tcp", help: "ask the default upstreams over TCP only (pooled connections), as CoreDNS's force_tcp",
+		field: func(c *Config) any { return &c.ForceTCP }, apply: appliers(applyForwarder)},
+	{key: "prefer-udp", help: "ask the default upstreams over UDP first, TCP only for truncated replies (what plain servers do unless TCP is forced), as CoreDNS's prefer_udp",
+		field: func(c *Config) any { return &c.PreferUDP }, apply: appliers(applyForwarder)},
+	{key: "upstream-ca", help: "PEM bundle that tls:// upstreams' certificates are verified against, re-read when it changes (default: the system's roots)",
+		field: func(c *Config) any { return &c.UpstreamCA }, apply: appliers(applyForwarder)},
+	{key: "kube-dns-config", help: "directory of the mounted kube-dns ConfigMap (stubDomains, upstreamNameservers), merged under these settings and re-read when it changes",
+		field: func(c *Config) any { return &c.KubeDNSConfig }},
 
 	// Cache.
 	{key: "cache-size", def: "10000", help: "maximum cached answers (external names)",
@@ -390,6 +379,9 @@ func completeCheck(c *Config) error {
 
 // crossChecks are the checks that involve several settings.
 var crossChecks = []func(c *Config) error{
+	// Upstreams and stub domains: server forms, names in the cluster
+	// zone, force-tcp against prefer-udp (upstreams.go).
+	func(c *Config) error { return c.validateUpstreams() },
 	// --cluster-zone forward needs --cluster-dns, which must not be ourselves.
 	func(c *Config) error { return c.validateForward() },
 	func(c *Config) error {

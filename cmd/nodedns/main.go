@@ -5,6 +5,7 @@
 //	nodedns cleanup [flags]   remove the link and rules (uninstall)
 //	nodedns config validate FILE | print [flags]  check or show a configuration
 //	nodedns probe health|ready  liveness/readiness check for kubelet
+//	nodedns migrate [flags]   print a nodedns config equivalent to a Corefile
 //	nodedns version           print the version
 //
 // main only parses, wires and waits: every behaviour lives in pkg/.
@@ -46,6 +47,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = probe(args[1:], stdout, stderr)
 	case "config":
 		err = configCmd(args[1:], stdout, stderr)
+	case "migrate":
+		err = migrateCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -59,6 +62,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if errors.Is(err, errReported) {
 		return 1
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintf(stderr, "nodedns %s: %v\n", args[0], ee.err)
+		}
+		return ee.code
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nodedns %s: %v\n", args[0], err)
@@ -77,6 +87,7 @@ commands:
   probe     exit 0 when the agent is healthy/ready (probe health|ready)
   config    check a config file (config validate FILE) or print the
             effective configuration (config print [serve flags])
+  migrate   print a nodedns config equivalent to a CoreDNS Corefile
   version   print the version
 
 Run 'nodedns <command> -h' for the command's flags.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nodedns/nodedns/pkg/kubedns"
 	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
@@ -57,7 +58,9 @@ var (
 	// finish on the old one. The stub domains are zones of the
 	// CoreDNS-compatible series, so those follow.
 	applyForwarder = &applier{name: "upstreams", prepare: func(a *agent, cfg *Config) (func() error, error) {
-		fwd, err := newForwarder(*cfg, a.upLog, a.panics)
+		// Under the kube-dns ConfigMap as last applied (the watch loop,
+		// which runs the reloads too, is the only writer).
+		fwd, err := a.newForwarder(*cfg, a.kd.applied)
 		if err != nil {
 			return nil, err
 		}
@@ -136,16 +139,6 @@ var applierOrder = []*applier{applyCache, applyForwarder, applyHosts, applyRewri
 // done. Without a file, SIGHUP is logged and ignored: it never stops the
 // agent, as an operator used to dnsmasq or unbound may send it.
 func (a *agent) watchConfig(ctx context.Context, hup <-chan os.Signal) {
-	if a.cfg.path == "" {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				a.log.Warn("SIGHUP: no --config file to reload; ignored")
-			}
-		}
-	}
 	// The content loaded at start: a change made since is a change.
 	last := a.cfg.fileBytes
 	t := time.NewTicker(reloadPoll)
@@ -158,8 +151,20 @@ func (a *agent) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 			return
 		case <-t.C:
 		case <-hup:
+			if a.cfg.path == "" {
+				a.log.Warn("SIGHUP: no --config file to reload; ignored")
+				continue
+			}
 			forced = true
 			a.log.Info("SIGHUP: reloading the config file", "file", a.cfg.path)
+		}
+		// The kube-dns ConfigMap directory (kubelet updates it in place):
+		// applied under the running configuration as it changes.
+		if kd, changed := a.kd.poll(*a.running(), a.log); changed {
+			a.applyKubeDNS(*a.running(), kd)
+		}
+		if a.cfg.path == "" {
+			continue
 		}
 		b, err := os.ReadFile(a.cfg.path)
 		if err != nil {
@@ -180,6 +185,19 @@ func (a *agent) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 		last = b
 		a.reload()
 	}
+}
+
+// applyKubeDNS rebuilds the forwarder with a changed kube-dns ConfigMap
+// under the running configuration cfg.
+func (a *agent) applyKubeDNS(cfg Config, kd kubedns.Config) {
+	fwd, err := a.newForwarder(cfg, kd)
+	if err != nil {
+		a.log.Warn("kube-dns config not applied; keeping the running settings", "dir", cfg.KubeDNSConfig, "err", err)
+		return
+	}
+	a.kd.applied = kd
+	a.swapForwarder(fwd)
+	a.log.Info("kube-dns config applied", "dir", cfg.KubeDNSConfig, "stub_domains", len(kd.StubDomains), "upstream_nameservers", len(kd.UpstreamNameservers))
 }
 
 // notifyHUP delivers SIGHUP to the returned channel (instead of letting

@@ -19,6 +19,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/hosts"
 	"github.com/nodedns/nodedns/pkg/intercept"
 	"github.com/nodedns/nodedns/pkg/k8s"
+	"github.com/nodedns/nodedns/pkg/kubedns"
 	"github.com/nodedns/nodedns/pkg/metrics"
 	"github.com/nodedns/nodedns/pkg/ndots"
 	"github.com/nodedns/nodedns/pkg/peers"
@@ -72,6 +73,8 @@ type agent struct {
 	clusterFwd   *upstream.Forwarder
 	clusterCache *cache.Cache
 	router       *zoneroute.Router
+	// kd is the kube-dns ConfigMap directory's state (kubedns.go).
+	kd *kubeDNSState
 }
 
 // newLogger returns a text logger at level (validated by the config);
@@ -151,14 +154,14 @@ func upstreams(cfg Config, listen []string, log *slog.Logger) ([]string, error) 
 	if len(cfg.Upstream) > 0 {
 		var out []string
 		for _, u := range cfg.Upstream {
-			n, err := upstream.NormalizeAddr(u)
+			sp, err := upstream.ParseServer(u)
 			if err != nil {
 				return nil, fmt.Errorf("--upstream: %w", err)
 			}
-			if isOwn(n) {
+			if !sp.ByName() && isOwn(sp.Addr.String()) {
 				return nil, fmt.Errorf("--upstream %s is one of this agent's own addresses: that is a forwarding loop", u)
 			}
-			out = append(out, n)
+			out = append(out, u)
 		}
 		return out, nil
 	}
@@ -208,14 +211,26 @@ func searchDomains(cfg Config, zone string) []string {
 	return ndots.Search(rc.Search, zone)
 }
 
-// newForwarder builds the upstream forwarder of cfg; its recovered panics
-// count on panics.
-func newForwarder(cfg Config, log *slog.Logger, panics *recovery.Counter) (*upstream.Forwarder, error) {
-	ups, err := upstreams(cfg, listenAddrs(cfg), log)
-	if err != nil {
+// newForwarder builds the upstream forwarder of cfg, with the kube-dns
+// ConfigMap's settings under it; its failures are logged through the
+// rate limiter and its recovered panics count with the agent's.
+func (a *agent) newForwarder(cfg Config, kd kubedns.Config) (*upstream.Forwarder, error) {
+	var ups []string
+	var err error
+	if len(cfg.Upstream) == 0 && len(kd.UpstreamNameservers) > 0 {
+		// The ConfigMap's upstreams replace the node's resolvers.
+		c := cfg
+		c.Upstream = kd.UpstreamNameservers
+		if ups, err = upstreams(c, listenAddrs(cfg), a.upLog); err != nil {
+			return nil, fmt.Errorf("kube-dns config %s: %w", kubedns.UpstreamNameserversKey, err)
+		}
+	} else if ups, err = upstreams(cfg, listenAddrs(cfg), a.upLog); err != nil {
 		return nil, err
 	}
-	return upstream.New(upstream.Config{Servers: ups, Stubs: cfg.Stubs, Policy: upstream.Policy(cfg.Policy), Panics: panics, Logger: log})
+	res := indexResolver{ix: func() *k8s.Index { return a.ix }}
+	fc := forwarderConfig(cfg, ups, kd, res, a.upLog)
+	fc.Panics = a.panics
+	return upstream.New(fc)
 }
 
 // cacheConfig maps cfg onto the cache's settings (0 disables prefetch and
@@ -234,14 +249,24 @@ func cacheConfig(cfg Config, log *slog.Logger) cache.Config {
 }
 
 func build(cfg Config, log *slog.Logger) (*agent, error) {
-	a := &agent{cfg: cfg, log: log, started: time.Now(), reloads: newReloadStats(), panics: new(recovery.Counter)}
+	a := &agent{cfg: cfg, log: log, started: time.Now(), reloads: newReloadStats(), panics: new(recovery.Counter),
+		kd: newKubeDNSState(cfg.KubeDNSConfig)}
 	a.live.Store(&cfg)
 	a.failures = errlog.New(log, errlog.Config{})
 	a.upLog = slog.New(a.failures.Handler(log.Handler()))
-	fwd, err := newForwarder(cfg, a.upLog, a.panics)
+	kd, _ := a.kd.poll(cfg, log)
+	fwd, err := a.newForwarder(cfg, kd)
 	if err != nil {
-		return nil, err
+		if kd.Empty() {
+			return nil, err
+		}
+		log.Warn("kube-dns config not applied; starting without it", "dir", cfg.KubeDNSConfig, "err", err)
+		if fwd, err = a.newForwarder(cfg, kubedns.Config{}); err != nil {
+			return nil, err
+		}
+		kd = kubedns.Config{}
 	}
+	a.kd.applied = kd
 	a.fwd.Store(fwd)
 	ccfg := cacheConfig(cfg, log)
 	ccfg.Panics = a.panics
@@ -276,6 +301,14 @@ func build(cfg Config, log *slog.Logger) (*agent, error) {
 	scfg.Observer = a.rec
 	if rw != nil {
 		scfg.Rewriter = rw
+	}
+	if a.ix == nil && hasNamedServers(cfg.Upstream) {
+		return nil, fmt.Errorf("--upstream names a server of the cluster zone, which needs the cluster index (--kubeconfig, or running in a pod)")
+	}
+	for _, z := range cfg.Stubs.sortedZones() {
+		if a.ix == nil && hasNamedServers(cfg.Stubs[z].Servers) {
+			return nil, fmt.Errorf("stub domain %q names a server of the cluster zone, which needs the cluster index (--kubeconfig, or running in a pod)", z)
+		}
 	}
 	a.srv, err = server.New(scfg)
 	if err != nil {

@@ -46,6 +46,10 @@ type Server struct {
 
 	mu   sync.Mutex
 	idle []idleConn
+
+	// stream, for TCP-only and TLS servers, carries every exchange
+	// (pool.go); nil: UDP, TCP after truncation.
+	stream *streamPool
 }
 
 type idleConn struct {
@@ -174,8 +178,8 @@ func (s *Server) exchangeOnce(ctx context.Context, q *dns.Msg, timeout time.Dura
 	defer cancel()
 	out := q.Copy()
 	out.Id = dns.Id()
-	if s.cfg.ForceTCP {
-		r, err := s.tcp(ctx, out)
+	if s.stream != nil {
+		r, err := s.stream.exchange(ctx, out)
 		if err != nil {
 			return nil, err
 		}

@@ -5,6 +5,11 @@
 // exchange and bounds how many exchanges run at once, for everyone together
 // and for each client and namespace (see admit).
 //
+// Servers speak plain DNS (UDP first), TCP only (force-tcp) or DNS over
+// TLS with certificate verification, over bounded pools of reused
+// connections (spec.go, pool.go, tls.go); servers may be given by a name
+// of the cluster zone and follow it as it resolves (groups.go).
+//
 // It does not cache: pkg/cache sits in front of it. A reply is only ever
 // accepted when its ID and question match what was sent, so a spoofed or
 // stray datagram cannot poison the cache behind it, and it is cut down to
@@ -86,10 +91,20 @@ type Config struct {
 	ProbeInterval time.Duration
 	// UDPSize is the EDNS0 buffer size advertised upstream; default 1232.
 	UDPSize uint16
-	// ForceTCP sends every exchange (and health probe) over TCP, on
-	// pooled connections, as CoreDNS's force_tcp: how NodeLocal DNSCache
-	// talks to the central cluster DNS.
+	// ForceTCP sends every exchange (and health probe) of plain-DNS
+	// servers over TCP, as CoreDNS's force_tcp: how NodeLocal DNSCache
+	// talks to the central cluster DNS. GroupOptions.PreferUDP overrides
+	// it for a group.
 	ForceTCP bool
+	// Options apply to Servers; StubOptions to the stub zone of the same
+	// spelling in Stubs (groups.go).
+	Options     GroupOptions
+	StubOptions map[string]GroupOptions
+	// CAFile is a PEM bundle that DNS-over-TLS upstreams are verified
+	// against, re-read when it changes; "": the system's roots.
+	CAFile string
+	// Resolver resolves servers given by name (required when there are).
+	Resolver Resolver
 	Logger   *slog.Logger
 }
 
@@ -161,6 +176,8 @@ type Forwarder struct {
 	// probe asks a down server whether it is back: (*Server).probe, or a
 	// test's stand-in.
 	probe func(ctx context.Context, s *Server)
+	reg    registry  // every server by its canonical form (groups.go)
+	ca     *caBundle // roots of TLS upstreams
 
 	mu       sync.Mutex
 	inflight map[flightKey]*flight
@@ -182,15 +199,18 @@ type group struct {
 	zone    string // lower-case FQDN; "." for the default group
 	servers []*Server
 	next    atomic.Uint32 // round-robin cursor
+	policy  Policy
+	// dyn holds the servers given by name, cur the servers with their
+	// current addresses (nil: servers is the whole list); groups.go.
+	dyn *dynamic
+	cur atomic.Pointer[[]*Server]
 }
 
 // New validates cfg and returns a Forwarder. Call Run to probe down servers.
 func New(cfg Config) (*Forwarder, error) {
 	cfg.defaults()
-	switch cfg.Policy {
-	case Sequential, Random, RoundRobin:
-	default:
-		return nil, fmt.Errorf("upstream policy %q: want sequential, random or round_robin", cfg.Policy)
+	if err := checkPolicy(cfg.Policy); err != nil {
+		return nil, err
 	}
 	f := &Forwarder{
 		cfg:         cfg,
@@ -199,27 +219,15 @@ func New(cfg Config) (*Forwarder, error) {
 		inflight:    make(map[flightKey]*flight),
 		byClient:    make(map[netip.Addr]int),
 		byNamespace: make(map[string]int),
+		reg:         registry{by: map[string]*Server{}},
 	}
 	f.run = f.exchange
 	f.probe = func(ctx context.Context, s *Server) { s.probe(ctx) }
-	byAddr := map[string]*Server{}
-	zones := map[string]string{}
-	mk := func(zone string, addrs []string) (*group, error) {
-		g := &group{zone: zone}
-		for _, a := range addrs {
-			n, err := NormalizeAddr(a)
-			if err != nil {
-				return nil, err
-			}
-			s, ok := byAddr[n]
-			if !ok {
-				s = newServer(n, &f.cfg)
-				byAddr[n] = s
-			}
-			g.servers = append(g.servers, s)
-		}
-		return g, nil
+	var err error
+	if f.ca, err = newCABundle(cfg.CAFile, f.log); err != nil {
+		return nil, err
 	}
+	zones := map[string]string{}
 	for zone, addrs := range cfg.Stubs {
 		z := dns.CanonicalName(zone)
 		if _, ok := dns.IsDomainName(z); !ok || z == "." {
@@ -234,7 +242,7 @@ func New(cfg Config) (*Forwarder, error) {
 			return nil, fmt.Errorf("stub domain %q: same zone as %q", zone, prev)
 		}
 		zones[z] = zone
-		g, err := mk(z, addrs)
+		g, err := f.newGroup(z, addrs, cfg.StubOptions[zone])
 		if err != nil {
 			return nil, fmt.Errorf("stub domain %q: %w", zone, err)
 		}
@@ -246,11 +254,16 @@ func New(cfg Config) (*Forwarder, error) {
 		}
 		return f.groups[i].zone < f.groups[j].zone
 	})
-	def, err := mk(".", cfg.Servers)
+	def, err := f.newGroup(".", cfg.Servers, cfg.Options)
 	if err != nil {
 		return nil, err
 	}
 	f.groups = append(f.groups, def)
+	for zone := range cfg.StubOptions {
+		if _, ok := cfg.Stubs[zone]; !ok {
+			return nil, fmt.Errorf("options for stub domain %q, which has no servers", zone)
+		}
+	}
 	return f, nil
 }
 
@@ -259,7 +272,7 @@ func (f *Forwarder) Servers() []*Server {
 	seen := map[*Server]bool{}
 	var out []*Server
 	for _, g := range f.groups {
-		for _, s := range g.servers {
+		for _, s := range g.list() {
 			if !seen[s] {
 				seen[s] = true
 				out = append(out, s)
@@ -279,9 +292,11 @@ func (f *Forwarder) Run(ctx context.Context) {
 			for _, s := range f.Servers() {
 				s.closeIdle()
 			}
+			f.closeStreams()
 			return
 		case <-t.C:
 		}
+		f.maintain(time.Now())
 		for _, s := range f.Servers() {
 			f.tend(ctx, s)
 		}
@@ -511,7 +526,7 @@ func keyOf(q *dns.Msg) flightKey {
 // reply: tried once more on another server, then returned.
 func (f *Forwarder) exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
 	g := f.groupFor(strings.ToLower(q.Question[0].Name))
-	if g == nil || len(g.servers) == 0 {
+	if g == nil || len(g.list()) == 0 {
 		return nil, ErrNoUpstream
 	}
 	order := f.order(g)
@@ -587,20 +602,21 @@ func anyUp(ss []*Server) bool {
 }
 
 func (f *Forwarder) order(g *group) []*Server {
-	n := len(g.servers)
+	servers := g.list()
+	n := len(servers)
 	out := make([]*Server, n)
-	switch f.cfg.Policy {
+	switch g.policy {
 	case Sequential:
-		copy(out, g.servers)
+		copy(out, servers)
 	case RoundRobin:
 		start := int(g.next.Add(1)) % n
 		for i := range out {
-			out[i] = g.servers[(start+i)%n]
+			out[i] = servers[(start+i)%n]
 		}
 	default:
 		perm := randPerm(n)
 		for i, p := range perm {
-			out[i] = g.servers[p]
+			out[i] = servers[p]
 		}
 	}
 	return out

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/nodedns/nodedns/pkg/kubedns"
+	"github.com/nodedns/nodedns/pkg/migrate"
+)
+
+// Exit statuses of `nodedns migrate`.
+const (
+	migrateDropped  = 3 // the configuration was written, but something was not carried
+	migrateBadInput = 2 // no configuration: bad flags, or a file that does not read or parse
+)
+
+// exitError ends a command with a given status; err, when set, is printed.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// migrateCmd is `nodedns migrate`: a Corefile (and the kube-dns ConfigMap)
+// in, a nodedns configuration file on stdout, and on stderr one line per
+// directive or option that was not carried.
+func migrateCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	corefile := fs.String("corefile", "", "the CoreDNS Corefile to carry over (required)")
+	kubeDNS := fs.String("kube-dns-config", "", "directory of the kube-dns ConfigMap (stubDomains, upstreamNameservers), as node-cache reads it")
+	clusterDNS := fs.String("cluster-dns", "", "the kube-dns-upstream Service's ClusterIP, for node-cache's __PILLAR__CLUSTER__DNS__ (default $KUBE_DNS_UPSTREAM_SERVICE_HOST)")
+	localIP := fs.String("local-ip", migrate.DefaultLocalIP, "the agent's address when the Corefile binds none")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `usage: nodedns migrate --corefile FILE [--kube-dns-config DIR] [flags]
+
+Prints a nodedns configuration file equivalent to the Corefile. Every
+directive or option that cannot be carried is listed on stderr with its
+line. Exit status: 0 everything carried, 3 something was not, 2 the input
+does not read or parse.
+
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &exitError{code: migrateBadInput}
+	}
+	if fs.NArg() > 0 {
+		return &exitError{code: migrateBadInput, err: fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	if *corefile == "" {
+		fs.Usage()
+		return &exitError{code: migrateBadInput, err: errors.New("--corefile is required")}
+	}
+	src, err := os.ReadFile(*corefile)
+	if err != nil {
+		return &exitError{code: migrateBadInput, err: fmt.Errorf("reading the Corefile: %w", err)}
+	}
+	opts := migrate.Options{ClusterDNS: *clusterDNS, LocalIP: *localIP, Source: *corefile}
+	if *kubeDNS != "" {
+		st, err := os.Stat(*kubeDNS)
+		if err != nil {
+			return &exitError{code: migrateBadInput, err: fmt.Errorf("--kube-dns-config: %w", err)}
+		}
+		if !st.IsDir() {
+			return &exitError{code: migrateBadInput, err: fmt.Errorf("--kube-dns-config %s: not a directory", *kubeDNS)}
+		}
+		kd, err := kubedns.Read(*kubeDNS)
+		if err != nil {
+			return &exitError{code: migrateBadInput, err: err}
+		}
+		opts.KubeDNS, opts.KubeDNSDir = &kd, *kubeDNS
+	}
+	res, err := migrate.Migrate(src, opts)
+	if err != nil {
+		return &exitError{code: migrateBadInput, err: fmt.Errorf("%s: %w", *corefile, err)}
+	}
+	if _, err := stdout.Write(res.YAML); err != nil {
+		return fmt.Errorf("writing the configuration: %w", err)
+	}
+	for _, n := range res.Dropped {
+		switch {
+		case n.File != "":
+			fmt.Fprintf(stderr, "%s: %s\n", n.File, n.Text)
+		case n.Line > 0:
+			fmt.Fprintf(stderr, "%s:%d: %s\n", *corefile, n.Line, n.Text)
+		default:
+			fmt.Fprintf(stderr, "%s: %s\n", *corefile, n.Text)
+		}
+	}
+	if len(res.Dropped) > 0 {
+		fmt.Fprintf(stderr, "nodedns migrate: %d directives or options not carried (listed above)\n", len(res.Dropped))
+		return &exitError{code: migrateDropped}
+	}
+	return nil
+}

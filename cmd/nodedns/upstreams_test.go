@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
+	"github.com/nodedns/nodedns/pkg/k8s"
+	"github.com/nodedns/nodedns/pkg/kubedns"
+	"github.com/nodedns/nodedns/pkg/upstream"
+)
+
+func loadFile(t *testing.T, content string, args ...string) (Config, error) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return loadConfig(append([]string{"--config", p}, args...), io.Discard)
+}
+
+func TestUpstreamKeys(t *testing.T) {
+	ca := dnstest.NewCA(t).File(t)
+	cfg, err := loadFile(t, `
+listen: ["127.0.0.1:5300"]
+upstream: ["tls://192.0.2.1#dns.example", "192.0.2.2:5353", "tcp://192.0.2.3"]
+force-tcp: true
+upstream-ca: `+ca+`
+kube-dns-config: /etc/kube-dns
+stub-domains:
+  a.example: ["10.0.0.1"]
+  b.example: "10.0.0.2, 10.0.0.3"
+  c.example:
+    servers: ["tcp://10.0.0.4"]
+    prefer-udp: true
+    policy: sequential
+  d.example: ["dns.corp.svc.cluster.local:5353", "tls://dot.corp.svc.cluster.local"]
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := StubsMap{
+		"a.example": {Servers: List{"10.0.0.1"}},
+		"b.example": {Servers: List{"10.0.0.2", "10.0.0.3"}},
+		"c.example": {Servers: List{"tcp://10.0.0.4"}, PreferUDP: true, Policy: "sequential"},
+		"d.example": {Servers: List{"dns.corp.svc.cluster.local:5353", "tls://dot.corp.svc.cluster.local"}},
+	}
+	if !reflect.DeepEqual(cfg.Stubs, want) {
+		t.Errorf("stub-domains = %+v\nwant %+v", cfg.Stubs, want)
+	}
+	if !cfg.ForceTCP || cfg.PreferUDP || cfg.UpstreamCA != ca || cfg.KubeDNSConfig != "/etc/kube-dns" || len(cfg.Upstream) != 3 {
+		t.Errorf("upstream keys: %+v", cfg)
+	}
+	// The flag form, with a scheme.
+	cfg, err = loadConfig([]string{"--listen", "127.0.0.1:5300", "--stub-domain", "x.example=tls://192.0.2.9#x.example,192.0.2.10", "--prefer-udp"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Stubs["x.example"].Servers; len(got) != 2 || got[0] != "tls://192.0.2.9#x.example" || !cfg.PreferUDP {
+		t.Errorf("--stub-domain: %+v", cfg.Stubs)
+	}
+
+	fc := forwarderConfig(Config{Stubs: want, ForceTCP: true, Policy: "random"}, []string{"192.0.2.1"}, kubedns.Config{
+		StubDomains: map[string][]string{"a.example": {"10.9.9.9"}, "e.example": {"10.0.0.5"}},
+	}, nil, quietLog())
+	if got := fc.Stubs["a.example"]; len(got) != 1 || got[0] != "10.0.0.1" {
+		t.Errorf("a zone of both the agent and the ConfigMap: %v, want the agent's", got)
+	}
+	if got := fc.Stubs["e.example"]; len(got) != 1 || got[0] != "10.0.0.5" {
+		t.Errorf("a zone of the ConfigMap only: %v", got)
+	}
+	if o := fc.StubOptions["c.example"]; !o.PreferUDP || o.Policy != upstream.Sequential || !fc.Options.ForceTCP {
+		t.Errorf("options: %+v %+v", o, fc.Options)
+	}
+}
+
+func TestUpstreamKeyErrors(t *testing.T) {
+	base := "listen: [\"127.0.0.1:5300\"]\n"
+	for _, tc := range []struct{ content, want string }{
+		{`upstream: ["https://192.0.2.1"]`, `"https://192.0.2.1"`},
+		{`upstream: ["192.0.2.1#name"]`, `"192.0.2.1#name"`},
+		{`upstream: ["dns.google"]`, `"dns.google": a server given by name must be in the cluster zone`},
+		{"force-tcp: true\nprefer-udp: true", "pick one"},
+		{"upstream-ca: /nonexistent/ca.pem", "/nonexistent/ca.pem"},
+		{"stub-domains:\n  a.example:\n    serverz: [\"10.0.0.1\"]", "serverz"},
+		{"stub-domains:\n  a.example:\n    servers: []", `stub domain "a.example": no servers`},
+		{"stub-domains:\n  a.example:\n    servers: [\"10.0.0.1\"]\n    policy: fastest", `policy "fastest"`},
+		{"stub-domains:\n  a.example:\n    servers: [\"10.0.0.1\"]\n    force-tcp: true\n    prefer-udp: true", "pick one"},
+		{"stub-domains:\n  a.example: [\"tls://10.0.0.1#bad name\"]", `"bad name"`},
+		{"stub-domains:\n  a.example: [\"svc.other.zone\"]", "must be in the cluster zone"},
+	} {
+		_, err := loadFile(t, base+tc.content+"\n")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v; want an error with %q", tc.content, err, tc.want)
+		}
+	}
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// kubeDNSMount writes files as a ConfigMap volume: the data in a fresh
+// directory, ..data swapped to it, each key a link through ..data.
+func kubeDNSMount(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	ts := filepath.Join(dir, fmt.Sprintf("..%d", time.Now().UnixNano()))
+	if err := os.Mkdir(ts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range files {
+		if err := os.WriteFile(filepath.Join(ts, k), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(dir, k)
+		if _, err := os.Lstat(link); err != nil {
+			if err := os.Symlink(filepath.Join("..data", k), link); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	_ = os.Remove(tmp)
+	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startAgentWith runs the agent of a config file until the test ends.
+// Tests set reloadPoll before their first agent starts.
+func startAgentWith(t *testing.T, content string, logs io.Writer) (*agent, string) {
+	t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(fmt.Sprintf("listen: [%s]\nadmin: \"\"\nloop-check: false\nlameduck: 0s\n", addr)+content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--config", p}
+	cfg, err := loadConfig(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	a, err := build(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.args, a.level = args, new(slog.LevelVar)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return a, addr
+}
+
+// askA returns the first A record's address for name, or an error.
+func askA(addr, name string) (string, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	r, _, err := (&dns.Client{Timeout: time.Second}).Exchange(m, addr)
+	if err != nil {
+		return "", err
+	}
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
+		return "", fmt.Errorf("%s: rcode %s, %d answers", name, dns.RcodeToString[r.Rcode], len(r.Answer))
+	}
+	a, ok := r.Answer[0].(*dns.A)
+	if !ok {
+		return "", fmt.Errorf("%s: %v", name, r.Answer[0])
+	}
+	return a.A.String(), nil
+}
+
+// eventuallyA waits until name resolves to want through addr.
+func eventuallyA(t *testing.T, addr, want string, name func(i int) string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		got, err := askA(addr, name(i))
+		if err == nil && got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: got %q, %v; want %s", name(i), got, err, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestKubeDNSConfigLive: the ConfigMap's stub domains are served under the
+// agent's own settings, follow a kubelet update, and survive bad JSON.
+func TestKubeDNSConfigLive(t *testing.T) {
+	reloadPoll = 50 * time.Millisecond
+	up := dnstest.Start(t, answerWith("192.0.2.1"))
+	own := dnstest.Start(t, answerWith("192.0.2.2"))
+	cm1 := dnstest.Start(t, answerWith("192.0.2.3"))
+	cm2 := dnstest.Start(t, answerWith("192.0.2.4"))
+	ignored := dnstest.Start(t, answerWith("192.0.2.5"))
+	dir := t.TempDir()
+	kubeDNSMount(t, dir, map[string]string{
+		"stubDomains": fmt.Sprintf(`{"cm.example": [%q], "own.example": [%q]}`, cm1.Addr, ignored.Addr),
+	})
+	logs := &syncBuffer{}
+	_, addr := startAgentWith(t, fmt.Sprintf("upstream: [%s]\nkube-dns-config: %s\nstub-domains:\n  own.example: [%s]\n", up.Addr, dir, own.Addr), logs)
+
+	eventuallyA(t, addr, "192.0.2.3", func(i int) string { return fmt.Sprintf("a%d.cm.example.", i) })
+	if got, err := askA(addr, "a.own.example."); err != nil || got != "192.0.2.2" {
+		t.Errorf("a zone the agent forwards itself: %q %v, want its own server's 192.0.2.2", got, err)
+	}
+	if got, err := askA(addr, "a.other.example."); err != nil || got != "192.0.2.1" {
+		t.Errorf("other names: %q %v, want the upstream's", got, err)
+	}
+
+	// kubelet swaps the ConfigMap: the new server answers.
+	kubeDNSMount(t, dir, map[string]string{"stubDomains": fmt.Sprintf(`{"cm.example": [%q]}`, cm2.Addr)})
+	eventuallyA(t, addr, "192.0.2.4", func(i int) string { return fmt.Sprintf("b%d.cm.example.", i) })
+
+	// Bad JSON: the running settings stay, one warning names the file.
+	kubeDNSMount(t, dir, map[string]string{"stubDomains": `{"cm.example": [`})
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), filepath.Join(dir, "stubDomains")) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning naming %s; log:\n%s", filepath.Join(dir, "stubDomains"), logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got, err := askA(addr, "c.cm.example."); err != nil || got != "192.0.2.4" {
+		t.Errorf("after bad JSON: %q %v, want the running settings' 192.0.2.4", got, err)
+	}
+	if n := strings.Count(logs.String(), "kube-dns config not applied"); n != 1 {
+		t.Errorf("%d warnings for one bad file, want 1", n)
+	}
+	// Fixed again.
+	kubeDNSMount(t, dir, map[string]string{"stubDomains": fmt.Sprintf(`{"cm.example": [%q]}`, cm1.Addr)})
+	eventuallyA(t, addr, "192.0.2.3", func(i int) string { return fmt.Sprintf("d%d.cm.example.", i) })
+}
+
+// TestKubeDNSUpstreams: upstreamNameservers replace the node's resolvers
+// when the agent names no upstream, and not when it does.
+func TestKubeDNSUpstreams(t *testing.T) {
+	reloadPoll = 50 * time.Millisecond
+	cmUp := dnstest.Start(t, answerWith("192.0.2.7"))
+	agentUp := dnstest.Start(t, answerWith("192.0.2.8"))
+	dir := t.TempDir()
+	kubeDNSMount(t, dir, map[string]string{"upstreamNameservers": fmt.Sprintf(`[%q]`, cmUp.Addr)})
+	_, addr := startAgentWith(t, "kube-dns-config: "+dir+"\n", io.Discard)
+	eventuallyA(t, addr, "192.0.2.7", func(i int) string { return fmt.Sprintf("u%d.example.", i) })
+	_, addr2 := startAgentWith(t, fmt.Sprintf("kube-dns-config: %s\nupstream: [%s]\n", dir, agentUp.Addr), io.Discard)
+	eventuallyA(t, addr2, "192.0.2.8", func(i int) string { return fmt.Sprintf("v%d.example.", i) })
+
+	// A bad directory at start: the agent starts without it.
+	bad := t.TempDir()
+	kubeDNSMount(t, bad, map[string]string{"upstreamNameservers": `not json`})
+	logs := &syncBuffer{}
+	_, addr3 := startAgentWith(t, fmt.Sprintf("kube-dns-config: %s\nupstream: [%s]\n", bad, agentUp.Addr), logs)
+	eventuallyA(t, addr3, "192.0.2.8", func(i int) string { return fmt.Sprintf("w%d.example.", i) })
+	if !strings.Contains(logs.String(), filepath.Join(bad, "upstreamNameservers")) {
+		t.Errorf("no warning naming the bad file; log:\n%s", logs.String())
+	}
+}
+
+// TestStubServerByClusterName: a stub domain's server given as a Service
+// name is resolved from the cluster index and follows the Service's
+// endpoints.
+func TestStubServerByClusterName(t *testing.T) {
+	first := dnstest.Start(t, answerWith("192.0.2.11"))
+	port := netip.MustParseAddrPort(first.Addr).Port()
+	second, err := dnstest.Listen(fmt.Sprintf("127.0.0.2:%d", port), answerWith("192.0.2.12"))
+	if err != nil {
+		t.Skipf("127.0.0.2:%d: %v", port, err)
+	}
+	t.Cleanup(second.Close)
+
+	ptr := func(b bool) *bool { return &b }
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "corp", Name: "dns"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "None", ClusterIPs: []string{"None"},
+			Ports: []corev1.ServicePort{{Name: "dns", Protocol: corev1.ProtocolUDP, Port: int32(port)}}}}
+	slice := func(ip string) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "corp", Name: "dns-1", Labels: map[string]string{discoveryv1.LabelServiceName: "dns"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}}},
+		}
+	}
+	client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "corp"}}, svc, slice("127.0.0.1"))
+	ix, err := k8s.New(client, k8s.Config{Zones: []string{"cluster.local"}, TTL: 5, Pods: k8s.PodMode("disabled"), Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = ix.Run(ctx) }()
+
+	cfg := defaultConfig()
+	cfg.Stubs = StubsMap{"corp.test": {Servers: List{fmt.Sprintf("dns.corp.svc.cluster.local:%d", port)}}}
+	fc := forwarderConfig(cfg, []string{first.Addr}, kubedns.Config{}, indexResolver{ix: func() *k8s.Index { return ix }}, quietLog())
+	fc.ProbeInterval = 20 * time.Millisecond
+	fwd, err := upstream.New(fc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go fwd.Run(ctx)
+	ask := func(name string) string {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		r, err := fwd.Exchange(context.Background(), m)
+		if err != nil || len(r.Answer) == 0 {
+			return fmt.Sprint(err)
+		}
+		return r.Answer[0].(*dns.A).A.String()
+	}
+	wait := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for i := 0; ; i++ {
+			got := ask(fmt.Sprintf("n%d-%d.corp.test.", i, time.Now().UnixNano()))
+			if got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("corp.test answered %q, want %s", got, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	wait("192.0.2.11")
+	// The endpoint moves: the stub follows.
+	if _, err := client.DiscoveryV1().EndpointSlices("corp").Update(ctx, slice("127.0.0.2"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait("192.0.2.12")
+}
