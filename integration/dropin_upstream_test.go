@@ -143,7 +143,10 @@ func TestDoTUpstream(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var failed []string
-	for i := range 200 {
+	// 120 at once: within one client's share of the forwarder's slots
+	// (MaxInflight/8 = 125); beyond it the agent answers SERVFAIL at once,
+	// by design (issue 13).
+	for i := range 120 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -157,12 +160,12 @@ func TestDoTUpstream(t *testing.T) {
 	}
 	wg.Wait()
 	if len(failed) > 0 {
-		t.Fatalf("%d of 200 queries failed: %v", len(failed), failed[:min(5, len(failed))])
+		t.Fatalf("%d of 120 queries failed: %v", len(failed), failed[:min(5, len(failed))])
 	}
-	if srv.Count() < 201 || srv.Conns() > 8 || srv.Handshakes() != srv.Conns() {
-		t.Errorf("TLS server: %d queries on %d connections, %d handshakes; want 201+ on at most 8", srv.Count(), srv.Conns(), srv.Handshakes())
+	if srv.Count() < 121 || srv.Conns() > 8 || srv.Handshakes() != srv.Conns() {
+		t.Errorf("TLS server: %d queries on %d connections, %d handshakes; want 121+ on at most 8", srv.Count(), srv.Conns(), srv.Handshakes())
 	}
-	t.Logf("201 queries over %d TLS connections (%d sessions resumed)", srv.Conns(), srv.Resumed())
+	t.Logf("121 queries over %d TLS connections (%d sessions resumed)", srv.Conns(), srv.Resumed())
 	ups := a.upstreamStats(t)
 	if len(ups) != 1 || !strings.HasPrefix(fmt.Sprint(ups[0]["addr"]), "tls://127.0.0.1:") {
 		t.Errorf("/stats upstreams: %v", ups)
