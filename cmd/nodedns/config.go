@@ -75,6 +75,7 @@ type Config struct {
 	Lameduck       Duration `json:"lameduck"`
 
 	LogLevel   string  `json:"log-level"`
+	LogFormat  string  `json:"log-format"`
 	LogQueries float64 `json:"log-queries"`
 
 	// path is the --config file, watched for live reload.
@@ -137,6 +138,7 @@ func defaultConfig() Config {
 		Teardown:        true,
 		Lameduck:        Duration(5 * time.Second),
 		LogLevel:        "info",
+		LogFormat:       "text",
 	}
 }
 
@@ -187,6 +189,7 @@ func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
 	fs.BoolVar(&c.Teardown, "teardown", c.Teardown, "remove rules and link on exit when no other agent serves the addresses")
 	fs.Var(&c.Lameduck, "lameduck", "on SIGTERM: report not ready and keep answering this long before exiting")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json; client-go's messages use it too (restart to change)")
 	fs.Float64Var(&c.LogQueries, "log-queries", c.LogQueries, "fraction of queries to log (0 to 1)")
 }
 
@@ -312,6 +315,11 @@ func (c *Config) validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		return fmt.Errorf("--log-format %q: want text or json", c.LogFormat)
 	}
 	if len(c.ClusterDomain) == 0 {
 		return errors.New("--cluster-domain: want at least one domain")

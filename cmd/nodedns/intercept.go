@@ -78,10 +78,14 @@ func cleanup(args []string, stderr io.Writer) error {
 	fs.Var(&ips, "local-ip", "comma-separated local IPs (removed from the link if it is not one nodedns created)")
 	iface := fs.String("interface", "nodelocaldns", "link to remove")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	format := fs.String("log-format", "text", "text or json")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	log, _ := newLogger(*level, stderr)
+	log, _, err := newLogger(*level, *format, stderr)
+	if err != nil {
+		return err
+	}
 	cfg := intercept.Config{Interface: *iface, Logger: log}
 	for _, s := range ips {
 		ip, err := netip.ParseAddr(s)

@@ -54,6 +54,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
+	if errors.Is(err, errReported) {
+		return 1 // already in the command's log, in its format
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nodedns %s: %v\n", args[0], err)
 		return 1

@@ -50,21 +50,28 @@ type agent struct {
 	stopFwd context.CancelFunc
 }
 
-// newLogger returns a text logger at level (validated by the config);
-// the LevelVar lets a reload change it.
-func newLogger(level string, w io.Writer) (*slog.Logger, *slog.LevelVar) {
-	lv := new(slog.LevelVar)
-	_ = lv.UnmarshalText([]byte(level))
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lv})), lv
-}
-
+// serve is `nodedns serve`. A configuration it refuses is reported as one
+// plain line (the log format is not known yet); from then on everything,
+// the error that ends the agent included, goes through the configured
+// logger.
 func serve(args []string, stderr io.Writer) error {
 	cfg, err := loadConfig(args, stderr)
 	if err != nil {
 		return err
 	}
-	log, level := newLogger(cfg.LogLevel, stderr)
-	slog.SetDefault(log)
+	log, level, err := newLogger(cfg.LogLevel, cfg.LogFormat, stderr)
+	if err != nil {
+		return err
+	}
+	useLogger(log)
+	if err := serveWith(cfg, args, log, level); err != nil {
+		log.Error("nodedns serve exiting", "err", err)
+		return reportedError{err}
+	}
+	return nil
+}
+
+func serveWith(cfg Config, args []string, log *slog.Logger, level *slog.LevelVar) error {
 	if n := cfg.schedulerProcs(); n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
