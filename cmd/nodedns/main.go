@@ -4,6 +4,7 @@
 //	nodedns stats [flags]     print the local agent's figures
 //	nodedns cleanup [flags]   remove the link and rules (uninstall)
 //	nodedns probe health|ready  liveness/readiness check for kubelet
+//	nodedns uninstall stop-agents|await-cleanup  the Helm chart's uninstall hooks
 //	nodedns version           print the version
 //
 // main only parses, wires and waits: every behaviour lives in pkg/.
@@ -43,6 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cleanup(args[1:], stderr)
 	case "probe":
 		err = probe(args[1:], stdout, stderr)
+	case "uninstall":
+		err = uninstallCmd(args[1:], stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -72,6 +75,7 @@ commands:
   stats     print the local agent's figures (reads its /stats)
   cleanup   remove the link and iptables rules the agent installs
   probe     exit 0 when the agent is healthy/ready (probe health|ready)
+  uninstall the Helm chart's uninstall steps (stop-agents, await-cleanup)
   version   print the version
 
 Run 'nodedns <command> -h' for the command's flags.
