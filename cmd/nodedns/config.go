@@ -74,8 +74,10 @@ type Config struct {
 	Teardown       bool     `json:"teardown"`
 	Lameduck       Duration `json:"lameduck"`
 
-	LogLevel   string  `json:"log-level"`
-	LogFormat  string  `json:"log-format"`
+	LogLevel  string `json:"log-level"`
+	LogFormat string `json:"log-format"`
+	// Pprof serves /debug/pprof on the admin socket (never on --admin).
+	Pprof      bool    `json:"pprof"`
 	LogQueries float64 `json:"log-queries"`
 
 	// path is the --config file, watched for live reload.
@@ -190,6 +192,7 @@ func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
 	fs.Var(&c.Lameduck, "lameduck", "on SIGTERM: report not ready and keep answering this long before exiting")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json; client-go's messages use it too (restart to change)")
+	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve Go's /debug/pprof on --admin-socket only, never on --admin (restart to change)")
 	fs.Float64Var(&c.LogQueries, "log-queries", c.LogQueries, "fraction of queries to log (0 to 1)")
 }
 
@@ -326,6 +329,9 @@ func (c *Config) validate() error {
 	}
 	if err := clusterConfig(*c).Validate(); err != nil {
 		return err
+	}
+	if c.Pprof && c.AdminSocket == "" {
+		return errors.New("--pprof needs --admin-socket: profiles are served on the unix socket only, never on the TCP admin address")
 	}
 	if len(c.Listen) == 0 && len(c.LocalIP) == 0 {
 		return errors.New("nothing to listen on: give --listen or --local-ip")

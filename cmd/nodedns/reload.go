@@ -94,7 +94,7 @@ func (a *agent) reload(old Config) Config {
 	cfg.Interface, cfg.SetupInterface, cfg.SetupIptables, cfg.SyncInterval = old.Interface, old.SetupInterface, old.SetupIptables, old.SyncInterval
 	cfg.MaxInflight, cfg.MaxTCPConns, cfg.MaxUDPSize = old.MaxInflight, old.MaxTCPConns, old.MaxUDPSize
 	cfg.MaxClientInflight = old.MaxClientInflight
-	cfg.LogFormat = old.LogFormat
+	cfg.LogFormat, cfg.Pprof = old.LogFormat, old.Pprof
 	cfg.EndpointPodNames, cfg.IgnoreEmptyService, cfg.NoEndpoints = old.EndpointPodNames, old.IgnoreEmptyService, old.NoEndpoints
 	cfg.Namespaces, cfg.NamespaceLabels, cfg.Fallthrough = old.Namespaces, old.NamespaceLabels, old.Fallthrough
 	a.log.Info("configuration reloaded", "file", cfg.path)
@@ -132,7 +132,7 @@ func restartOnly(a, b Config) []string {
 		{"ignore-empty-service", a.IgnoreEmptyService, b.IgnoreEmptyService},
 		{"no-endpoints", a.NoEndpoints, b.NoEndpoints}, {"namespaces", a.Namespaces, b.Namespaces},
 		{"namespace-labels", a.NamespaceLabels, b.NamespaceLabels}, {"fallthrough", a.Fallthrough, b.Fallthrough},
-		{"log-format", a.LogFormat, b.LogFormat},
+		{"log-format", a.LogFormat, b.LogFormat}, {"pprof", a.Pprof, b.Pprof},
 	}
 	var out []string
 	for _, p := range pairs {
