@@ -5,6 +5,7 @@
 //	nodedns cleanup [flags]   remove the link and rules (uninstall)
 //	nodedns probe health|ready  liveness/readiness check for kubelet
 //	nodedns uninstall stop-agents|await-cleanup  the Helm chart's uninstall hooks
+//	nodedns pprof WHAT        a Go profile from the agent's admin socket
 //	nodedns version           print the version
 //
 // main only parses, wires and waits: every behaviour lives in pkg/.
@@ -46,6 +47,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = probe(args[1:], stdout, stderr)
 	case "uninstall":
 		err = uninstallCmd(args[1:], stderr)
+	case "pprof":
+		err = pprofCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -76,6 +79,7 @@ commands:
   cleanup   remove the link and iptables rules the agent installs
   probe     exit 0 when the agent is healthy/ready (probe health|ready)
   uninstall the Helm chart's uninstall steps (stop-agents, await-cleanup)
+  pprof     fetch a Go profile from the agent's admin socket (needs serve --pprof)
   version   print the version
 
 Run 'nodedns <command> -h' for the command's flags.

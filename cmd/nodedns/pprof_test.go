@@ -81,4 +81,14 @@ func TestPprofFlag(t *testing.T) {
 	if code, _, err := status(tcp, "http://"+admin+"/health"); err != nil || code != 200 {
 		t.Errorf("TCP admin /health: %d, %v", code, err)
 	}
+
+	// `nodedns pprof` fetches through the socket, to stdout.
+	prof, err := exec.Command(bin, "pprof", "--socket", sock, "goroutine?debug=1").Output()
+	if err != nil || !strings.Contains(string(prof), "goroutine profile:") {
+		t.Errorf("nodedns pprof goroutine: %v, %.100q", err, prof)
+	}
+	heap, err := exec.Command(bin, "pprof", "--socket", sock, "heap").Output()
+	if err != nil || len(heap) < 2 || heap[0] != 0x1f || heap[1] != 0x8b {
+		t.Errorf("nodedns pprof heap: %v, %d bytes, want a gzipped profile", err, len(heap))
+	}
 }
