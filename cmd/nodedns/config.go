@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodedns/nodedns/pkg/metrics"
 )
 
 // Config is everything `nodedns serve` can be told, by flag or by the YAML
@@ -79,6 +81,8 @@ type Config struct {
 	// Pprof serves /debug/pprof on the admin socket (never on --admin).
 	Pprof      bool    `json:"pprof"`
 	LogQueries float64 `json:"log-queries"`
+	// LogQueriesClass limits the query log to these reply classes.
+	LogQueriesClass List `json:"log-queries-class"`
 
 	// path is the --config file, watched for live reload.
 	path string
@@ -193,7 +197,8 @@ func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json; client-go's messages use it too (restart to change)")
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve Go's /debug/pprof on --admin-socket only, never on --admin (restart to change)")
-	fs.Float64Var(&c.LogQueries, "log-queries", c.LogQueries, "fraction of queries to log (0 to 1)")
+	fs.Float64Var(&c.LogQueries, "log-queries", c.LogQueries, "fraction of queries to log (0 to 1); 0 with --log-queries-class: every query of those classes")
+	fs.Var(&c.LogQueriesClass, "log-queries-class", "comma-separated reply classes the query log keeps, as CoreDNS's log plugin: all, success, denial (NXDOMAIN, NODATA), error (SERVFAIL, REFUSED, NOTIMP, FORMERR, ...)")
 }
 
 // loadConfig returns the configuration for args: defaults, then the
@@ -303,6 +308,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--lameduck %s: want a duration >= 0", c.Lameduck)
 	case c.LogQueries < 0 || c.LogQueries > 1:
 		return fmt.Errorf("--log-queries %g: want 0 to 1", c.LogQueries)
+	}
+	if err := metrics.CheckLogClasses(c.LogQueriesClass); err != nil {
+		return fmt.Errorf("--log-queries-class: %w", err)
 	}
 	switch c.UDPReaders {
 	case "threads", "poller":

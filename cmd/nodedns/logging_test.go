@@ -16,6 +16,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // buildAgent builds the real nodedns binary once for the tests that run it.
@@ -198,5 +202,91 @@ func TestJSONLogsFatalError(t *testing.T) {
 	out, err := exec.Command(bin, "serve", "--log-format=yaml", "--listen=127.0.0.1:0").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), `--log-format "yaml": want text or json`) {
 		t.Errorf("--log-format=yaml: err %v, output %q", err, out)
+	}
+}
+
+// TestQueryLogByClass runs the real agent with --log-format json and
+// --log-queries-class denial,error against a test upstream: an answer is
+// not logged; NXDOMAIN, NODATA and a REFUSED query are, each as one JSON
+// record with the documented fields (docs/logging.md).
+func TestQueryLogByClass(t *testing.T) {
+	bin, err := buildAgent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := dnstest.Start(t, dnstest.Zone(60))
+	l, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := l.LocalAddr().String()
+	l.Close()
+	var stderr lockedBuffer
+	cmd := exec.Command(bin, "serve", "--log-format=json", "--log-queries-class=denial,error", "--listen="+listen,
+		"--upstream="+up.Addr, "--admin=", "--loop-check=false", "--lameduck=0s")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	c := &dns.Client{Timeout: time.Second}
+	ask := func(name string, qtype uint16, class uint16) (*dns.Msg, error) {
+		m := new(dns.Msg)
+		m.SetQuestion(name, qtype)
+		m.Question[0].Qclass = class
+		r, _, err := c.Exchange(m, listen)
+		return r, err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if r, err := ask("ok.example.test.", dns.TypeA, dns.ClassINET); err == nil && len(r.Answer) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not answering; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, q := range []struct {
+		name         string
+		qtype, class uint16
+		rcode        int
+	}{
+		{"nx1.example.test.", dns.TypeA, dns.ClassINET, dns.RcodeNameError},
+		{"www.example.test.", dns.TypeSRV, dns.ClassINET, dns.RcodeSuccess},
+		{"www.example.test.", dns.TypeA, dns.ClassCHAOS, dns.RcodeRefused},
+		{"again.example.test.", dns.TypeA, dns.ClassINET, dns.RcodeSuccess},
+	} {
+		if r, err := ask(q.name, q.qtype, q.class); err != nil || r.Rcode != q.rcode {
+			t.Fatalf("%s: %v %v", q.name, r, err)
+		}
+	}
+	want := map[string]string{"nx1.example.test.": "denial NXDOMAIN", "www.example.test./SRV": "denial NOERROR", "www.example.test./A": "error REFUSED"}
+	got := map[string]string{}
+	deadline = time.Now().Add(10 * time.Second)
+	for len(got) < len(want) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		got = map[string]string{}
+		for _, m := range jsonLines(t, stderr.String()) {
+			if m["component"] != "query" {
+				continue
+			}
+			for _, k := range []string{"client", "name", "type", "rcode", "class", "answers", "truncated", "source", "proto", "duration"} {
+				if _, ok := m[k]; !ok {
+					t.Errorf("query record lacks %q: %v", k, m)
+				}
+			}
+			key := m["name"].(string)
+			if key == "www.example.test." {
+				key += "/" + m["type"].(string)
+			}
+			got[key] = fmt.Sprint(m["class"], " ", m["rcode"])
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("query log %v, want %v; stderr:\n%s", got, want, stderr.String())
 	}
 }

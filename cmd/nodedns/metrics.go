@@ -9,7 +9,7 @@ import (
 // a closure over the agent, read at scrape time, so a forwarder swapped by
 // a reload is the one reported.
 func (a *agent) newRecorder() (*metrics.Recorder, error) {
-	return metrics.New(metrics.Config{Version: version, LogQueries: a.cfg.LogQueries, Logger: a.log,
+	return metrics.New(metrics.Config{Version: version, LogQueries: a.cfg.LogQueries, LogClasses: a.cfg.LogQueriesClass, Logger: a.log,
 		Sources: metrics.Sources{
 			Cache: func() metrics.CacheFigures { return metrics.CacheFigures(a.cache.Stats()) },
 			Upstreams: func() []metrics.UpstreamFigures {

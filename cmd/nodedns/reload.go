@@ -95,6 +95,7 @@ func (a *agent) reload(old Config) Config {
 	cfg.MaxInflight, cfg.MaxTCPConns, cfg.MaxUDPSize = old.MaxInflight, old.MaxTCPConns, old.MaxUDPSize
 	cfg.MaxClientInflight = old.MaxClientInflight
 	cfg.LogFormat, cfg.Pprof = old.LogFormat, old.Pprof
+	cfg.LogQueries, cfg.LogQueriesClass = old.LogQueries, old.LogQueriesClass
 	cfg.EndpointPodNames, cfg.IgnoreEmptyService, cfg.NoEndpoints = old.EndpointPodNames, old.IgnoreEmptyService, old.NoEndpoints
 	cfg.Namespaces, cfg.NamespaceLabels, cfg.Fallthrough = old.Namespaces, old.NamespaceLabels, old.Fallthrough
 	a.log.Info("configuration reloaded", "file", cfg.path)
@@ -133,6 +134,7 @@ func restartOnly(a, b Config) []string {
 		{"no-endpoints", a.NoEndpoints, b.NoEndpoints}, {"namespaces", a.Namespaces, b.Namespaces},
 		{"namespace-labels", a.NamespaceLabels, b.NamespaceLabels}, {"fallthrough", a.Fallthrough, b.Fallthrough},
 		{"log-format", a.LogFormat, b.LogFormat}, {"pprof", a.Pprof, b.Pprof},
+		{"log-queries", a.LogQueries, b.LogQueries}, {"log-queries-class", a.LogQueriesClass, b.LogQueriesClass},
 	}
 	var out []string
 	for _, p := range pairs {

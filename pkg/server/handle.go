@@ -90,7 +90,7 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 		start := len(dst)
 		if out, rcode, ok := s.cfg.HitCache.AppendHit(dst, r.q.Name, r.q.Type, r.q.Class, r.q.DO, r.q.CD()); ok {
 			out = s.finish(out, start, r, rcode)
-			s.observe(r, SourceCache, rcode, 0, 0)
+			s.observe(r, SourceCache, rcode, 0, 0, out[start:])
 			return out, verdictReply
 		}
 	}
@@ -207,23 +207,29 @@ func (s *Server) externalName(ctx context.Context, res ClusterResult, qtype uint
 // send encodes m as the reply to r, appends it and reports it.
 func (s *Server) send(dst []byte, r *request, m *dns.Msg, src Source, steps, saved int) []byte {
 	out := s.encode(dst, r, m)
-	s.observe(r, src, m.Rcode, steps, saved)
+	s.observe(r, src, m.Rcode, steps, saved, out[len(dst):])
 	return out
 }
 
 // reply appends an error reply and reports it.
 func (s *Server) reply(dst []byte, r *request, rcode int, src Source) []byte {
 	out := s.errorReply(dst, r, rcode)
-	s.observe(r, src, rcode, 0, 0)
+	s.observe(r, src, rcode, 0, 0, out[len(dst):])
 	return out
 }
 
-func (s *Server) observe(r *request, src Source, rcode, steps, saved int) {
+// observe reports the answer to r; reply is its wire form as sent.
+func (s *Server) observe(r *request, src Source, rcode, steps, saved int, reply []byte) {
 	if s.cfg.Observer == nil {
 		return
 	}
-	s.cfg.Observer.Observe(Event{Source: src, Rcode: rcode, Proto: r.proto, Client: r.client, Name: r.q.Name,
-		Qtype: r.q.Type, Duration: time.Since(r.start), AutopathSteps: steps, AutopathSaved: saved})
+	ev := Event{Source: src, Rcode: rcode, Proto: r.proto, Client: r.client, Name: r.q.Name,
+		Qtype: r.q.Type, Duration: time.Since(r.start), AutopathSteps: steps, AutopathSaved: saved}
+	if len(reply) >= 12 {
+		ev.Answers = int(reply[6])<<8 | int(reply[7])
+		ev.Truncated = reply[2]&0x02 != 0
+	}
+	s.cfg.Observer.Observe(ev)
 }
 
 // namespaceOf returns the namespace of the pod that sent r, when autopath

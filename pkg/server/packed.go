@@ -145,6 +145,6 @@ func (s *Server) sendCluster(dst []byte, r *request, m *dns.Msg) []byte {
 		}
 	}
 	dst = s.finish(dst, start, r, m.Rcode)
-	s.observe(r, SourceCluster, m.Rcode, 0, 0)
+	s.observe(r, SourceCluster, m.Rcode, 0, 0, dst[start:])
 	return dst
 }

@@ -108,6 +108,11 @@ type Event struct {
 	// agent walked for the client; AutopathSaved how many client queries the
 	// shortcut saved.
 	AutopathSteps, AutopathSaved int
+	// Answers is the reply's answer count (ANCOUNT) and Truncated its TC
+	// bit, as sent: with Rcode they tell an answer from NODATA (NOERROR
+	// without answers), as the query log classes need.
+	Answers   int
+	Truncated bool
 }
 
 // Source says which stage produced an answer; it labels metrics and stats.
