@@ -6,14 +6,18 @@
 #                                 images, run every step, take the cluster
 #                                 down and check the machine is as before
 #   KEEP=1 scripts/chart-e2e.sh   leave the cluster up
+#   KUBE_PROXY_MODE=nftables scripts/chart-e2e.sh
+#                                 the same with kube-proxy in nftables mode
 #
 # Steps:
 #  1. helm install with the kube-dns ClusterIP intercepted and metrics on
 #     the node's IP: the DaemonSet Ready; the link holds both addresses; the
 #     agent's --cluster-dns is the kube-dns-upstream Service's ClusterIP
 #     (kubelet expanded $(KUBE_DNS_UPSTREAM_SERVICE_HOST)); cluster names
-#     answered on 169.254.20.10 and on the kube-dns ClusterIP, whose pods run
-#     no DNS server; /metrics on the node's IP at port 9253.
+#     answered on 169.254.20.10 and on the kube-dns ClusterIP (which
+#     kube-proxy load-balances to pods that run no DNS server), from the node
+#     and from a pod, with no conntrack entry; /metrics on the node's IP at
+#     port 9253.
 #  2. helm upgrade of a config value only: the same pod, no restart, the
 #     change applied live (configuration reloaded).
 #  3. helm upgrade with --teardown=false: a surge rollout; the new agents
@@ -31,6 +35,8 @@ cd "$(dirname "$0")/.."
 
 KEEP=${KEEP:-0}
 KUBE_DNS_IP=fdd5:6e6f:6465:96::a
+KUBE_PROXY_MODE=${KUBE_PROXY_MODE:-iptables}
+export KUBE_PROXY_MODE
 START=$(date +%s)
 work=$(mktemp -d "${TMPDIR:-/tmp}/nodedns-chart-e2e.XXXXXX")
 failed=1
@@ -79,7 +85,7 @@ trap cleanup EXIT
 
 deps() {
 	local missing=() p
-	for p in dnsutils jq iptables curl; do
+	for p in dnsutils jq iptables curl conntrack nftables; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -c "install ok installed" >/dev/null || missing+=("$p")
 	done
 	if ((${#missing[@]})); then
@@ -140,9 +146,32 @@ spec:
   ports:
   - {name: dns, port: 53, protocol: UDP}
   - {name: dns-tcp, port: 53, protocol: TCP}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: chart-e2e-client, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 1
+  dnsPolicy: None
+  dnsConfig:
+    nameservers: ["${KUBE_DNS_IP}"]
+    searches: ["default.svc.cluster.local", "svc.cluster.local", "cluster.local"]
+  containers:
+  - {name: client, image: ${CLIENT}, imagePullPolicy: Never}
 EOF
 k apply -f "${work}/kube-dns.yaml" >/dev/null
 k -n kube-system rollout status deployment/central-dns --timeout=120s >/dev/null || fail "central-dns not ready"
+k wait --for=condition=Ready pod/chart-e2e-client --timeout=120s >/dev/null || fail "client pod not ready"
+for i in $(seq 1 50); do
+	if [[ "$KUBE_PROXY_MODE" == nftables ]]; then
+		nft list table ip6 kube-proxy 2>/dev/null | grep -qF "$KUBE_DNS_IP" && break
+	else
+		ip6tables-nft-save -t nat | grep -q -- "-d ${KUBE_DNS_IP}/128 .*KUBE-SVC" && break
+	fi
+	sleep 0.2
+done
+((i < 50)) || fail "kube-proxy (${KUBE_PROXY_MODE} mode) has no rule for ${KUBE_DNS_IP}"
+ok "kube-proxy (${KUBE_PROXY_MODE} mode) load-balances ${KUBE_DNS_IP} to central-dns, which runs no DNS server"
 
 # ------------------------------------------------------------------ step 1
 step "1. helm install (kube-dns ClusterIP intercepted, metrics on the node's IP)"
@@ -170,7 +199,12 @@ for server in 169.254.20.10 "$KUBE_DNS_IP"; do
 	got=$(dig +short +time=2 +tries=2 @"$server" kubernetes.default.svc.cluster.local AAAA)
 	[[ "$got" == fdd5:6e6f:6465:96::1 ]] || fail "dig @${server} kubernetes.default AAAA: '${got}'"
 done
-ok "cluster names answered on 169.254.20.10 and on ${KUBE_DNS_IP} (whose pods run no DNS server)"
+got=$(k exec chart-e2e-client -- dig +short +search kubernetes AAAA)
+[[ "$got" == fdd5:6e6f:6465:96::1 ]] || fail "pod with nameserver ${KUBE_DNS_IP}: dig kubernetes AAAA: '${got}'"
+tracked=$(conntrack -L -f ipv6 -d "$KUBE_DNS_IP" 2>/dev/null | grep -c 'dport=53' || true)
+tracked4=$(conntrack -L -d 169.254.20.10 2>/dev/null | grep -c 'dport=53' || true)
+[[ "$tracked" == 0 && "$tracked4" == 0 ]] || fail "conntrack holds DNS flows: ${tracked} to ${KUBE_DNS_IP}, ${tracked4} to 169.254.20.10"
+ok "cluster names answered on 169.254.20.10 and on ${KUBE_DNS_IP}, from the node and from a pod; no conntrack entry"
 metrics=$(curl -fsS "http://[${NODE_IP6}]:9253/metrics") || fail "no metrics on [${NODE_IP6}]:9253"
 grep -q '^nodedns_' <<<"$metrics" || fail "no nodedns_ series on the node's IP"
 ok "metrics on the node's IP [${NODE_IP6}]:9253 ($(grep -c '^nodedns_' <<<"$metrics") nodedns_ samples)"
@@ -213,8 +247,14 @@ ip link show nodelocaldns >/dev/null 2>&1 && fail "link nodelocaldns still there
 left=$(ours_left)
 [[ "$left" == 0 ]] || fail "${left} nodedns rules left after uninstall"
 ok "no link, no rule in either backend (the agents ran with --teardown=false: the cleanup hook removed them)"
-objs=$(k -n kube-system get ds,job,pod,svc,cm,sa,role,rolebinding -l app.kubernetes.io/instance=nodedns --no-headers 2>/dev/null | wc -l)
-cluster_objs=$(k get clusterrole,clusterrolebinding -l app.kubernetes.io/instance=nodedns --no-headers 2>/dev/null | wc -l)
-[[ "$objs" == 0 && "$cluster_objs" == 0 ]] || fail "objects left: $(k -n kube-system get ds,job,pod,svc,cm,sa -l app.kubernetes.io/instance=nodedns --no-headers 2>&1)"
+# Helm waits for the hook DaemonSet's deletion, not for its pods, which
+# the garbage collector deletes right after (gracefully).
+for i in $(seq 1 60); do
+	objs=$(k -n kube-system get ds,job,pod,svc,cm,sa,role,rolebinding -l app.kubernetes.io/instance=nodedns --no-headers 2>/dev/null | wc -l)
+	cluster_objs=$(k get clusterrole,clusterrolebinding -l app.kubernetes.io/instance=nodedns --no-headers 2>/dev/null | wc -l)
+	[[ "$objs" == 0 && "$cluster_objs" == 0 ]] && break
+	sleep 1
+done
+[[ "$objs" == 0 && "$cluster_objs" == 0 ]] || fail "objects left 60s after the uninstall: $(k -n kube-system get ds,job,pod,svc,cm,sa -l app.kubernetes.io/instance=nodedns --no-headers 2>&1)"
 ok "no object of the release or its hooks left"
 failed=0
