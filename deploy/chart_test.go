@@ -388,6 +388,10 @@ func TestChartRefuses(t *testing.T) {
 		{[]string{"--set", "config.admin-socket=/tmp/a.sock"}, "config.admin-socket must be a path in /run/nodedns/"},
 		{[]string{"--set", "metrics.podMonitor.enabled=true"}, "metrics.podMonitor.enabled needs metrics.enabled"},
 		{[]string{"--set", "metrics.enabled=true,metrics.serviceMonitor.enabled=true"}, "needs metrics.service.enabled"},
+		// values.schema.json: a misspelt key, a wrong type, a bad enum.
+		{[]string{"--set", "kubedns.intercept=true"}, "additional properties 'kubedns' not allowed"},
+		{[]string{"--set", "cleanup.timeout=3"}, "/cleanup/timeout"},
+		{[]string{"--set", "image.pullPolicy=Sometimes"}, "/image/pullPolicy"},
 	} {
 		_, err := render(t, c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
