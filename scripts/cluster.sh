@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real single-node Kubernetes cluster on this machine, like kind but with
 # no Docker engine: etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kube-proxy (iptables mode) and kubelet run as ordinary
+# kube-scheduler, kube-proxy (iptables mode, or KUBE_PROXY_MODE) and kubelet run as ordinary
 # processes, with containerd, runc and the CNI plugins from Debian.
 #
 #   scripts/cluster.sh up [--cluster-dns IP]
@@ -34,7 +34,8 @@
 # A FORWARD guard drops whatever would leave the pod bridge for another
 # interface: pods reach the node and each other, nothing outside.
 #
-# Env: CLUSTER_DNS (kubelet --cluster-dns, default 169.254.20.10), KUBE_VERSION,
+# Env: CLUSTER_DNS (kubelet --cluster-dns, default 169.254.20.10),
+#      KUBE_PROXY_MODE (iptables, the default, or nftables), KUBE_VERSION,
 #      NODEDNS_CACHE, NODEDNS_CLUSTER_STATE (default /var/lib/nodedns-cluster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +45,8 @@ STATE="${NODEDNS_CLUSTER_STATE:-/var/lib/nodedns-cluster}"
 RUN=/run/nodedns-cluster
 CACHE="${NODEDNS_CACHE:-/var/cache/nodedns}"
 CLUSTER_DNS="${CLUSTER_DNS:-169.254.20.10}"
+# kube-proxy's mode: iptables (default) or nftables (this kernel has no IPVS).
+KUBE_PROXY_MODE="${KUBE_PROXY_MODE:-iptables}"
 
 NODE_NAME=nodedns-node
 NODE_LINK=ndc-node0
@@ -498,11 +501,12 @@ EOF
 }
 
 start_proxy() {
-	local k="${STATE}/kube-proxy.yaml"
+	local k="${STATE}/kube-proxy.yaml" old=""
+	[[ -f "$k" ]] && old=$(<"$k")
 	cat >"$k" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
-mode: iptables
+mode: ${KUBE_PROXY_MODE}
 clientConnection: {kubeconfig: "${STATE}/kube-proxy.kubeconfig"}
 hostnameOverride: ${NODE_NAME}
 clusterCIDR: "${POD_CIDR6},${POD_CIDR4}"
@@ -514,6 +518,10 @@ iptables: {localhostNodePorts: false}
 # Leave the machine's conntrack sysctls alone.
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 EOF
+	if [[ -n "$old" && "$old" != "$(<"$k")" ]] && running kube-proxy; then
+		log "kube-proxy configuration changed (mode ${KUBE_PROXY_MODE}): restarting kube-proxy"
+		stop kube-proxy
+	fi
 	start kube-proxy "$(bin kube-proxy)" --config="$k" --v=1
 }
 

@@ -4,7 +4,8 @@
 # and CoreDNS, then runs go vet, staticcheck, the unit tests with -race,
 # promtool on the alert rules (scripts/check-rules.sh), the integration suite (real kube-apiserver + etcd on loopback, network
 # namespaces, iptables nft and legacy, real resolvers, CoreDNS as the
-# reference for the cluster zone) and the end-to-end test on a real
+# reference for the cluster zone; the Helm chart rendered by a pinned helm and
+# applied to the API server) and the end-to-end test on a real
 # single-node cluster (scripts/e2e.sh: the DaemonSet, kubelet, kube-proxy,
 # containerd, rolling updates under load).
 #
@@ -41,6 +42,13 @@ locked() {
 
 scripts/deps.sh
 
+# helm at a pinned version (built with go install, cached): the chart's lint,
+# its rendering into deploy/daemonset.yaml and the chart tests (unit: deploy/;
+# integration: the rendering applied to a real API server).
+echo "== helm (cached in $NODEDNS_CACHE)"
+NODEDNS_HELM=$(scripts/helm.sh | tail -n 1)
+export NODEDNS_HELM
+
 if [[ $what == all || $what == unit ]]; then
   step "go vet"
   go vet ./...
@@ -50,6 +58,8 @@ if [[ $what == all || $what == unit ]]; then
     go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
   fi
   staticcheck ./...
+  step "deploy/daemonset.yaml is the chart's default rendering"
+  scripts/render-manifest.sh --check
   step "unit tests (-race)"
   go test -race -count=1 ./...
   step "alert rules (promtool check rules, promtool test rules)"
@@ -63,6 +73,9 @@ if [[ $what == all || $what == integration ]]; then
   step "CoreDNS (cached in $NODEDNS_CACHE), the reference of the differential tests"
   NODEDNS_COREDNS=$(scripts/coredns.sh | tail -n 1)
   export NODEDNS_COREDNS
+  step "Prometheus Operator CRDs (Go module cache), for the chart's monitoring objects"
+  NODEDNS_PROMETHEUS_CRDS=$(scripts/prometheus-crds.sh | tail -n 1)
+  export NODEDNS_PROMETHEUS_CRDS
   step "integration tests"
   log=/tmp/nodedns-integration.log
   set +e

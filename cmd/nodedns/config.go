@@ -100,8 +100,13 @@ type Config struct {
 	Teardown       bool
 	Lameduck       Duration
 
-	LogLevel   string
+	LogLevel  string
+	LogFormat string
+	// Pprof serves /debug/pprof on the admin socket (never on --admin).
+	Pprof      bool
 	LogQueries float64
+	// LogQueriesClass limits the query log to these reply classes.
+	LogQueriesClass List
 
 	// MetricsCompat picks the compatibility series /metrics exports
 	// besides nodedns_*: coredns (CoreDNS 1.15 and node-cache names) or

@@ -11,10 +11,6 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// errReported: the command has already written what went wrong; exit 1
-// without another line.
-var errReported = errors.New("reported")
-
 // configCmd is `nodedns config validate FILE [flags]` and `nodedns config
 // print [flags]`.
 func configCmd(args []string, stdout, stderr io.Writer) error {

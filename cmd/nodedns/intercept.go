@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/nodedns/nodedns/pkg/admin"
@@ -105,18 +108,32 @@ func (a *agent) teardownIntercept() {
 }
 
 // cleanup is `nodedns cleanup`: remove every rule nodedns installs (all
-// copies, both iptables backends) and the link.
+// copies, both iptables backends) and the link. With --wait-for-agent it
+// first waits until no other process serves the local IPs on port 53 (an
+// agent still running would be cut off from its pods), and fails if one
+// still does when the time is up. With --hold it then stays running until
+// SIGTERM: the Helm chart's uninstall hook shows each node's finished
+// cleanup as a Ready pod.
 func cleanup(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var ips List
 	fs.Var(&ips, "local-ip", "comma-separated local IPs (removed from the link if it is not one nodedns created)")
 	iface := fs.String("interface", "nodelocaldns", "link to remove")
+	wait := fs.Duration("wait-for-agent", 0, "first wait up to this long until no process serves the --local-ip addresses on port 53; fail if one still does (0: do not check)")
+	hold := fs.Bool("hold", false, "after cleaning up, keep running until SIGTERM or SIGINT")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	format := fs.String("log-format", "text", "text or json")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	log, _ := newLogger(*level, stderr)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	log, _, err := newLogger(*level, *format, stderr)
+	if err != nil {
+		return err
+	}
 	cfg := intercept.Config{Interface: *iface, Logger: log}
 	for _, s := range ips {
 		ip, err := netip.ParseAddr(s)
@@ -125,5 +142,48 @@ func cleanup(args []string, stderr io.Writer) error {
 		}
 		cfg.LocalIPs = append(cfg.LocalIPs, ip)
 	}
-	return intercept.Cleanup(cfg)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if *wait > 0 {
+		if len(cfg.LocalIPs) == 0 {
+			return errors.New("--wait-for-agent needs --local-ip: the addresses whose server it waits for")
+		}
+		if err := waitNoAgent(ctx, cfg, *wait, time.Second, log); err != nil {
+			return err
+		}
+	}
+	if err := intercept.Cleanup(cfg); err != nil {
+		return err
+	}
+	log.Info("cleanup done", "interface", cfg.Interface, "local_ips", ips.String())
+	if *hold {
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// waitNoAgent waits until no other process serves cfg.LocalIPs on port 53
+// in this network namespace, polling every poll, for at most d. It asks
+// intercept.ShouldTeardown, the check an exiting agent makes before it
+// removes the interception, with a configuration that set up both.
+func waitNoAgent(ctx context.Context, cfg intercept.Config, d, poll time.Duration, log *slog.Logger) error {
+	cfg.SetupInterface, cfg.SetupIptables = true, true
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var last string
+	for {
+		free, why := intercept.ShouldTeardown(cfg)
+		if free {
+			return nil
+		}
+		if why != last {
+			log.Info("waiting for the agent on this node to exit", "why", why)
+			last = why
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not cleaning up under a running server after %s: %s", d, why)
+		case <-time.After(poll):
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/hosts"
 	"github.com/nodedns/nodedns/pkg/intercept"
+	"github.com/nodedns/nodedns/pkg/metrics"
 	"github.com/nodedns/nodedns/pkg/resolvconf"
 	"github.com/nodedns/nodedns/pkg/upstream"
 )
@@ -352,7 +353,20 @@ var settings = []*setting{
 		field: func(c *Config) any { return &c.LogLevel }, apply: appliers(applyLogLevel), check: func(c *Config) error {
 			return oneOf("log-level", c.LogLevel, "debug", "info", "warn", "error")
 		}},
-	{key: "log-queries", def: "0", help: "fraction of queries to log (0 to 1)",
+	{key: "log-format", def: "text", help: "text or json; client-go's messages use it too",
+		field: func(c *Config) any { return &c.LogFormat }, check: func(c *Config) error {
+			return oneOf("log-format", c.LogFormat, "text", "json")
+		}},
+	{key: "pprof", help: "serve Go's /debug/pprof on --admin-socket only, never on --admin",
+		field: func(c *Config) any { return &c.Pprof }},
+	{key: "log-queries-class", help: "comma-separated reply classes the query log keeps, as CoreDNS's log plugin: all, success, denial (NXDOMAIN, NODATA), error (SERVFAIL, REFUSED, NOTIMP, FORMERR, ...); restart-only",
+		field: func(c *Config) any { return &c.LogQueriesClass }, check: func(c *Config) error {
+			if err := metrics.CheckLogClasses(c.LogQueriesClass); err != nil {
+				return fmt.Errorf("--log-queries-class: %w", err)
+			}
+			return nil
+		}},
+	{key: "log-queries", def: "0", help: "fraction of queries to log (0 to 1); 0 with --log-queries-class: every query of those classes",
 		field: func(c *Config) any { return &c.LogQueries }, apply: appliers(applyLogQueries), check: func(c *Config) error {
 			if !(c.LogQueries >= 0 && c.LogQueries <= 1) { // NaN too
 				return fmt.Errorf("--log-queries %g: want 0 to 1", c.LogQueries)
@@ -379,6 +393,12 @@ func completeCheck(c *Config) error {
 
 // crossChecks are the checks that involve several settings.
 var crossChecks = []func(c *Config) error{
+	func(c *Config) error {
+		if c.Pprof && c.AdminSocket == "" {
+			return errors.New("--pprof needs --admin-socket: profiles are served on the unix socket only, never on the TCP admin address")
+		}
+		return nil
+	},
 	// Upstreams and stub domains: server forms, names in the cluster
 	// zone, force-tcp against prefer-udp (upstreams.go).
 	func(c *Config) error { return c.validateUpstreams() },

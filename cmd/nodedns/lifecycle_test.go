@@ -242,7 +242,7 @@ func TestForeignServerKeepsNotReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, level := newLogger("debug", logs)
+	log, level, _ := newLogger("debug", "text", logs)
 	a, err := build(cfg, log)
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@
 //	nodedns config validate FILE | print [flags]  check or show a configuration
 //	nodedns probe health|ready  liveness/readiness check for kubelet
 //	nodedns migrate [flags]   print a nodedns config equivalent to a Corefile
+//	nodedns uninstall stop-agents|await-cleanup  the Helm chart's uninstall hooks
+//	nodedns pprof WHAT        a Go profile from the agent's admin socket
 //	nodedns version           print the version
 //
 // main only parses, wires and waits: every behaviour lives in pkg/.
@@ -49,6 +51,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = configCmd(args[1:], stdout, stderr)
 	case "migrate":
 		err = migrateCmd(args[1:], stdout, stderr)
+	case "uninstall":
+		err = uninstallCmd(args[1:], stderr)
+	case "pprof":
+		err = pprofCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -88,6 +94,8 @@ commands:
   config    check a config file (config validate FILE) or print the
             effective configuration (config print [serve flags])
   migrate   print a nodedns config equivalent to a CoreDNS Corefile
+  uninstall the Helm chart's uninstall steps (stop-agents, await-cleanup)
+  pprof     fetch a Go profile from the agent's admin socket (needs serve --pprof)
   version   print the version
 
 Run 'nodedns <command> -h' for the command's flags.

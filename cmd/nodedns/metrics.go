@@ -13,7 +13,7 @@ import (
 // a reload is the one reported. Call it after wireCluster: the plugins it
 // reports depend on whether the cluster zone is served.
 func (a *agent) newRecorder() (*metrics.Recorder, error) {
-	return metrics.New(metrics.Config{Version: version, Revision: vcsRevision(), LogQueries: a.cfg.LogQueries, Logger: a.log,
+	return metrics.New(metrics.Config{Version: version, Revision: vcsRevision(), LogQueries: a.cfg.LogQueries, LogClasses: a.cfg.LogQueriesClass, Logger: a.log,
 		Compat: metrics.Compat(a.cfg.MetricsCompat), Listeners: listenAddrs(a.cfg), Zones: metricZones(a.cfg), Plugins: a.plugins(),
 		Sources: metrics.Sources{
 			Cache: func() metrics.CacheFigures { return metrics.CacheFigures(a.cache.Stats()) },

@@ -132,7 +132,7 @@ func startTestAgentPoll(t *testing.T, poll time.Duration, content string, extra 
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, level := newLogger("debug", ta.logs)
+	log, level, _ := newLogger("debug", "text", ta.logs)
 	if ta.a, err = build(cfg, log); err != nil {
 		t.Fatal(err)
 	}
@@ -515,7 +515,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, _ := newLogger("info", &logs)
+	log, _, _ := newLogger("info", "text", &logs)
 	a, err := build(cfg, log)
 	if err != nil {
 		t.Fatal(err)

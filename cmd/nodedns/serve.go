@@ -77,14 +77,10 @@ type agent struct {
 	kd *kubeDNSState
 }
 
-// newLogger returns a text logger at level (validated by the config);
-// the LevelVar lets a reload change it.
-func newLogger(level string, w io.Writer) (*slog.Logger, *slog.LevelVar) {
-	lv := new(slog.LevelVar)
-	_ = lv.UnmarshalText([]byte(level))
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lv})), lv
-}
-
+// serve is `nodedns serve`. A configuration it refuses is reported as one
+// plain line (the log format is not known yet); from then on everything,
+// the error that ends the agent included, goes through the configured
+// logger.
 func serve(args []string, stderr io.Writer) error {
 	cfg, res, err := load(args, false, stderr)
 	if err == nil {
@@ -93,11 +89,22 @@ func serve(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log, level := newLogger(cfg.LogLevel, stderr)
-	slog.SetDefault(log)
+	log, level, err := newLogger(cfg.LogLevel, cfg.LogFormat, stderr)
+	if err != nil {
+		return err
+	}
+	useLogger(log)
 	for _, w := range res.warnings {
 		log.Warn(w) // each names the file
 	}
+	if err := serveWith(cfg, args, log, level); err != nil {
+		log.Error("nodedns serve exiting", "err", err)
+		return reportedError{err}
+	}
+	return nil
+}
+
+func serveWith(cfg Config, args []string, log *slog.Logger, level *slog.LevelVar) error {
 	if n := cfg.schedulerProcs(); n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
@@ -377,7 +384,7 @@ func (a *agent) run(ctx context.Context) (err error) {
 	}
 	if a.cfg.Admin != "" || a.cfg.AdminSocket != "" {
 		var err error
-		a.admin, err = admin.New(admin.Config{Addr: a.cfg.Admin, Socket: a.cfg.AdminSocket, Health: a.healthChecks(), Ready: a.readyChecks(), Logger: a.log,
+		a.admin, err = admin.New(admin.Config{Addr: a.cfg.Admin, Socket: a.cfg.AdminSocket, Pprof: a.cfg.Pprof, Health: a.healthChecks(), Ready: a.readyChecks(), Logger: a.log,
 			Stats: func() any { return a.rec.Stats() }, Metrics: a.rec.Handler()}, a.draining.Load)
 		if err != nil {
 			_ = a.srv.Shutdown(context.Background())

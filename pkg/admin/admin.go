@@ -1,7 +1,8 @@
 // Package admin serves the agent's HTTP admin endpoint: /health (the process
 // is alive and can recover by itself), /ready (it should receive traffic),
-// /metrics (Prometheus) and /stats (a JSON document for `nodedns stats`).
-// It owns no DNS logic; the agent hands it the checks and the stats source.
+// /metrics (Prometheus) and /stats (a JSON document for `nodedns stats`),
+// and, when asked, Go's /debug/pprof on the unix socket only. It owns no
+// DNS logic; the agent hands it the checks and the stats source.
 //
 // /stats names the busiest client addresses and query names of the node's
 // pods, so it is served only over the unix socket and on loopback
@@ -17,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"syscall"
@@ -49,7 +51,12 @@ type Config struct {
 	Ready   []Check
 	Stats   func() any   // the /stats document; nil: 404
 	Metrics http.Handler // /metrics; nil: 404
-	Logger  *slog.Logger
+	// Pprof serves net/http/pprof's /debug/pprof/ on Socket, never on
+	// Addr: profiles and goroutine dumps show query names and cost CPU, so
+	// they are for whoever can reach the pod's own socket (kubectl exec),
+	// not for the network. Requires Socket.
+	Pprof  bool
+	Logger *slog.Logger
 }
 
 // Server is the admin HTTP server.
@@ -58,6 +65,11 @@ type Server struct {
 	srv  *http.Server
 	lns  []net.Listener
 	down func() bool
+	// sock serves the unix socket when it offers more than the TCP
+	// address (pprof), with its own handler and no write timeout: a CPU
+	// profile streams for as many seconds as asked. nil: srv serves it.
+	sock   *http.Server
+	sockLn net.Listener
 }
 
 // New binds the admin address. notReady, when it returns true, turns /ready
@@ -95,6 +107,10 @@ func New(cfg Config, notReady func() bool) (*Server, error) {
 	if len(s.lns) == 0 {
 		return nil, errors.New("admin endpoint: neither an address nor a socket")
 	}
+	if cfg.Pprof && cfg.Socket == "" {
+		s.closeAll()
+		return nil, errors.New("admin endpoint: pprof is served on the unix socket only, and none is configured")
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) {
 		if err := runChecks(cfg.Health); err != nil {
@@ -122,6 +138,17 @@ func New(cfg Config, notReady func() bool) (*Server, error) {
 		})
 	}
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second}
+	if cfg.Pprof {
+		debug := http.NewServeMux()
+		debug.Handle("/", mux)
+		debug.HandleFunc("/debug/pprof/", pprof.Index)
+		debug.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		debug.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		debug.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		debug.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		s.sock = &http.Server{Handler: debug, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 60 * time.Second}
+		s.sockLn = s.lns[len(s.lns)-1] // the socket is bound last
+	}
 	return s, nil
 }
 
@@ -139,7 +166,11 @@ func (s *Server) Serve() error {
 	errs := make(chan error, len(s.lns))
 	for _, ln := range s.lns {
 		go func(ln net.Listener) {
-			if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			srv := s.srv
+			if s.sock != nil && ln == s.sockLn {
+				srv = s.sock
+			}
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errs <- fmt.Errorf("admin endpoint %s: %w", ln.Addr(), err)
 				return
 			}
@@ -154,7 +185,13 @@ func (s *Server) Serve() error {
 }
 
 // Shutdown stops the server.
-func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	if s.sock != nil {
+		err = errors.Join(err, s.sock.Shutdown(ctx))
+	}
+	return err
+}
 
 // Ready runs every check; nil when all pass.
 func (s *Server) Ready() error {

@@ -184,3 +184,64 @@ func TestStatsOnlyOnLoopback(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestPprofOnSocketOnly: with Pprof, /debug/pprof answers on the unix
+// socket (a CPU profile longer than the TCP endpoint's write timeout
+// included) and is 404 on the TCP address; without it, 404 on both.
+func TestPprofOnSocketOnly(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		sock := filepath.Join(t.TempDir(), "admin.sock")
+		s, err := New(Config{Addr: "127.0.0.1:0", Socket: sock, Pprof: on}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.Serve() }()
+		tcp := &http.Client{Timeout: 5 * time.Second}
+		unix := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			}}}
+		base := "http://" + s.Addr().String()
+		for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1", "/debug/pprof/cmdline"} {
+			if code, _ := get(t, tcp, base+path); code != http.StatusNotFound {
+				t.Errorf("pprof=%v: TCP %s = %d, want 404", on, path, code)
+			}
+			code, body := get(t, unix, "http://agent"+path)
+			switch {
+			case on && code != 200:
+				t.Errorf("socket %s = %d %q, want 200", path, code, body)
+			case !on && code != http.StatusNotFound:
+				t.Errorf("pprof off: socket %s = %d, want 404", path, code)
+			}
+		}
+		if on {
+			if code, body := get(t, unix, "http://agent/debug/pprof/goroutine?debug=1"); code != 200 || !strings.Contains(body, "goroutine profile:") {
+				t.Errorf("goroutine dump = %d %.80q", code, body)
+			}
+			// Longer than the TCP endpoint's 10s write timeout would allow
+			// is what operators ask for (30s); 11s proves the point.
+			if testing.Short() {
+				t.Log("-short: no 11s CPU profile")
+			} else if code, body := get(t, unix, "http://agent/debug/pprof/profile?seconds=11"); code != 200 || len(body) == 0 {
+				t.Errorf("CPU profile of 11s = %d %.80q", code, body)
+			}
+			// The ordinary endpoints still answer on the socket.
+			if code, _ := get(t, unix, "http://agent/health"); code != 200 {
+				t.Errorf("socket /health = %d with pprof on", code)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}
+	if _, err := New(Config{Addr: "127.0.0.1:0", Pprof: true}, nil); err == nil || !strings.Contains(err.Error(), "unix socket only") {
+		t.Errorf("Pprof without a socket: err %v", err)
+	}
+}

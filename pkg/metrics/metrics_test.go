@@ -619,3 +619,83 @@ func BenchmarkObserveDistinctNames(b *testing.B) {
 		r.Observe(e)
 	}
 }
+
+// TestQueryLogClasses: the query log by class, as CoreDNS's log plugin:
+// denial is NXDOMAIN and NODATA (NOERROR without answers), error every
+// rcode but NOERROR and NXDOMAIN, success the rest; a class without a
+// fraction logs every query of it; the fields are the documented ones.
+func TestQueryLogClasses(t *testing.T) {
+	type q struct {
+		rcode, answers int
+		truncated      bool
+		name           string
+	}
+	traffic := []q{
+		{dns.RcodeSuccess, 2, false, "ok.example."},
+		{dns.RcodeSuccess, 0, false, "nodata.example."},
+		{dns.RcodeSuccess, 0, true, "truncated.example."},
+		{dns.RcodeNameError, 0, false, "nx.example."},
+		{dns.RcodeNameError, 1, false, "cname-to-nx.example."},
+		{dns.RcodeServerFailure, 0, false, "servfail.example."},
+		{dns.RcodeRefused, 0, false, "refused.example."},
+		{dns.RcodeNotImplemented, 0, false, "notimp.example."},
+		{dns.RcodeFormatError, 0, false, "formerr.example."},
+	}
+	for _, c := range []struct {
+		classes []string
+		want    []string
+	}{
+		{[]string{"denial"}, []string{"nodata.example.", "nx.example.", "cname-to-nx.example."}},
+		{[]string{"error"}, []string{"servfail.example.", "refused.example.", "notimp.example.", "formerr.example."}},
+		{[]string{"success"}, []string{"ok.example.", "truncated.example."}},
+		{[]string{"denial", "error"}, []string{"nodata.example.", "nx.example.", "cname-to-nx.example.", "servfail.example.", "refused.example.", "notimp.example.", "formerr.example."}},
+		{[]string{"all"}, []string{"ok.example.", "nodata.example.", "truncated.example.", "nx.example.", "cname-to-nx.example.", "servfail.example.", "refused.example.", "notimp.example.", "formerr.example."}},
+	} {
+		var buf bytes.Buffer
+		r := newRecorder(t, Config{LogClasses: c.classes, Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+		for _, x := range traffic {
+			e := ev(server.SourceUpstream, x.rcode, x.name)
+			e.Answers, e.Truncated = x.answers, x.truncated
+			r.Observe(e)
+		}
+		var got []string
+		for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			if line == "" {
+				continue
+			}
+			var m map[string]any
+			if err := json.Unmarshal([]byte(line), &m); err != nil {
+				t.Fatalf("%s: not JSON: %s", c.classes, line)
+			}
+			for _, k := range []string{"time", "level", "msg", "component", "client", "name", "type", "rcode", "class", "answers", "truncated", "source", "proto", "duration"} {
+				if _, ok := m[k]; !ok {
+					t.Errorf("%v: query log record lacks %q: %s", c.classes, k, line)
+				}
+			}
+			got = append(got, m["name"].(string))
+		}
+		if strings.Join(got, " ") != strings.Join(c.want, " ") {
+			t.Errorf("classes %v logged %v, want %v", c.classes, got, c.want)
+		}
+	}
+
+	// With a fraction, the class filter samples among its own queries.
+	var buf bytes.Buffer
+	r := newRecorder(t, Config{LogQueries: 0.5, LogClasses: []string{"error"}, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	for range 100 {
+		r.Observe(ev(server.SourceUpstream, dns.RcodeServerFailure, "sf.example."))
+		r.Observe(ev(server.SourceUpstream, dns.RcodeNameError, "nx.example."))
+	}
+	if n := strings.Count(buf.String(), "\n"); n != 50 || strings.Contains(buf.String(), "nx.example.") {
+		t.Errorf("0.5 of errors: %d lines (want 50), NXDOMAIN logged: %v", n, strings.Contains(buf.String(), "nx.example."))
+	}
+	if !strings.Contains(buf.String(), "class=error") {
+		t.Errorf("no class=error field: %s", buf.String())
+	}
+	if _, err := New(Config{LogClasses: []string{"errors"}}); err == nil || !strings.Contains(err.Error(), `"errors"`) {
+		t.Errorf("class errors: %v", err)
+	}
+	if err := CheckLogClasses([]string{"denial", "bogus"}); err == nil || !strings.Contains(err.Error(), `"bogus"`) {
+		t.Errorf("CheckLogClasses: %v", err)
+	}
+}

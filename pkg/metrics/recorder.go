@@ -39,10 +39,16 @@ type Config struct {
 	// their figures out.
 	Sources Sources
 	// LogQueries is the fraction (0 to 1) of answered queries logged at
-	// Info with component=query; 0 logs none. The sample is one in
+	// Info with component=query; 0 logs none, unless LogClasses is set,
+	// which then logs every query of those classes. The sample is one in
 	// round(1/LogQueries) answers of each source and rcode, so rare
 	// rcodes are logged too.
 	LogQueries float64
+	// LogClasses restricts the query log to replies of these classes, as
+	// CoreDNS's log plugin does: "success", "denial" (NXDOMAIN, and NODATA:
+	// NOERROR without answers), "error" (every other rcode: SERVFAIL,
+	// REFUSED, NOTIMP, FORMERR, ...), or "all". Empty: all.
+	LogClasses []string
 	// Logger receives the query log; default slog.Default().
 	Logger *slog.Logger
 	// TopK is how many entries the top name and client lists report;
@@ -233,8 +239,12 @@ type Recorder struct {
 
 	topMask  uint64        // sample when count&topMask == 0
 	logEvery atomic.Uint64 // log when count%logEvery == 0; 0: never (SetLogQueries)
-	names    *topK[string]
-	clients  *topK[netip.Addr]
+	// logClass are the classes logged; classesSet: some were named, so
+	// without a fraction every query of them is logged.
+	logClass   classSet
+	classesSet bool
+	names      *topK[string]
+	clients    *topK[netip.Addr]
 
 	// compat counts for the CoreDNS series; nil with CompatNone.
 	compat *compat
@@ -273,7 +283,12 @@ func New(cfg Config) (*Recorder, error) {
 		r.started = r.clock()
 	}
 	r.startSec = r.started.Unix()
-	r.logEvery.Store(logEvery(cfg.LogQueries))
+	classes, err := parseLogClasses(cfg.LogClasses)
+	if err != nil {
+		return nil, err
+	}
+	r.logClass, r.classesSet = classes, len(cfg.LogClasses) > 0
+	r.logEvery.Store(r.every(cfg.LogQueries))
 	// The tables track more entries than they report: Space-Saving's
 	// estimates for the leaders sharpen as the table grows.
 	tracked := min(max(64, 8*cfg.TopK), 4096)
@@ -323,7 +338,9 @@ func (r *Recorder) Observe(ev server.Event) {
 		}
 	}
 	if every := r.logEvery.Load(); every != 0 && n%every == 0 {
-		r.logQuery(&ev)
+		if c := classOf(&ev); r.logClass&(1<<c) != 0 {
+			r.logQuery(&ev, c)
+		}
 	}
 }
 
@@ -333,8 +350,17 @@ func (r *Recorder) SetLogQueries(fraction float64) error {
 	if fraction < 0 || fraction > 1 || math.IsNaN(fraction) {
 		return fmt.Errorf("metrics: query log fraction %g: want 0 to 1", fraction)
 	}
-	r.logEvery.Store(logEvery(fraction))
+	r.logEvery.Store(r.every(fraction))
 	return nil
+}
+
+// every is one in how many answers of the logged classes are logged for
+// fraction: with classes named and no fraction, all of them.
+func (r *Recorder) every(fraction float64) uint64 {
+	if e := logEvery(fraction); e != 0 || !r.classesSet {
+		return e
+	}
+	return 1
 }
 
 // logEvery is one in how many answers a fraction logs; 0: none.
@@ -386,7 +412,9 @@ func (r *Recorder) wallNow() time.Time {
 	return time.Now()
 }
 
-func (r *Recorder) logQuery(ev *server.Event) {
+// logQuery writes one query log record. Its field names are a contract
+// (docs/logging.md): add fields, never rename one.
+func (r *Recorder) logQuery(ev *server.Event, c replyClass) {
 	if !r.qlog.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
@@ -395,9 +423,83 @@ func (r *Recorder) logQuery(ev *server.Event) {
 		slog.String("name", ev.Name),
 		slog.String("type", typeName(ev.Qtype)),
 		slog.String("rcode", rcodeName(ev.Rcode)),
+		slog.String("class", classNames[c]),
+		slog.Int("answers", ev.Answers),
+		slog.Bool("truncated", ev.Truncated),
 		slog.String("source", string(ev.Source)),
 		slog.String("proto", ev.Proto),
 		slog.Duration("duration", ev.Duration))
+}
+
+// replyClass is the class of a reply, as CoreDNS's log plugin has them
+// (plugin/pkg/response: Classify of Typify).
+type replyClass int
+
+const (
+	classSuccess replyClass = iota
+	classDenial
+	classError
+	numClasses
+)
+
+var classNames = [numClasses]string{"success", "denial", "error"}
+
+// classSet is a set of replyClass bits.
+type classSet uint8
+
+const allClasses classSet = 1<<numClasses - 1
+
+// classOf classifies the reply an event reports: NXDOMAIN and NODATA
+// (NOERROR without answers, not truncated) are denials; other NOERROR
+// replies successes; every other rcode an error.
+//
+// Where this differs from CoreDNS: CoreDNS calls NOERROR without answers
+// NODATA only when the authority section holds an SOA (else a success:
+// a referral or an empty answer), and an NXDOMAIN that carries answers (a
+// CNAME to a name that does not exist) an error. The event does not carry
+// the authority section, and a CNAME chain ending in a missing name is a
+// denial to the client that asked, so both are denials here.
+func classOf(ev *server.Event) replyClass {
+	switch ev.Rcode {
+	case dns.RcodeSuccess:
+		if ev.Answers == 0 && !ev.Truncated {
+			return classDenial
+		}
+		return classSuccess
+	case dns.RcodeNameError:
+		return classDenial
+	}
+	return classError
+}
+
+// CheckLogClasses returns an error naming the first of names that is not
+// a query log class (all, success, denial, error).
+func CheckLogClasses(names []string) error {
+	_, err := parseLogClasses(names)
+	return err
+}
+
+// parseLogClasses reads a list of query log classes; empty means all.
+func parseLogClasses(names []string) (classSet, error) {
+	if len(names) == 0 {
+		return allClasses, nil
+	}
+	var set classSet
+	for _, n := range names {
+		switch n {
+		case "all":
+			set |= allClasses
+		case "success":
+			set |= 1 << classSuccess
+		case "denial":
+			set |= 1 << classDenial
+		case "error":
+			set |= 1 << classError
+		default:
+			return 0, fmt.Errorf("query log class %q: want all, success, denial or error", n)
+		}
+	}
+	return set, nil
 }
 
 func typeName(t uint16) string {

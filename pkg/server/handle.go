@@ -107,7 +107,7 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 		start := len(dst)
 		if out, rcode, ok := s.cfg.HitCache.AppendHit(dst, r.q.Name, r.q.Type, r.q.Class, r.q.DO, r.q.CD()); ok {
 			out = s.finish(out, start, r, rcode)
-			s.observe(r, SourceCache, rcode, 0, 0, len(out)-start)
+			s.observe(r, SourceCache, rcode, 0, 0, out[start:])
 			return out, verdictReply
 		}
 	}
@@ -241,29 +241,34 @@ func (s *Server) send(dst []byte, r *request, m *dns.Msg, src Source, steps, sav
 	if r.fail == failPack {
 		rcode = dns.RcodeServerFailure
 	}
-	s.observe(r, src, rcode, steps, saved, len(out)-len(dst))
+	s.observe(r, src, rcode, steps, saved, out[len(dst):])
 	return out
 }
 
 // reply appends an error reply and reports it.
 func (s *Server) reply(dst []byte, r *request, rcode int, src Source) []byte {
 	out := s.errorReply(dst, r, rcode)
-	s.observe(r, src, rcode, 0, 0, len(out)-len(dst))
+	s.observe(r, src, rcode, 0, 0, out[len(dst):])
 	return out
 }
 
-// observe reports the answer to r, a reply of size bytes, and logs it
-// (rate-limited) when it is a SERVFAIL.
-func (s *Server) observe(r *request, src Source, rcode, steps, saved, size int) {
+// observe reports the answer to r (reply: its wire form as sent), and
+// logs it (rate-limited) when it is a SERVFAIL.
+func (s *Server) observe(r *request, src Source, rcode, steps, saved int, reply []byte) {
 	if rcode == dns.RcodeServerFailure && s.cfg.Failures != nil {
 		s.logFailure(r, src)
 	}
 	if s.cfg.Observer == nil {
 		return
 	}
-	s.cfg.Observer.Observe(Event{Source: src, Rcode: rcode, Proto: r.proto, Client: r.client, Name: r.askedName(),
+	ev := Event{Source: src, Rcode: rcode, Proto: r.proto, Client: r.client, Name: r.askedName(),
 		Qtype: r.q.Type, Duration: time.Since(r.start), AutopathSteps: steps, AutopathSaved: saved,
-		Listener: r.listener, RequestSize: len(r.raw), ResponseSize: size, DO: r.q.DO})
+		Listener: r.listener, RequestSize: len(r.raw), ResponseSize: len(reply), DO: r.q.DO}
+	if len(reply) >= dnswire.HeaderLen {
+		ev.Answers = int(reply[6])<<8 | int(reply[7])
+		ev.Truncated = reply[2]&0x02 != 0
+	}
+	s.cfg.Observer.Observe(ev)
 }
 
 // walkTarget reports whether r is a search-path expansion the server

@@ -153,7 +153,7 @@ func (s *Server) sendCluster(dst []byte, r *request, m *dns.Msg, src Source) []b
 	if wire, ok := sh.get(k, m, now); ok {
 		if !r.fits(len(wire)) {
 			dst = s.truncatedReply(dst, start, wire, r, m.Rcode)
-			s.observe(r, src, m.Rcode, 0, 0, len(dst)-start)
+			s.observe(r, src, m.Rcode, 0, 0, dst[start:])
 			return dst
 		}
 		dst = append(dst, wire...)
@@ -168,6 +168,6 @@ func (s *Server) sendCluster(dst []byte, r *request, m *dns.Msg, src Source) []b
 		sh.add(k, m, append([]byte(nil), dst[start:]...), now, s.packed.shardCost)
 	}
 	dst = s.finish(dst, start, r, m.Rcode)
-	s.observe(r, src, m.Rcode, 0, 0, len(dst)-start)
+	s.observe(r, src, m.Rcode, 0, 0, dst[start:])
 	return dst
 }

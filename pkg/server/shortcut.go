@@ -237,7 +237,7 @@ func (s *Server) shortcutHit(dst []byte, r *request, ns string) ([]byte, bool) {
 		dnswire.PutTTLs(dst[start:], e.ttls, ttl)
 	}
 	dst = s.finish(dst, start, r, dns.RcodeSuccess)
-	s.observe(r, SourceAutopath, dns.RcodeSuccess, 1, e.idx(), len(dst)-start)
+	s.observe(r, SourceAutopath, dns.RcodeSuccess, 1, e.idx(), dst[start:])
 	return dst, true
 }
 

@@ -129,6 +129,11 @@ type Event struct {
 	RequestSize, ResponseSize int
 	// DO is the request's DNSSEC OK bit.
 	DO bool
+	// Answers is the reply's answer count (ANCOUNT) and Truncated its TC
+	// bit, as sent: with Rcode they tell an answer from NODATA (NOERROR
+	// without answers), as the query log classes need.
+	Answers   int
+	Truncated bool
 }
 
 // Source says which stage produced an answer; it labels metrics and stats.
