@@ -176,8 +176,8 @@ type Forwarder struct {
 	// probe asks a down server whether it is back: (*Server).probe, or a
 	// test's stand-in.
 	probe func(ctx context.Context, s *Server)
-	reg    registry  // every server by its canonical form (groups.go)
-	ca     *caBundle // roots of TLS upstreams
+	reg   registry  // every server by its canonical form (groups.go)
+	ca    *caBundle // roots of TLS upstreams
 
 	mu       sync.Mutex
 	inflight map[flightKey]*flight
