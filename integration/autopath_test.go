@@ -41,6 +41,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -157,6 +158,9 @@ func (u *apUpstream) since(n int) []string {
 	return append([]string(nil), u.names[n:]...)
 }
 
+// apEnvSeq numbers the environments of one test binary.
+var apEnvSeq atomic.Int64
+
 func newAutopathEnv(t *testing.T) *apEnv {
 	t.Helper()
 	needRoot(t)
@@ -181,7 +185,9 @@ func newAutopathEnv(t *testing.T) *apEnv {
 	// Namespace names unique to this run: the control plane is shared by
 	// every test of the binary, and a deleted namespace stays Terminating
 	// (no namespace controller runs).
-	suffix := strconv.Itoa(os.Getpid())
+	// Per environment too: several tests build one (autopath, the
+	// forwarded cluster zone).
+	suffix := fmt.Sprintf("%d-%d", os.Getpid(), apEnvSeq.Add(1))
 	e.nsA, e.nsB = "team-a-"+suffix, "team-b-"+suffix
 	e.specA.namespace, e.specB.namespace, e.specC.namespace = e.nsA, e.nsB, e.nsA
 	e.specA.pod, e.specB.pod, e.specC.pod = "client-a", "client-b", "client-c"

@@ -82,7 +82,7 @@ func (c *centralDNS) count() int {
 }
 
 // centralOnlyIP is the address of custom.<nsA> (data in answers only).
-const centralOnlyIP = "10.96.77.77"
+const centralOnlyIP = "169.254.77.77"
 
 func TestClusterZoneForward(t *testing.T) {
 	e := newAutopathEnv(t)
