@@ -215,12 +215,8 @@ func TestQueryLogByClass(t *testing.T) {
 		t.Fatal(err)
 	}
 	up := dnstest.Start(t, dnstest.Zone(60))
-	l, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := l.LocalAddr().String()
-	l.Close()
+	// Free for UDP and TCP both: the agent binds both.
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	var stderr lockedBuffer
 	cmd := exec.Command(bin, "serve", "--log-format=json", "--log-queries-class=denial,error", "--listen="+listen,
 		"--upstream="+up.Addr, "--admin=", "--loop-check=false", "--lameduck=0s")
