@@ -109,6 +109,14 @@ func ParseQuery(b []byte, q *Query) error {
 	}
 	*q = Query{ID: q.ID, Flags: q.Flags, QDCount: q.QDCount, ANCount: q.ANCount, NSCount: q.NSCount, ARCount: q.ARCount}
 	if q.QDCount == 0 {
+		// No question to answer, but the OPT (if any) is still read, so
+		// that the error reply (FORMERR, or NOTIMP for an unknown opcode)
+		// can carry one as RFC 6891 asks.
+		if q.ARCount != 0 {
+			if err := q.parseOPT(b, HeaderLen); err != nil {
+				return err
+			}
+		}
 		return ErrQuestion
 	}
 	end, simple, err := questionName(b, HeaderLen)
@@ -139,7 +147,12 @@ func ParseQuery(b []byte, q *Query) error {
 	if q.QDCount != 1 {
 		return nil
 	}
-	off := q.QEnd
+	return q.parseOPT(b, q.QEnd)
+}
+
+// parseOPT reads the EDNS0 parameters from the OPT record among the
+// additional records, the answer and authority sections starting at off.
+func (q *Query) parseOPT(b []byte, off int) (err error) {
 	for i := 0; i < int(q.ANCount)+int(q.NSCount); i++ {
 		if off, err = skipRR(b, off); err != nil {
 			return err

@@ -384,3 +384,22 @@ func BenchmarkParseQuery(b *testing.B) {
 		}
 	}
 }
+
+// TestParseQueryNoQuestionEDNS: a message without a question is an error
+// (ErrQuestion, QEnd 0), but its OPT is still read so that the error reply
+// (NOTIMP for an unknown opcode, FORMERR) answers EDNS with EDNS.
+func TestParseQueryNoQuestionEDNS(t *testing.T) {
+	b := []byte{0, 7, 0x78, 0, 0, 0, 0, 0, 0, 0, 0, 1, // ID 7, opcode 15, ARCOUNT 1
+		0, 0, 41, 0x04, 0xD0, 0, 0, 0x80, 0, 0, 0} // OPT: size 1232, version 0, DO
+	var q dnswire.Query
+	if err := dnswire.ParseQuery(b, &q); !errors.Is(err, dnswire.ErrQuestion) {
+		t.Fatalf("err = %v, want ErrQuestion", err)
+	}
+	if q.QEnd != 0 || !q.EDNS || q.UDPSize != 1232 || !q.DO || q.EDNSVersion != 0 || q.Opcode() != 15 {
+		t.Fatalf("parsed %+v", q)
+	}
+	// A bad OPT in such a message is reported as such.
+	if err := dnswire.ParseQuery(b[:20], &q); !errors.Is(err, dnswire.ErrRR) {
+		t.Fatalf("cut OPT: err = %v, want ErrRR", err)
+	}
+}

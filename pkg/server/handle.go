@@ -43,15 +43,23 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 		return dst, verdictDrop
 	case err != nil && r.q.QEnd == 0:
 		r.setMaxSize(s.cfg.MaxUDPSize)
+		// RFC 8906 §3.1.4 / RFC 1035 §4.1.1: an opcode we do not
+		// implement is NOTIMP whatever else the message holds (no
+		// question, or one we cannot read), never FORMERR.
+		if r.q.Opcode() != dns.OpcodeQuery {
+			return s.reply(dst, r, dns.RcodeNotImplemented, SourceLocal), verdictReply
+		}
 		return s.reply(dst, r, dns.RcodeFormatError, SourceLocal), verdictReply
 	}
 	r.parsed = true
 	r.setMaxSize(s.cfg.MaxUDPSize)
 	switch {
+	case r.q.Opcode() != dns.OpcodeQuery:
+		// Before the checks of the rest of the message: an UPDATE's
+		// sections, say, are not ours to judge.
+		return s.reply(dst, r, dns.RcodeNotImplemented, SourceLocal), verdictReply
 	case err != nil: // the question read, the rest did not (bad or repeated OPT)
 		return s.reply(dst, r, dns.RcodeFormatError, SourceLocal), verdictReply
-	case r.q.Opcode() != dns.OpcodeQuery:
-		return s.reply(dst, r, dns.RcodeNotImplemented, SourceLocal), verdictReply
 	case r.q.QDCount != 1:
 		return s.reply(dst, r, dns.RcodeFormatError, SourceLocal), verdictReply
 	case r.q.EDNS && r.q.EDNSVersion != 0:
@@ -106,6 +114,9 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 	if s.cfg.HitCache != nil {
 		start := len(dst)
 		if out, rcode, ok := s.cfg.HitCache.AppendHit(dst, r.q.Name, r.q.Type, r.q.Class, r.q.DO, r.q.CD()); ok {
+			// Not authoritative: a cached answer (RFC 1035 §4.1.1; as
+			// CoreDNS's cache and unbound).
+			out[start+2] &^= dnswire.FlagAA >> 8
 			out = s.finish(out, start, r, rcode)
 			s.observe(r, SourceCache, rcode, 0, 0, out[start:])
 			return out, verdictReply
@@ -179,6 +190,16 @@ func (s *Server) answer(ctx context.Context, name string, qtype uint16, do, cd b
 	}
 	if err != nil {
 		return nil, src, err
+	}
+	if m.Authoritative {
+		// An answer we forwarded or cached is not ours to call
+		// authoritative (RFC 1035 §4.1.1), whatever the upstream said:
+		// unbound never sets AA on recursion, CoreDNS's cache clears it.
+		// m is shared and read-only: a copy of the header, the sections
+		// shared.
+		c := *m
+		c.Authoritative = false
+		m = &c
 	}
 	return m, src, nil
 }
