@@ -117,9 +117,13 @@ func Cases() []Case {
 		{Name: "no EDNS, big answer", Hflags: hRD, Big: true, Rcode: dns.RcodeSuccess, Answer: true, Tc: true, Question: true},
 		{Name: "EDNS size 4096, big answer", Hflags: hRD, Edns: true, Size: 4096, Big: true, Rcode: dns.RcodeSuccess, Answer: true, Question: true},
 		// RD clear. A judgement for a caching forwarder (answer from cache,
-		// forward, or REFUSED): we do what CoreDNS (cache + forward) does,
-		// answer from the cache and resolve a miss upstream, with RD clear
-		// in the reply and RA set. The cluster zone is ours, RD or not.
+		// forward, or REFUSED), and the references differ: CoreDNS 1.15
+		// (cache + forward) answers, a hit from the cache and a miss
+		// forwarded, with RD clear in the reply; unbound 1.17 with a
+		// forward-zone answers REFUSED, hit or miss (both seen on
+		// loopback). We do what CoreDNS does, the server nodedns replaces
+		// on a node: answer, RD clear, RA set. The cluster zone is ours
+		// to answer, RD or not.
 		{Name: "RD clear", Rcode: dns.RcodeSuccess, Answer: true, Question: true},
 		{Name: "RD clear EDNS0", Edns: true, Size: 1232, Rcode: dns.RcodeSuccess, Answer: true, Question: true},
 		{Name: "RD clear, CD", Hflags: hCD, Edns: true, Eflags: eDO, Size: 1232, Rcode: dns.RcodeSuccess, Answer: true, Question: true},
