@@ -115,7 +115,7 @@ func (s *Server) fast(dst []byte, r *request) (out []byte, v verdict) {
 		start := len(dst)
 		if out, rcode, ok := s.cfg.HitCache.AppendHit(dst, r.q.Name, r.q.Type, r.q.Class, r.q.DO, r.q.CD()); ok {
 			// Not authoritative: a cached answer (RFC 1035 §4.1.1; as
-			// CoreDNS's cache and unbound).
+			// unbound; CoreDNS 1.15 passes the upstream's AA on).
 			out[start+2] &^= dnswire.FlagAA >> 8
 			out = s.finish(out, start, r, rcode)
 			s.observe(r, SourceCache, rcode, 0, 0, out[start:])
@@ -194,7 +194,8 @@ func (s *Server) answer(ctx context.Context, name string, qtype uint16, do, cd b
 	if m.Authoritative {
 		// An answer we forwarded or cached is not ours to call
 		// authoritative (RFC 1035 §4.1.1), whatever the upstream said:
-		// unbound never sets AA on recursion, CoreDNS's cache clears it.
+		// as unbound, which never sets AA on recursion (CoreDNS 1.15
+		// passes the upstream's AA on, miss and hit alike).
 		// m is shared and read-only: a copy of the header, the sections
 		// shared.
 		c := *m
