@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -159,10 +160,32 @@ func (s *ssa) applyAll(objs []*unstructured.Unstructured) {
 		after, err := s.apply(o, false)
 		if err != nil {
 			t.Errorf("re-applying %s %s: %v", o.GetKind(), o.GetName(), err)
-		} else if before.GetResourceVersion() != after.GetResourceVersion() {
-			t.Errorf("re-applying %s %s changed it", o.GetKind(), o.GetName())
+		} else if d := appliedDiff(before, after); d != "" {
+			t.Errorf("re-applying %s %s changed it: %s", o.GetKind(), o.GetName(), d)
 		}
 	}
+}
+
+// appliedDiff says how two reads of an object differ in what an apply
+// owns: everything but status and the bookkeeping that moves with it. The
+// API server's own controllers write status between the two reads (a CRD's
+// Established and NamesAccepted conditions arrive asynchronously), which
+// bumps the resourceVersion without anything applied having changed.
+func appliedDiff(before, after *unstructured.Unstructured) string {
+	strip := func(u *unstructured.Unstructured) map[string]any {
+		c := u.DeepCopy().Object
+		delete(c, "status")
+		unstructured.RemoveNestedField(c, "metadata", "resourceVersion")
+		unstructured.RemoveNestedField(c, "metadata", "managedFields")
+		return c
+	}
+	b, a := strip(before), strip(after)
+	if reflect.DeepEqual(b, a) {
+		return ""
+	}
+	bj, _ := json.Marshal(b)
+	aj, _ := json.Marshal(a)
+	return fmt.Sprintf("before %s, after %s", bj, aj)
 }
 
 // installCRDs installs the Prometheus Operator CRDs the chart uses, from

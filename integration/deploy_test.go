@@ -221,8 +221,8 @@ func TestDeployManifest(t *testing.T) {
 			t.Errorf("re-applying %s %s: %v", o.GetKind(), o.GetName(), err)
 			continue
 		}
-		if before.GetResourceVersion() != after.GetResourceVersion() {
-			t.Errorf("re-applying %s %s changed it (resourceVersion %s -> %s)", o.GetKind(), o.GetName(), before.GetResourceVersion(), after.GetResourceVersion())
+		if d := appliedDiff(before, after); d != "" {
+			t.Errorf("re-applying %s %s changed it: %s", o.GetKind(), o.GetName(), d)
 		}
 	}
 
