@@ -1,19 +1,35 @@
 #!/usr/bin/env bash
 # Side-by-side DNS benchmark on loopback: nodedns against unbound and dnsmasq
 # (Debian's packages) and optionally CoreDNS, each a caching forwarder to the
-# project's own test upstream, under dnsperf. Rerunnable; every process it
-# starts is stopped on exit, and every dnsperf run is bounded by -l.
+# project's own test upstream, under dnsperf; and, from a pod's network
+# namespace, nodedns's search-path shortcuts against CoreDNS's autopath and
+# the NodeLocal DNSCache arrangement. Rerunnable; every process it starts is
+# stopped on exit, and every dnsperf run is bounded by -l. The run lives in a
+# network namespace of its own (removed at the end): its loopback is not the
+# host's, and it adds no link, rule or port to the host's namespace.
 #
 #   scripts/bench.sh [-l SECONDS] [-r ROUNDS] [-Q QPS] [-o FILE] [-s SERVERS]
-#                    [-w WORKLOADS] [-n SERVICES] [-c]
+#                    [-w WORKLOADS] [-n SERVICES] [-c] [-T THREADS]
+#                    [-G 'GOMAXPROCS...'] [-C CPUS] [-S RATE]
 #
 #   -s  servers, any of: nodedns unbound dnsmasq nodedns-poller coredns
-#       (default "nodedns unbound dnsmasq")
-#   -w  workloads, any of: hit nx cluster (default "hit nx cluster")
-#   -n  Services created for the cluster workload (default 1000)
-#   -c  add CoreDNS (scripts/coredns.sh: `go install` at a pinned version
-#       into ${NODEDNS_CACHE:-/var/cache/nodedns}, built once; a failed build
-#       is reported and the run goes on without it)
+#       node-cache (default "nodedns unbound dnsmasq")
+#   -w  workloads, any of: hit nx cluster pod pod-shortcut pod-hit
+#       (default "hit nx cluster pod")
+#   -n  Services created for the cluster and pod workloads (default 1000)
+#   -c  add CoreDNS and, for the pod workloads, the node-cache arrangement
+#       (scripts/coredns.sh: `go install` at a pinned version into
+#       ${NODEDNS_CACHE:-/var/cache/nodedns}, built once; a failed build
+#       is reported and the run goes on without them)
+#   -T  client threads of the glibc lookup loop (pod workload; default 4)
+#   -G  pod workloads: also run nodedns with each of these --gomaxprocs
+#       values (servers nodedns-gN), for the GOMAXPROCS comparison
+#   -C  pod workloads: run every pod server in a CPU cgroup of its own
+#       limited to CPUS cores (cgroup v1 cpu.cfs_quota_us or v2 cpu.max),
+#       as a container CPU limit does
+#   -S  pod workloads: an informer event storm during the measurements:
+#       RATE Services created (and as many deleted) per second in the API
+#       server (internal/tools/churn)
 #
 # Workloads:
 #   hit      1000 external names x A/AAAA, answered from the cache.
@@ -35,6 +51,41 @@
 #            (the cluster TTL is 5 s, so each name is refreshed from it
 #            every 5 s). CoreDNS serves them with its kubernetes plugin
 #            (+ cache) against the same API server.
+#   pod      what a pod sends: dnsperf runs inside a network namespace whose
+#            address is a registered Pod of namespace bench-0 on this node
+#            (a veth pair, 169.254.125.0/27, and a ULA on the pod side), with
+#            the names a glibc resolver sends for ndots:5 and the Kubernetes
+#            search list (bench-0.svc.cluster.local svc.cluster.local
+#            cluster.local; the node's own search domains, if any, after):
+#            for each of 1000 external names, every Service of bench-0 by
+#            its short name and every other Service as <svc>.<ns>, A and
+#            AAAA. Servers that walk the search list themselves (nodedns
+#            with autopath, CoreDNS with `autopath @kubernetes`) get the
+#            first expansion of each name only (host7.example.test.bench-0.
+#            svc.cluster.local, svc-3.bench-0.svc.cluster.local,
+#            svc-600.bench-3.bench-0.svc.cluster.local): it is the answer.
+#            Servers that do not (nodedns-noautopath; node-cache, the
+#            NodeLocal DNSCache arrangement: a CoreDNS caching forwarder
+#            that sends the cluster zones to a central CoreDNS over TCP)
+#            get every query the client sends until one answers, so the
+#            table reports queries per lookup and lookups per second.
+#            Servers here are instances of their own listening on port 53
+#            of the pod link: nodedns (autopath on; a second listen address
+#            stands in for the kube-dns ClusterIP, so it has 2 UDP readers
+#            as on a node), nodedns-noautopath, coredns (kubernetes with
+#            pods verified + autopath @kubernetes + cache, as CoreDNS's
+#            autopath needs), node-cache (with -c). The pod workload also
+#            measures lookups per second through the real glibc resolver:
+#            scripts/gailoop.c (built here) calls getaddrinfo (AF_UNSPEC)
+#            in a loop from -T threads inside the pod namespace, over the
+#            same names as the pod would write them (host7.example.test,
+#            svc-3, svc-600.bench-3), with an iptables counter on the wire
+#            for the queries each lookup took.
+#   pod-shortcut  the external names' first expansions only, from the pod:
+#            every answer a search-path shortcut (node-cache and
+#            nodedns-noautopath get the client's whole walk for them).
+#   pod-hit  the same external names as asked directly, from the pod: plain
+#            cache hits, the reference for pod-shortcut.
 #
 # For each workload and each server, in rounds A B A B: maximum QPS (dnsperf
 # unthrottled), then a fixed-rate run at -Q qps (default 20000) for p50/p99
@@ -44,33 +95,81 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-secs=10 rounds=2 qps=20000 out="" servers="nodedns unbound dnsmasq" workloads="hit nx cluster" nsvc=1000 with_coredns=0
+secs=10 rounds=2 qps=20000 out="" servers="nodedns unbound dnsmasq" workloads="hit nx cluster pod" nsvc=1000 with_coredns=0
+gai_threads=4 gmp_variants="" cpu_limit="" churn_rate=""
 usage() {
-  echo "usage: $0 [-l secs] [-r rounds] [-Q qps] [-o file] [-s 'nodedns unbound dnsmasq nodedns-poller coredns'] [-w 'hit nx cluster'] [-n services] [-c]" >&2
+  echo "usage: $0 [-l secs] [-r rounds] [-Q qps] [-o file] [-s 'nodedns unbound dnsmasq nodedns-poller coredns node-cache']" \
+    "[-w 'hit nx cluster pod pod-shortcut pod-hit'] [-n services] [-c] [-T threads] [-G 'gomaxprocs...'] [-C cpus] [-S rate]" >&2
   exit 2
 }
-while getopts "l:r:Q:o:s:w:n:c" opt; do
+while getopts "l:r:Q:o:s:w:n:cT:G:C:S:" opt; do
   case $opt in
     l) secs=$OPTARG ;; r) rounds=$OPTARG ;; Q) qps=$OPTARG ;; o) out=$OPTARG ;; s) servers=$OPTARG ;;
     w) workloads=$OPTARG ;; n) nsvc=$OPTARG ;; c) with_coredns=1 ;;
+    T) gai_threads=$OPTARG ;; G) gmp_variants=$OPTARG ;; C) cpu_limit=$OPTARG ;; S) churn_rate=$OPTARG ;;
     *) usage ;;
   esac
 done
-[[ $secs =~ ^[0-9]+$ && $rounds =~ ^[0-9]+$ && $qps =~ ^[0-9]+$ && $nsvc =~ ^[0-9]+$ ]] || usage
-((secs > 0 && rounds > 0 && nsvc > 0 && nsvc <= 60000)) || usage
+[[ $secs =~ ^[0-9]+$ && $rounds =~ ^[0-9]+$ && $qps =~ ^[0-9]+$ && $nsvc =~ ^[0-9]+$ && $gai_threads =~ ^[0-9]+$ ]] || usage
+((secs > 0 && rounds > 0 && nsvc > 0 && nsvc <= 60000 && gai_threads > 0 && gai_threads <= 64)) || usage
+for g in $gmp_variants; do [[ $g =~ ^[0-9]+$ ]] && ((g > 0 && g <= 64)) || { echo "bench: -G $g: want 1-64" >&2; usage; }; done
+(($(wc -w <<<"$gmp_variants") <= 8)) || { echo "bench: -G: at most 8 values" >&2; usage; }
+[[ -z $cpu_limit || $cpu_limit =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "bench: -C $cpu_limit: want a number of cores" >&2; usage; }
+[[ -z $churn_rate || $churn_rate =~ ^[0-9]+$ ]] || { echo "bench: -S $churn_rate: want Services per second" >&2; usage; }
 for s in $servers; do
-  case $s in nodedns | unbound | dnsmasq | nodedns-poller | coredns) ;; *) echo "bench: unknown server $s" >&2; usage ;; esac
+  case $s in nodedns | unbound | dnsmasq | nodedns-poller | coredns | node-cache) ;; *) echo "bench: unknown server $s" >&2; usage ;; esac
 done
 for w in $workloads; do
-  case $w in hit | nx | cluster) ;; *) echo "bench: unknown workload $w" >&2; usage ;; esac
+  case $w in hit | nx | cluster | pod | pod-shortcut | pod-hit) ;; *) echo "bench: unknown workload $w" >&2; usage ;; esac
 done
 has() { [[ " $1 " == *" $2 "* ]]; }
 without() { local r="" x; for x in $1; do [[ $x == "$2" ]] || r+="${r:+ }$x"; done; echo "$r"; }
 if ((with_coredns)) && ! has "$servers" coredns; then servers+=" coredns"; fi
-cluster=0
+cluster=0 podwl=0
 has "$workloads" cluster && cluster=1
+for w in $workloads; do [[ $w == pod* ]] && podwl=1 && cluster=1; done
+if ((with_coredns && podwl)) && ! has "$servers" node-cache; then servers+=" node-cache"; fi
+# The servers of the loopback workloads and of the pod workloads.
+lservers=$(without "$servers" node-cache)
+pservers=""
+for s in nodedns coredns node-cache; do has "$servers" $s && pservers+="${pservers:+ }$s"; done
+if has "$servers" nodedns; then
+  pservers+=" nodedns-noautopath"
+  for g in $gmp_variants; do pservers+=" nodedns-g$g"; done
+fi
+lwork="" pwork=""
+for w in $workloads; do if [[ $w == pod* ]]; then pwork+="${pwork:+ }$w"; else lwork+="${lwork:+ }$w"; fi; done
+if ((podwl)) && [[ -z $pservers ]]; then echo "bench: the pod workloads need nodedns, coredns or node-cache" >&2; usage; fi
+if [[ -z $lwork ]]; then lservers=""; fi
+lcluster=0
+has "$lwork" cluster && lcluster=1
 
 scripts/deps.sh
+
+# Everything below runs in a network namespace of the run's own, "the
+# node": the servers, etcd and kube-apiserver, dnsperf, and the pod's link
+# (the pod workloads' namespace hangs off it). Nothing binds the host's
+# addresses or ports or adds links or rules to its namespace, so a run
+# neither disturbs nor depends on anything else on the machine. What may
+# need the network (the Go module proxy, for a first build) is done first,
+# outside.
+if [[ -z ${NODEDNS_BENCH_NETNS:-} ]]; then
+  go mod download
+  if ((cluster)); then scripts/kube-apiserver.sh >/dev/null; fi
+  if has "$servers" coredns || has "$servers" node-cache; then scripts/coredns.sh >/dev/null || true; fi
+  node_ns=nd-bench-$$
+  ip netns add "$node_ns"
+  trap 'ip netns del "$node_ns"' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  nsenter --net="/run/netns/$node_ns" ip link set lo up
+  # nsenter, not ip netns exec: that remounts /sys, which would hide the
+  # cgroup mounts (-C, and the Go runtime's CPU limit).
+  rc=0
+  nsenter --net="/run/netns/$node_ns" env NODEDNS_BENCH_NETNS="$node_ns" bash scripts/bench.sh "$@" || rc=$?
+  exit "$rc"
+fi
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 work=$(mktemp -d /tmp/nodedns-bench.XXXXXX)
 pids=()     # everything started, in start order; stopped in reverse
 etcd_pid="" # stopped last, after the API server
@@ -90,13 +189,22 @@ stop_all() {
   for p in "$@"; do alive "$p" && kill -9 "$p" 2>/dev/null; done
   return 0
 }
+pod_ns="" pod_if="" netns_dir="" netns_top=0 cgroups=()
 cleanup() {
   local rev=() i
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do rev+=("${pids[i]}"); done
   stop_all 20 "${rev[@]}"
   [[ -z $etcd_pid ]] || stop_all 10 "$etcd_pid"
   wait 2>/dev/null || true
+  # The pod link and namespace (its iptables counters go with it), its
+  # resolv.conf, and the CPU cgroups (empty once their servers stopped).
+  [[ -n $pod_if ]] && ip link show "$pod_if" >/dev/null 2>&1 && ip link del "$pod_if"
+  [[ -n $pod_ns ]] && ip netns del "$pod_ns" 2>/dev/null
+  [[ -n $netns_dir ]] && rm -rf "$netns_dir"
+  ((netns_top)) && rmdir /etc/netns 2>/dev/null
+  for i in "${cgroups[@]}"; do rmdir "$i" 2>/dev/null || echo "bench: could not remove cgroup $i" >&2; done
   rm -rf "$work"
+  return 0
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -117,13 +225,15 @@ go build -o "$work/nodedns" ./cmd/nodedns
 go build -o "$work/testupstream" ./internal/dnstest/testupstream
 
 coredns_bin=""
-if has "$servers" coredns; then
+if has "$servers" coredns || has "$servers" node-cache; then
   if coredns_bin=$(scripts/coredns.sh 2>"$work/coredns-build.log" | tail -n 1) && [[ -x $coredns_bin ]]; then
     :
   else
-    echo "bench: building CoreDNS failed; going on without it. Last lines of the build:" >&2
+    echo "bench: building CoreDNS failed; going on without it (and node-cache). Last lines of the build:" >&2
     tail -n 20 "$work/coredns-build.log" >&2 || true
-    servers=$(without "$servers" coredns)
+    for x in coredns node-cache; do
+      servers=$(without "$servers" $x) lservers=$(without "$lservers" $x) pservers=$(without "$pservers" $x)
+    done
   fi
 fi
 
@@ -303,7 +413,7 @@ fi
 
 # With the cluster workload every nodedns watches the API server.
 kube_args=()
-((cluster)) && kube_args=(--kubeconfig "$kc" --autopath=false)
+((lcluster)) && kube_args=(--kubeconfig "$kc" --autopath=false)
 
 start_nodedns() {
   "$work/nodedns" serve --listen "${addr[nodedns]}:$PORT" --upstream $UP --admin 127.0.0.1:9299 \
@@ -354,7 +464,7 @@ forward-zone:
   name: "."
   forward-addr: ${UP/:/@}
 CONF
-  if ((cluster)); then
+  if ((lcluster)); then
     cat >>"$work/unbound.conf" <<CONF
 server:
   local-zone: "10.in-addr.arpa." nodefault
@@ -371,7 +481,7 @@ CONF
 }
 start_dnsmasq() {
   local fwd=()
-  ((cluster)) && fwd=(--server="/cluster.local/${addr[central]}#$PORT" --server="/96.10.in-addr.arpa/${addr[central]}#$PORT" --cache-rr=SRV)
+  ((lcluster)) && fwd=(--server="/cluster.local/${addr[central]}#$PORT" --server="/96.10.in-addr.arpa/${addr[central]}#$PORT" --cache-rr=SRV)
   dnsmasq -k --no-resolv --no-hosts --server="${UP/:/#}" --listen-address="${addr[dnsmasq]}" --bind-interfaces \
     --port=$PORT --cache-size=10000 --dns-forward-max=1000 -u root --pid-file="$work/dnsmasq.pid" \
     --log-facility="$work/dnsmasq.log" "${fwd[@]}" >"$work/dnsmasq.out" 2>&1 &
@@ -382,7 +492,7 @@ start_dnsmasq() {
 # API server.
 start_coredns() {
   {
-    if ((cluster)); then
+    if ((lcluster)); then
       cat <<CONF
 cluster.local:$PORT 96.10.in-addr.arpa:$PORT {
   bind ${addr[coredns]}
@@ -412,41 +522,45 @@ answers() { [[ -n $(dig +time=1 +tries=1 @"${addr[$1]}" -p $PORT "$2" "$3" +shor
 last_svc="svc-$((nsvc - 1)).$(svc_ns $((nsvc - 1))).svc.cluster.local"
 # A non-headless Service; headless ones only answer once their slice is in.
 probe_svc="svc-0.bench-0.svc.cluster.local"
+# not_ready SERVER WHAT: CoreDNS and node-cache are left out of the run
+# (said so); any other server failing is the end of the run.
 not_ready() {
   local s=$1
   echo "bench: $s does not answer $2" >&2
   tail -n 20 "$work/$s".* >&2 2>/dev/null || true
-  if [[ $s == coredns ]]; then
-    echo "bench: going on without CoreDNS" >&2
-    stop_all 5 "${pid[coredns]}"
-    servers=$(without "$servers" coredns)
+  if [[ $s == coredns || $s == node-cache ]]; then
+    echo "bench: going on without $s" >&2
+    [[ -n ${pid[$s]:-} ]] && stop_all 5 "${pid[$s]}"
+    [[ -n ${ppid[$s]:-} ]] && stop_all 5 "${ppid[$s]}"
+    servers=$(without "$servers" "$s") lservers=$(without "$lservers" "$s") pservers=$(without "$pservers" "$s")
   else
     exit 1
   fi
 }
+declare -A ppid
 
-if ((cluster)); then
+if ((lcluster)); then
   start_central
   poll 60 answers central "$last_svc" A || not_ready central "$last_svc (informers not synced within 60 s)"
 fi
-for s in $servers; do "start_$s"; done
+for s in $lservers; do "start_$s"; done
 sleep 1
-for s in $servers; do
+for s in $lservers; do
   poll 10 answers "$s" warm.example.test A || not_ready "$s" warm.example.test
 done
-if ((cluster)); then
-  for s in $servers; do
+if ((lcluster)); then
+  for s in $lservers; do
     if ! poll 60 answers "$s" "$last_svc" A || ! poll 10 answers "$s" "$probe_svc" A; then
       not_ready "$s" "cluster names within 60 s"
     fi
   done
 fi
-[[ -n $servers ]] || { echo "bench: no server left" >&2; exit 1; }
+[[ -z $lwork || -n $lservers ]] || { echo "bench: no server left" >&2; exit 1; }
 
 # Query files: 1000 names x A/AAAA (hits once warm); 2000 NXDOMAIN names.
 for i in $(seq 1 1000); do echo "host$i.example.test A"; echo "host$i.example.test AAAA"; done >"$work/hit.txt"
 for i in $(seq 1 2000); do echo "nx$i.example.test A"; done >"$work/nx.txt"
-if ((cluster)); then
+if ((lcluster)); then
   for ((i = 0; i < nsvc; i++)); do
     name=svc-$i.$(svc_ns "$i").svc.cluster.local
     echo "$name A"
@@ -462,41 +576,43 @@ fi
 # built-in local zone): NOERROR with records for hit and cluster names,
 # NXDOMAIN for nx; checked on the first and last line and the first SRV and
 # PTR line of each query file.
-# outcome SERVER NAME TYPE -> "RCODE +" (with answer records) or "RCODE 0"
+# outcome ADDR PORT NAME TYPE -> "RCODE +" (with answer records) or "RCODE 0"
+# (run inside the pod's namespace when run_in says so).
+run_in=()
 outcome() {
-  dig +time=2 +tries=2 @"${addr[$1]}" -p $PORT "$2" "$3" 2>/dev/null | awk '
+  "${run_in[@]}" dig +time=2 +tries=2 @"$1" -p "$2" "$3" "$4" 2>/dev/null | awk '
     /->>HEADER<<-/ { st = $6; sub(",", "", st) }
     /^;; flags:/ { for (i = 1; i <= NF; i++) if ($i == "ANSWER:") { a = $(i + 1); sub(",", "", a) } }
     END { print (st == "" ? "timeout" : st), (a > 0 ? "+" : "0") }'
 }
-for wl in $workloads; do
+for wl in $lwork; do
   want="NOERROR +"
   [[ $wl == nx ]] && want="NXDOMAIN 0"
   samples=$(head -n 1 "$work/$wl.txt"; tail -n 1 "$work/$wl.txt"; grep -m 1 ' SRV$' "$work/$wl.txt" || true; grep -m 1 ' PTR$' "$work/$wl.txt" || true)
-  for s in $servers; do
+  for s in $lservers; do
     while read -r name type; do
-      res=$(outcome "$s" "$name" "$type")
+      res=$(outcome "${addr[$s]}" $PORT "$name" "$type")
       [[ $res == "$want" ]] || { not_ready "$s" "$name $type as expected ($want), got: $res"; break; }
     done <<<"$samples"
   done
 done
-[[ -n $servers ]] || { echo "bench: no server left" >&2; exit 1; }
+[[ -z $lwork || -n $lservers ]] || { echo "bench: no server left" >&2; exit 1; }
 
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 rss_kb() { awk '/VmRSS/{print $2}' "/proc/$1/status"; }
 tck=$(getconf CLK_TCK)
 
-# maxqps SERVER FILE -> prints QPS
+# maxqps ADDR PORT FILE -> prints QPS
 maxqps() {
-  dnsperf -s "${addr[$1]}" -p $PORT -d "$2" -l "$secs" -c 8 -T 2 -q 500 2>/dev/null |
+  "${run_in[@]}" dnsperf -s "$1" -p "$2" -d "$3" -l "$secs" -c 8 -T 2 -q 500 2>/dev/null |
     awk '/Queries per second/{print int($4)}'
 }
-# fixed SERVER FILE -> prints "p50_us p99_us cpu_us_per_query lost"
+# fixed PID ADDR PORT FILE -> prints "p50_us p99_us cpu_us_per_query lost"
 fixed() {
   local before after
-  before=$(cpu_ticks "${pid[$1]}")
-  dnsperf -s "${addr[$1]}" -p $PORT -d "$2" -l "$secs" -c 4 -T 1 -Q "$qps" -v 2>/dev/null >"$work/fixed.out"
-  after=$(cpu_ticks "${pid[$1]}")
+  before=$(cpu_ticks "$1")
+  "${run_in[@]}" dnsperf -s "$2" -p "$3" -d "$4" -l "$secs" -c 4 -T 1 -Q "$qps" -v 2>/dev/null >"$work/fixed.out"
+  after=$(cpu_ticks "$1")
   local ndone lost
   ndone=$(awk '/Queries completed/{print $3}' "$work/fixed.out")
   lost=$(awk '/Queries lost/{print $3}' "$work/fixed.out")
@@ -516,10 +632,10 @@ caption() {
     nx) echo "NXDOMAIN external names, from the negative cache" ;;
     cluster)
       c="names of $nsvc Services in $NS_COUNT namespaces of a real kube-apiserver: A for each, SRV for every 10th and the headless ones, PTR for every 10th ClusterIP"
-      if has "$servers" nodedns || has "$servers" nodedns-poller; then c+="; nodedns answers from its informer index"; fi
-      for x in unbound dnsmasq; do has "$servers" $x && peers+="${peers:+ and }$x"; done
+      if has "$lservers" nodedns || has "$lservers" nodedns-poller; then c+="; nodedns answers from its informer index"; fi
+      for x in unbound dnsmasq; do has "$lservers" $x && peers+="${peers:+ and }$x"; done
       [[ -z $peers ]] || c+="; $peers forward cluster.local and 96.10.in-addr.arpa to a separate nodedns (as node-cache forwards to the central CoreDNS) and answer from their caches (TTL 5 s)"
-      has "$servers" coredns && c+="; coredns: kubernetes plugin + cache against the same API server"
+      has "$lservers" coredns && c+="; coredns: kubernetes plugin + cache against the same API server"
       echo "$c"
       ;;
   esac
@@ -527,24 +643,24 @@ caption() {
 
 declare -A best_q sum_q n_q res_fixed
 table=""
-for wl in $workloads; do
+for wl in $lwork; do
   file="$work/$wl.txt"
   # Warm every cache with the whole file.
-  for s in $servers; do dnsperf -s "${addr[$s]}" -p $PORT -d "$file" -n 1 -q 100 >/dev/null 2>&1; done
-  for s in $servers; do sum_q[$s]=0; n_q[$s]=0; done
+  for s in $lservers; do dnsperf -s "${addr[$s]}" -p $PORT -d "$file" -n 1 -q 100 >/dev/null 2>&1; done
+  for s in $lservers; do sum_q[$s]=0; n_q[$s]=0; done
   for r in $(seq 1 "$rounds"); do
-    for s in $servers; do
-      q=$(maxqps "$s" "$file"); sum_q[$s]=$((sum_q[$s] + ${q:-0})); n_q[$s]=$((n_q[$s] + 1))
+    for s in $lservers; do
+      q=$(maxqps "${addr[$s]}" $PORT "$file"); sum_q[$s]=$((sum_q[$s] + ${q:-0})); n_q[$s]=$((n_q[$s] + 1))
       echo "  $wl round $r $s: $q qps" >&2
     done
   done
-  for s in $servers; do res_fixed[$s]=$(fixed "$s" "$file"); done
+  for s in $lservers; do res_fixed[$s]=$(fixed "${pid[$s]}" "${addr[$s]}" $PORT "$file"); done
   best=0
-  for s in $servers; do best_q[$s]=$((sum_q[$s] / n_q[$s])); ((best_q[$s] > best)) && best=${best_q[$s]}; done
+  for s in $lservers; do best_q[$s]=$((sum_q[$s] / n_q[$s])); ((best_q[$s] > best)) && best=${best_q[$s]}; done
   table+=$'\n'"workload: $wl ($(wc -l <"$file") names: $(caption "$wl"); cache warm; max QPS = mean of $rounds unthrottled ${secs}s runs, A B A B; latency/CPU at $qps QPS)"$'\n'
   table+="| server | max QPS | vs best | p50 µs | p99 µs | CPU µs/query | lost | RSS MiB |"$'\n'
   table+="|---|---|---|---|---|---|---|---|"$'\n'
-  for s in $servers; do
+  for s in $lservers; do
     read -r p50 p99 cpu lost <<<"${res_fixed[$s]}"
     rss=$(rss_kb "${pid[$s]}")
     table+=$(printf "| %s | %d | %.2f | %s | %s | %s | %s | %.1f |" "$s" "${best_q[$s]}" \
@@ -553,18 +669,25 @@ for wl in $workloads; do
   done
 done
 
+# --- Pod workloads -----------------------------------------------------------
+
+if ((podwl)); then
+  source scripts/bench-pod.sh
+fi
+
 echo "$table"
 if [[ -n $out ]]; then
   {
     echo
-    echo "## $(date -u +%Y-%m-%d) scripts/bench.sh -l $secs -r $rounds -Q $qps -s '$servers' -w '$workloads'$( ((cluster)) && echo " -n $nsvc") ($(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+    echo "## $(date -u +%Y-%m-%d) scripts/bench.sh -l $secs -r $rounds -Q $qps -s '$servers' -w '$workloads'$( ((cluster)) && echo " -n $nsvc")$( ((podwl)) && echo " -T $gai_threads")$([[ -n $gmp_variants ]] && echo " -G '$gmp_variants'")$([[ -n $cpu_limit ]] && echo " -C $cpu_limit")$([[ -n $churn_rate ]] && echo " -S $churn_rate") ($(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
     echo
-    echo "Machine: $(nproc) cores, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr), $(awk -F: '/model name/{print $2; exit}' /proc/cpuinfo | sed 's/^ *//')."
+    echo "Machine: $(nproc) cores, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr), $(awk -F: '/model name/{print $2; exit}' /proc/cpuinfo | sed 's/^ *//'); load before the run: $load_before."
     vers="dnsperf $(dnsperf -h 2>&1 | awk '/Version/{print $2}'), unbound $(unbound -V 2>/dev/null | awk '/Version/{print $2}'), dnsmasq $(dnsmasq -v | awk 'NR==1{print $3}'), $(go version | awk '{print $3}')"
-    has "$servers" coredns && vers+=", CoreDNS $("$coredns_bin" -version 2>/dev/null | awk -F- 'NR==1{print $2}')"
+    [[ -n $coredns_bin ]] && vers+=", CoreDNS $("$coredns_bin" -version 2>/dev/null | awk -F- 'NR==1{print $2}')"
     ((cluster)) && vers+=", kube-apiserver $("$kas_bin" --version 2>/dev/null | awk '{print $2}'), etcd $(etcd --version 2>/dev/null | awk 'NR==1{print $3}')"
+    ((podwl)) && vers+=", $(ldd --version 2>/dev/null | sed -n '1s/^ldd //p')"
     echo "$vers."
-    echo "Client and servers share the machine's cores; every server is a caching forwarder to the same local test upstream$( ((cluster)) && echo "; etcd, kube-apiserver and the separate nodedns that unbound and dnsmasq forward cluster names to run alongside (idle during the runs)")."
+    echo "Client and servers share the machine's cores; every server is a caching forwarder to the same local test upstream$( ((cluster)) && echo "; etcd and kube-apiserver run alongside$( ((lcluster)) && echo ", with the separate nodedns that unbound and dnsmasq forward cluster names to")$( ((podwl)) && has "$pservers" node-cache && echo ", and the central CoreDNS node-cache forwards the cluster zones to") (idle during the runs unless -S)")."
     echo "$table"
   } >>"$out"
   echo "appended to $out"

@@ -1,0 +1,379 @@
+# shellcheck shell=bash
+# The pod workloads of scripts/bench.sh (pod, pod-shortcut, pod-hit), sourced
+# by it once the control plane runs and the loopback workloads are done: it
+# uses bench.sh's variables and helpers (work, kc, kas_url, token, cacert,
+# pids, poll, stop_all, maxqps, fixed, outcome, run_in, not_ready, table...)
+# and appends its tables to $table. See bench.sh's header for what it
+# measures. Everything it creates (network namespace, veth, resolv.conf,
+# cgroups, processes) is removed by bench.sh's cleanup.
+
+POD_NET=169.254.125 # a /27 on the pod link: .2 is the pod, servers on the node side
+POD_IP=$POD_NET.2 POD_IP6=fd00:125::2 POD_NODE=bench-node POD_NS_K8S=bench-0
+pod_ns=nd-bench-pod-$$ pod_if=ndbp$$
+netns_dir=/etc/netns/$pod_ns
+# Each server's address on the pod link (port 53, as a pod's resolver
+# needs); nodedns instances also listen on .+16, standing in for the
+# kube-dns ClusterIP a node agent binds too.
+declare -A paddr=([nodedns]=$POD_NET.1 [coredns]=$POD_NET.3 [node-cache]=$POD_NET.4 [nodedns-noautopath]=$POD_NET.5)
+k=6
+for g in $gmp_variants; do paddr[nodedns-g$g]=$POD_NET.$k; k=$((k + 1)); done
+# Servers that walk the search list themselves get the first expansions.
+walks() { [[ $1 == nodedns || $1 == nodedns-g* || $1 == coredns ]]; }
+is_nodedns() { [[ $1 == nodedns* ]]; }
+
+# The node's own search domains follow the cluster's in a pod's
+# resolv.conf; nodedns (--search default) and CoreDNS's autopath read them
+# from /etc/resolv.conf too.
+node_search=$(awk '$1 == "search" { for (i = 2; i <= NF; i++) printf "%s ", $i }' /etc/resolv.conf)
+pod_search="$POD_NS_K8S.svc.cluster.local svc.cluster.local cluster.local${node_search:+ ${node_search% }}"
+
+# --- The pod: network namespace, link, resolv.conf, counters, Pod object --
+
+echo "bench: pod namespace $pod_ns ($POD_IP, Pod $POD_NS_K8S/bench-client on node $POD_NODE)" >&2
+ip netns add "$pod_ns"
+ip link add "$pod_if" type veth peer name eth0 netns "$pod_ns"
+for s in $pservers; do
+  ip addr add "${paddr[$s]}/27" dev "$pod_if"
+  is_nodedns "$s" && ip addr add "$POD_NET.$((${paddr[$s]##*.} + 16))/27" dev "$pod_if"
+done
+ip link set "$pod_if" up
+ip netns exec "$pod_ns" ip link set lo up
+ip netns exec "$pod_ns" ip addr add "$POD_IP/27" dev eth0
+# A ULA too, so that glibc's AI_ADDRCONFIG asks AAAA as a dual-stack pod does.
+ip netns exec "$pod_ns" ip addr add "$POD_IP6/64" dev eth0 nodad
+ip netns exec "$pod_ns" ip link set eth0 up
+[[ -d /etc/netns ]] || netns_top=1
+mkdir -p "$netns_dir"
+# pod_resolv SERVER: the pod's resolv.conf, as kubelet writes it, naming
+# SERVER (ip netns exec binds it over /etc/resolv.conf).
+pod_resolv() { printf 'nameserver %s\nsearch %s\noptions ndots:5\n' "${paddr[$1]}" "$pod_search" >"$netns_dir/resolv.conf"; }
+pod_resolv "$(awk '{print $1}' <<<"$pservers")"
+# Counters: every UDP query and TCP connection the pod sends to a server.
+for s in $pservers; do
+  ip netns exec "$pod_ns" iptables -w -A OUTPUT -d "${paddr[$s]}" -p udp --dport 53 -j ACCEPT
+  ip netns exec "$pod_ns" iptables -w -A OUTPUT -d "${paddr[$s]}" -p tcp --dport 53 --syn -j ACCEPT
+done
+# pod_counts SERVER -> "UDP TCP" packets/connections since the last zeroing.
+pod_counts() {
+  ip netns exec "$pod_ns" iptables -w -L OUTPUT -v -x -n | awk -v d="${paddr[$1]}" '
+    $9 == d && / udp dpt:53/ { u = $1 }
+    $9 == d && / tcp dpt:53/ { t = $1 }
+    END { print u + 0, t + 0 }'
+}
+
+kas_send() { # METHOD PATH TYPE JSON
+  curl -fsS --max-time 10 --cacert "$cacert" -H "Authorization: Bearer $token" -H "Content-Type: $3" -X "$1" \
+    -d "$4" "$kas_url$2" >/dev/null
+}
+kas_send POST "/api/v1/namespaces/$POD_NS_K8S/pods" application/json \
+  "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"bench-client\"},\"spec\":{\"nodeName\":\"$POD_NODE\",\"containers\":[{\"name\":\"c\",\"image\":\"registry.invalid/none:0\"}]}}"
+kas_send PATCH "/api/v1/namespaces/$POD_NS_K8S/pods/bench-client/status" application/merge-patch+json \
+  "{\"status\":{\"phase\":\"Running\",\"podIP\":\"$POD_IP\",\"podIPs\":[{\"ip\":\"$POD_IP\"},{\"ip\":\"$POD_IP6\"}]}}"
+
+# --- CPU limits (-C) ------------------------------------------------------
+
+# cg_wrap NAME: sets wrap to the command prefix that starts a server in a
+# CPU cgroup of its own limited to $cpu_limit cores (empty without -C).
+# The server joins the cgroup before it starts: the Go runtime reads its
+# limit at start.
+wrap=()
+cg_wrap() {
+  wrap=()
+  [[ -n $cpu_limit ]] || return 0
+  local quota dir
+  quota=$(awk -v c="$cpu_limit" 'BEGIN { printf "%d", c * 100000 }')
+  if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+    dir=/sys/fs/cgroup/nodedns-bench-$$-$1
+    mkdir "$dir" && cgroups+=("$dir")
+    echo "$quota 100000" >"$dir/cpu.max"
+  else
+    dir=/sys/fs/cgroup/cpu/nodedns-bench-$$-$1
+    mkdir "$dir" && cgroups+=("$dir")
+    echo 100000 >"$dir/cpu.cfs_period_us"
+    echo "$quota" >"$dir/cpu.cfs_quota_us"
+  fi
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  wrap=(sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$dir")
+}
+
+# --- Servers ----------------------------------------------------------------
+
+read -r -a admin_ports <<<"$(free_ports "$(wc -w <<<"$pservers")")"
+declare -A padmin
+# start_pod_nodedns NAME ARGS...: a nodedns on the pod link, watching the
+# API server for this node's pods.
+start_pod_nodedns() {
+  local s=$1 a=${paddr[$1]}
+  shift
+  padmin[$s]=127.0.0.1:${admin_ports[0]}
+  admin_ports=("${admin_ports[@]:1}")
+  cg_wrap "$s"
+  "${wrap[@]}" "$work/nodedns" serve --listen "$a:53,$POD_NET.$((${a##*.} + 16)):53" --upstream $UP \
+    --admin "${padmin[$s]}" --cache-size 100000 --loop-check=false --lameduck 0s --log-level warn \
+    --kubeconfig "$kc" --node-name $POD_NODE "$@" >"$work/$s.log" 2>&1 &
+  ppid[$s]=$!
+  pids+=($!)
+}
+start_pod_coredns() {
+  cat >"$work/Corefile.pod" <<CONF
+.:53 {
+  bind ${paddr[coredns]}
+  autopath @kubernetes
+  kubernetes cluster.local in-addr.arpa ip6.arpa {
+    kubeconfig $kc bench
+    pods verified
+    fallthrough in-addr.arpa ip6.arpa
+    ttl 5
+  }
+  cache 30
+  forward . $UP
+}
+CONF
+  cg_wrap coredns
+  "${wrap[@]}" "$coredns_bin" -conf "$work/Corefile.pod" -quiet >"$work/coredns.log" 2>&1 &
+  ppid[coredns]=$!
+  pids+=($!)
+}
+# node-cache: NodeLocal DNSCache's Corefile (cluster zones cached and sent
+# to the central DNS over TCP; everything else cached and sent upstream),
+# with the central CoreDNS (kubernetes + cache, kubeadm's defaults but TTL
+# 5 s as the other servers here) on loopback: not measured, a hop away on a
+# real node.
+start_pod_node-cache() {
+  cat >"$work/Corefile.central" <<CONF
+.:5353 {
+  bind 127.0.0.10
+  kubernetes cluster.local in-addr.arpa ip6.arpa {
+    kubeconfig $kc bench
+    pods insecure
+    fallthrough in-addr.arpa ip6.arpa
+    ttl 5
+  }
+  cache 30
+  forward . $UP
+}
+CONF
+  "$coredns_bin" -conf "$work/Corefile.central" -quiet >"$work/central-coredns.log" 2>&1 &
+  pids+=($!)
+  cat >"$work/Corefile.node-cache" <<CONF
+cluster.local:53 {
+  bind ${paddr[node-cache]}
+  cache {
+    success 9984 30
+    denial 9984 5
+  }
+  forward . 127.0.0.10:5353 {
+    force_tcp
+  }
+}
+in-addr.arpa:53 ip6.arpa:53 {
+  bind ${paddr[node-cache]}
+  cache 30
+  forward . 127.0.0.10:5353 {
+    force_tcp
+  }
+}
+.:53 {
+  bind ${paddr[node-cache]}
+  cache 30
+  forward . $UP
+}
+CONF
+  cg_wrap node-cache
+  "${wrap[@]}" "$coredns_bin" -conf "$work/Corefile.node-cache" -quiet >"$work/node-cache.log" 2>&1 &
+  ppid[node-cache]=$!
+  pids+=($!)
+}
+
+for s in $pservers; do
+  case $s in
+    nodedns) start_pod_nodedns nodedns ;;
+    nodedns-noautopath) start_pod_nodedns nodedns-noautopath --autopath=false ;;
+    nodedns-g*) start_pod_nodedns "$s" --gomaxprocs "${s#nodedns-g}" ;;
+    coredns) start_pod_coredns ;;
+    node-cache) start_pod_node-cache ;;
+  esac
+done
+
+# --- Names ------------------------------------------------------------------
+
+# The pod's lookups, as an application writes them: 1000 external names,
+# the Services of its own namespace by short name, the others as
+# <svc>.<ns>. For each, the first expansion (what an autopath server
+# answers) and the whole walk of the client (every name it asks until one
+# exists), from the search list above.
+ext_lookups=() svc_lookups=()
+for i in $(seq 1 1000); do ext_lookups+=("host$i.example.test"); done
+for ((i = 0; i < nsvc; i++)); do
+  ns=$(svc_ns "$i")
+  if [[ $ns == "$POD_NS_K8S" ]]; then svc_lookups+=("svc-$i"); else svc_lookups+=("svc-$i.$ns"); fi
+done
+# walk NAME: the names the client asks, in order, until one exists.
+walk() {
+  local n=$1 d
+  if [[ $n == host* ]]; then
+    for d in $pod_search; do echo "$n.$d"; done
+    echo "$n"
+  elif [[ $n == *.* ]]; then
+    echo "$n.$POD_NS_K8S.svc.cluster.local"
+    echo "$n.svc.cluster.local"
+  else
+    echo "$n.$POD_NS_K8S.svc.cluster.local"
+  fi
+}
+both() { awk '{ print $1, "A"; print $1, "AAAA" }'; }
+# The first expansion, whatever the name (no `walk | head`: SIGPIPE).
+first() { echo "$1.$POD_NS_K8S.svc.cluster.local"; }
+{
+  for n in "${ext_lookups[@]}" "${svc_lookups[@]}"; do first "$n"; done | both >"$work/pod.txt"
+  for n in "${ext_lookups[@]}" "${svc_lookups[@]}"; do walk "$n"; done | both >"$work/pod-walk.txt"
+  for n in "${ext_lookups[@]}"; do first "$n"; done | both >"$work/pod-shortcut.txt"
+  for n in "${ext_lookups[@]}"; do walk "$n"; done | both >"$work/pod-shortcut-walk.txt"
+  printf '%s\n' "${ext_lookups[@]}" | both >"$work/pod-hit.txt"
+  cp "$work/pod-hit.txt" "$work/pod-hit-walk.txt"
+  printf '%s\n' "${ext_lookups[@]}" "${svc_lookups[@]}" >"$work/glibc.txt"
+}
+declare -A lookups=([pod]=$((${#ext_lookups[@]} + ${#svc_lookups[@]})) [pod-shortcut]=${#ext_lookups[@]} [pod-hit]=${#ext_lookups[@]})
+# podfile WORKLOAD SERVER: the query file SERVER gets.
+podfile() { if walks "$2"; then echo "$work/$1.txt"; else echo "$work/$1-walk.txt"; fi; }
+
+# --- Ready ------------------------------------------------------------------
+
+run_in=(ip netns exec "$pod_ns")
+pod_answers() { [[ $(outcome "$1" 53 "$2" A) == "NOERROR +" ]]; }
+other_svc=$(printf '%s\n' "${svc_lookups[@]}" | awk '/\./ && !f { print; f = 1 }')
+for s in $pservers; do
+  # Synced, and (for the walkers) knowing the pod: the first expansion of
+  # an external name and of another namespace's Service answer.
+  if walks "$s"; then
+    probes="host1.example.test.$POD_NS_K8S.svc.cluster.local $other_svc.$POD_NS_K8S.svc.cluster.local svc-0.$POD_NS_K8S.svc.cluster.local"
+  else
+    probes="host1.example.test $other_svc.svc.cluster.local svc-0.$POD_NS_K8S.svc.cluster.local"
+  fi
+  for n in $probes; do
+    if ! poll 90 pod_answers "${paddr[$s]}" "$n"; then
+      not_ready "$s" "$n A from the pod within 90 s (got: $(outcome "${paddr[$s]}" 53 "$n" A))"
+      break
+    fi
+  done
+done
+[[ -n $pservers ]] || { echo "bench: no pod server left" >&2; exit 1; }
+
+# The GOMAXPROCS each nodedns runs with, from its /metrics.
+declare -A gmp
+for s in $pservers; do
+  is_nodedns "$s" || continue
+  gmp[$s]=$(curl -fsS --max-time 5 "http://${padmin[$s]}/metrics" 2>/dev/null | awk '/^go_sched_gomaxprocs_threads /{print $2}')
+done
+
+# --- Informer event storm (-S) ----------------------------------------------
+
+churn_pid=""
+if [[ -n $churn_rate ]]; then
+  go build -o "$work/churn" ./internal/tools/churn
+  "$work/churn" -kubeconfig "$kc" -rate "$churn_rate" -keep 100 -for 2h >"$work/churn.log" 2>&1 &
+  churn_pid=$!
+  pids+=($!)
+  sleep 3
+fi
+
+# --- dnsperf ----------------------------------------------------------------
+
+pcaption() {
+  case $1 in
+    pod) echo "what a pod of $POD_NS_K8S sends for ${lookups[pod]} lookups (1000 external names, ${#svc_lookups[@]} Services by short name or <svc>.<ns>), A and AAAA" ;;
+    pod-shortcut) echo "the first search-path expansion of 1000 external names from the pod, A and AAAA: search-path shortcuts" ;;
+    pod-hit) echo "the same 1000 external names asked directly from the pod, A and AAAA: plain cache hits" ;;
+  esac
+}
+declare -A pbest_q wl_q wl_cpu
+for wl in $pwork; do
+  # Warm: twice through the file (a walker builds its shortcut on the
+  # second query of a name).
+  for s in $pservers; do
+    "${run_in[@]}" dnsperf -s "${paddr[$s]}" -p 53 -d "$(podfile "$wl" "$s")" -n 2 -q 100 >/dev/null 2>&1
+  done
+  for s in $pservers; do sum_q[$s]=0; n_q[$s]=0; done
+  for r in $(seq 1 "$rounds"); do
+    for s in $pservers; do
+      q=$(maxqps "${paddr[$s]}" 53 "$(podfile "$wl" "$s")"); sum_q[$s]=$((sum_q[$s] + ${q:-0})); n_q[$s]=$((n_q[$s] + 1))
+      echo "  $wl round $r $s: $q qps" >&2
+    done
+  done
+  for s in $pservers; do res_fixed[$s]=$(fixed "${ppid[$s]}" "${paddr[$s]}" 53 "$(podfile "$wl" "$s")"); done
+  best=0
+  for s in $pservers; do
+    qpl=$(awk -v q="$(wc -l <"$(podfile "$wl" "$s")")" -v l="${lookups[$wl]}" 'BEGIN { printf "%.2f", q / l }')
+    pbest_q[$s]=$((sum_q[$s] / n_q[$s]))
+    lps=$(awk -v q="${pbest_q[$s]}" -v p="$qpl" 'BEGIN { printf "%d", q / p }')
+    ((lps > best)) && best=$lps
+  done
+  table+=$'\n'"workload: $wl (from the pod's network namespace: $(pcaption "$wl"); cache warm; max QPS = mean of $rounds unthrottled ${secs}s runs, A B A B; latency/CPU at $qps QPS; queries/lookup: what the client sends to this server per lookup, A and AAAA${cpu_limit:+; every server limited to $cpu_limit CPU}${churn_rate:+; $churn_rate Services/s created and deleted meanwhile})"$'\n'
+  table+="| server | queries/lookup | max QPS | lookups/s | vs best | p50 µs | p99 µs | CPU µs/query | CPU µs/lookup | lost | RSS MiB | GOMAXPROCS |"$'\n'
+  table+="|---|---|---|---|---|---|---|---|---|---|---|---|"$'\n'
+  for s in $pservers; do
+    read -r p50 p99 cpu lost <<<"${res_fixed[$s]}"
+    wl_q[$wl.$s]=${pbest_q[$s]} wl_cpu[$wl.$s]=$cpu
+    qpl=$(awk -v q="$(wc -l <"$(podfile "$wl" "$s")")" -v l="${lookups[$wl]}" 'BEGIN { printf "%.2f", q / l }')
+    lps=$(awk -v q="${pbest_q[$s]}" -v p="$qpl" 'BEGIN { printf "%d", q / p }')
+    table+=$(printf "| %s | %s | %d | %d | %.2f | %s | %s | %s | %.1f | %s | %.1f | %s |" "$s" "$qpl" "${pbest_q[$s]}" "$lps" \
+      "$(awk -v a="$lps" -v b="$best" 'BEGIN{print (b ? a / b : 0)}')" "$p50" "$p99" "$cpu" \
+      "$(awk -v c="$cpu" -v p="$qpl" 'BEGIN{print c * p}')" "$lost" "$(awk -v k="$(rss_kb "${ppid[$s]}")" 'BEGIN{print k / 1024}')" \
+      "${gmp[$s]:--}")$'\n'
+  done
+done
+
+# The targets of the search-path shortcut, from this run: its max QPS
+# against a plain cache hit's, and its CPU per query at -Q against a hit's.
+if has "$pwork" pod-shortcut && has "$pwork" pod-hit; then
+  table+=$'\n'"Search-path shortcut (pod-shortcut) against a plain cache hit (pod-hit), same run, servers answering the first expansion themselves:"$'\n'
+  table+="| server | max QPS shortcut/hit | CPU µs/query at $qps QPS shortcut/hit |"$'\n'"|---|---|---|"$'\n'
+  for s in $pservers; do
+    walks "$s" || continue
+    table+=$(awk -v qs="${wl_q[pod-shortcut.$s]}" -v qh="${wl_q[pod-hit.$s]}" -v cs="${wl_cpu[pod-shortcut.$s]}" -v ch="${wl_cpu[pod-hit.$s]}" -v s="$s" \
+      'BEGIN { printf "| %s | %d / %d = %.2f | %s / %s = %.2f |", s, qs, qh, (qh ? qs / qh : 0), cs, ch, (ch ? cs / ch : 0) }')$'\n'
+  done
+fi
+
+# --- glibc ------------------------------------------------------------------
+
+if has "$pwork" pod; then
+  if ! command -v cc >/dev/null; then
+    echo "bench: installing a C compiler for the glibc lookup loop" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null
+  fi
+  cc -O2 -pthread -o "$work/gailoop" scripts/gailoop.c
+  gtable="| server | lookups/s | vs best | p50 µs/lookup | p99 µs/lookup | queries/lookup | TCP conns | failed | server CPU µs/lookup |"$'\n'
+  gtable+="|---|---|---|---|---|---|---|---|---|"$'\n'
+  declare -A gres
+  gbest=0
+  for s in $pservers; do
+    pod_resolv "$s"
+    # Warm (a walker's shortcuts), then measure with the counters zeroed.
+    "${run_in[@]}" "$work/gailoop" "$gai_threads" 3 "$work/glibc.txt" >/dev/null
+    ip netns exec "$pod_ns" iptables -w -Z OUTPUT
+    before=$(cpu_ticks "${ppid[$s]}")
+    line=$("${run_in[@]}" "$work/gailoop" "$gai_threads" "$secs" "$work/glibc.txt")
+    after=$(cpu_ticks "${ppid[$s]}")
+    read -r udp tcp <<<"$(pod_counts "$s")"
+    echo "  glibc $s: $line; $udp UDP queries, $tcp TCP connections" >&2
+    gres[$s]=$(awk -v u="$udp" -v t="$tcp" -v cpu=$((after - before)) -v tck="$tck" '{
+      for (i = 1; i < NF; i += 2) v[$i] = $(i + 1)
+      n = v["lookups"]
+      printf "%d %d %d %.2f %d %d %.1f", v["lookups_per_s"], v["p50_us"], v["p99_us"], (n ? u / n : 0), t, v["failed"], (n ? cpu / tck * 1e6 / n : 0)
+    }' <<<"$line")
+    read -r lps _ <<<"${gres[$s]}"
+    ((lps > gbest)) && gbest=$lps
+  done
+  for s in $pservers; do
+    read -r lps p50 p99 qpl tcp failed cpu <<<"${gres[$s]}"
+    gtable+=$(printf "| %s | %d | %.2f | %s | %s | %s | %s | %s | %s |" "$s" "$lps" \
+      "$(awk -v a="$lps" -v b="$gbest" 'BEGIN{print (b ? a / b : 0)}')" "$p50" "$p99" "$qpl" "$tcp" "$failed" "$cpu")$'\n'
+  done
+  table+=$'\n'"glibc: getaddrinfo (AF_UNSPEC, AI_ADDRCONFIG: A and AAAA) in a loop from $gai_threads threads inside the pod's namespace for ${secs}s over the ${lookups[pod]} names as the pod writes them (resolv.conf: search $pod_search; ndots:5), warmed 3 s; queries/lookup counted on the wire (glibc sends A and AAAA together: round trips are half); CPU of the server process only"$'\n'"$gtable"
+fi
+
+if [[ -n $churn_pid ]]; then
+  stop_all 40 "$churn_pid"
+  table+=$'\n'"Informer event storm meanwhile: $(head -n 1 "$work/churn.log")"$'\n'
+fi
