@@ -208,6 +208,9 @@ type entry struct {
 	flags      uint8 // keyFlags of the key it was stored for
 	// refreshing is set while one background refresh runs for this entry.
 	refreshing atomic.Bool
+	// gone is set when the entry leaves the cache (evicted, or replaced by
+	// a newer reply for its key): a kept StoredHit then misses.
+	gone atomic.Bool
 }
 
 // ttlOffsets returns the TTL offsets kept after the packed reply.
@@ -306,6 +309,7 @@ func (sh *shard) add(h uint64, e *entry) {
 		if old.denial() {
 			sh.denials--
 		}
+		old.gone.Store(true)
 	}
 	sh.bytes += e.cost()
 	if e.denial() {
@@ -359,6 +363,7 @@ func New(cfg Config, up Exchanger) (*Cache, error) {
 		sh := &shard{budget: split(cfg.MaxBytes, n, i)}
 		// The callback runs under sh.mu: only the shard's own calls evict.
 		l, err := simplelru.NewLRU(size, func(_ uint64, e *entry) {
+			e.gone.Store(true)
 			sh.bytes -= e.cost()
 			c.evictions.Add(1)
 			if e.denial() {
@@ -574,21 +579,81 @@ func (c *Cache) Len() int {
 // unpacks nothing. ok is false on a miss or an expired entry (Resolve then
 // deals with it).
 func (c *Cache) AppendHit(dst []byte, name string, qtype, qclass uint16, do, cd bool) (out []byte, rcode int, ok bool) {
-	k := Key{Name: name, Type: qtype, Class: qclass, DO: do, CD: cd}
-	e, found := c.get(&k)
-	if !found {
+	e, remain, ok := c.hit(name, qtype, qclass, do, cd)
+	if !ok {
 		return dst, 0, false
 	}
-	remain := e.expires() - c.now()
-	if remain <= 0 {
-		return dst, 0, false
-	}
-	c.countHit(e)
 	start := len(dst)
 	dst = append(dst, e.wire...)
 	e.putTTLs(dst[start:], ttlSeconds(remain))
-	c.maybePrefetch(k, e, remain)
 	return dst, int(e.rcode), true
+}
+
+// AppendHitRef is AppendHit that also returns the stored reply that
+// answered, as a *StoredHit (in an any, so that callers need not import
+// this package), for a caller that keeps a copy of the reply and takes its
+// later hits through StoredHit.Hit. It allocates the StoredHit.
+func (c *Cache) AppendHitRef(dst []byte, name string, qtype, qclass uint16, do, cd bool) (out []byte, rcode int, ref any, ok bool) {
+	e, remain, ok := c.hit(name, qtype, qclass, do, cd)
+	if !ok {
+		return dst, 0, nil, false
+	}
+	start := len(dst)
+	dst = append(dst, e.wire...)
+	e.putTTLs(dst[start:], ttlSeconds(remain))
+	k := Key{Name: strings.Clone(name), Type: qtype, Class: qclass, DO: do, CD: cd}
+	return dst, int(e.rcode), &StoredHit{c: c, e: e, k: k}, true
+}
+
+// StoredHit is one stored reply, kept by a caller that copied it
+// (pkg/server's search-path shortcuts build a reply around it). A stored
+// reply never changes: a refresh stores a new one, and this one is gone.
+type StoredHit struct {
+	c *Cache
+	e *entry
+	k Key
+}
+
+// storedTouchEvery: one Hit in this many also marks the entry recently
+// used, so that a reply served only through StoredHits is not evicted as
+// unused (a lookup per hit would cost what the caller avoids).
+const storedTouchEvery = 64
+
+// Hit takes a hit on the stored reply as AppendHit would (counted; a
+// popular entry prefetched) without looking it up or copying it: ok while
+// it is still the cache's fresh answer for its key, with its TTL now.
+func (h *StoredHit) Hit() (ttl uint32, ok bool) {
+	e := h.e
+	if e.gone.Load() {
+		return 0, false
+	}
+	remain := e.expires() - h.c.now()
+	if remain <= 0 {
+		return 0, false
+	}
+	h.c.countHit(e)
+	h.c.maybePrefetch(h.k, e, remain)
+	if e.hits.Load()%storedTouchEvery == 0 {
+		h.c.get(&h.k)
+	}
+	return ttlSeconds(remain), true
+}
+
+// hit returns the fresh entry for the key and its remaining lifetime,
+// counting the hit and prefetching a popular entry.
+func (c *Cache) hit(name string, qtype, qclass uint16, do, cd bool) (*entry, int64, bool) {
+	k := Key{Name: name, Type: qtype, Class: qclass, DO: do, CD: cd}
+	e, found := c.get(&k)
+	if !found {
+		return nil, 0, false
+	}
+	remain := e.expires() - c.now()
+	if remain <= 0 {
+		return nil, 0, false
+	}
+	c.countHit(e)
+	c.maybePrefetch(k, e, remain)
+	return e, remain, true
 }
 
 // Peek returns the fresh entry for the key as a message with its TTLs

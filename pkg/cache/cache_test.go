@@ -1096,3 +1096,65 @@ func TestBackgroundPanicRecovered(t *testing.T) {
 		t.Fatal("entry not refreshed with the upstream fixed")
 	}
 }
+
+// A StoredHit (AppendHitRef) takes hits on its stored reply while that is
+// the cache's fresh answer: not after it expires, is replaced by a new
+// answer, or is evicted; its hits count as AppendHit's do, allocation-free.
+func TestStoredHit(t *testing.T) {
+	c, _, clk := setup(t, cache.Config{Size: 1}, dnstest.Zone(3600))
+	hit := func(name string) *cache.StoredHit {
+		t.Helper()
+		resolve(t, c, name, dns.TypeA)
+		_, rcode, ref, ok := c.AppendHitRef(nil, name, dns.TypeA, dns.ClassINET, false, false)
+		if !ok || rcode != dns.RcodeSuccess {
+			t.Fatalf("AppendHitRef %s: ok %v rcode %d", name, ok, rcode)
+		}
+		return ref.(*cache.StoredHit)
+	}
+	h := hit("www.example.test.")
+	before := c.Stats().Hits
+	clk.Advance(100 * time.Second)
+	ttl, ok := h.Hit()
+	if !ok || ttl == 0 || ttl > 3600-100 {
+		t.Fatalf("Hit 100 s later: ttl %d ok %v, want a TTL counted down", ttl, ok)
+	}
+	if got := c.Stats().Hits - before; got != 1 {
+		t.Errorf("Hit counted %d hits, want 1", got)
+	}
+	if a := testing.AllocsPerRun(100, func() { h.Hit() }); a != 0 {
+		t.Errorf("Hit: %v allocations, want 0", a)
+	}
+
+	// Replaced by a new answer for its key.
+	r := new(dns.Msg)
+	r.SetQuestion("www.example.test.", dns.TypeA)
+	r.Response = true
+	r.Answer = []dns.RR{mustParse(t, "www.example.test. 60 IN A 192.0.2.99")}
+	c.Put(cache.KeyOf(r), r)
+	if _, ok := h.Hit(); ok {
+		t.Error("Hit after the answer was replaced: ok")
+	}
+
+	// Evicted (the cache holds one entry).
+	h = hit("www.example.test.")
+	hit("other.example.test.")
+	if _, ok := h.Hit(); ok {
+		t.Error("Hit after eviction: ok")
+	}
+
+	// Expired.
+	h = hit("www.example.test.")
+	clk.Advance(2 * time.Hour)
+	if _, ok := h.Hit(); ok {
+		t.Error("Hit past the TTL: ok")
+	}
+}
+
+func mustParse(t *testing.T, s string) dns.RR {
+	t.Helper()
+	rr, err := dns.NewRR(s)
+	if err != nil {
+		t.Fatalf("%s: %v", s, err)
+	}
+	return rr
+}

@@ -76,6 +76,10 @@ func scFlags(r *request) uint8 {
 
 // scEntry is one kept shortcut reply. Immutable but for gen.
 type scEntry struct {
+	// key is what the entry answers; the table is keyed by its hash.
+	key scKey
+	// ns is the client's namespace, the string the Pods source gave (the
+	// same string on the next query, so comparing it reads no memory).
 	ns   string
 	set  *walkSettings
 	memo *memoEntry
@@ -94,12 +98,16 @@ type scEntry struct {
 	// its TTL fields (winTTLs) zeroed.
 	winWire []byte
 	winTTLs []uint16
+	// winHit is the cache's stored reply for the winner (RefHitCache):
+	// when set, a query takes its hit through it instead of looking the
+	// winner up and comparing winWire.
+	winHit StoredHit
 }
 
 func (e *scEntry) idx() int { return len(e.steps) - 1 }
 
-func (e *scEntry) cost(k scKey) int64 {
-	n := len(k.name) + len(e.ns) + len(e.wire) + 2*len(e.ttls) + len(e.winWire) + 2*len(e.winTTLs) + 200
+func (e *scEntry) cost() int64 {
+	n := len(e.key.name) + len(e.ns) + len(e.wire) + 2*len(e.ttls) + len(e.winWire) + 2*len(e.winTTLs) + 200
 	for _, s := range e.steps {
 		n += len(s) + 16
 	}
@@ -113,10 +121,12 @@ type shortcutTable struct {
 	shards [scShards]scShard
 }
 
-// scShard is one lock around one LRU and its byte count.
+// scShard is one lock around one LRU and its byte count. The LRU is keyed
+// by the key's 64-bit hash (scTable.hash, which also picks the shard), so a
+// lookup hashes the name once; the entry's own key is compared after.
 type scShard struct {
 	mu    sync.Mutex
-	lru   *simplelru.LRU[scKey, *scEntry]
+	lru   *simplelru.LRU[uint64, *scEntry]
 	bytes int64 // guarded by mu
 }
 
@@ -125,7 +135,7 @@ func newShortcutTable(entries int, budget int64) *shortcutTable {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		// The callback runs under sh.mu: only the shard's own calls evict.
-		l, err := simplelru.NewLRU(max(entries/scShards, 1), func(k scKey, e *scEntry) { sh.bytes -= e.cost(k) })
+		l, err := simplelru.NewLRU(max(entries/scShards, 1), func(_ uint64, e *scEntry) { sh.bytes -= e.cost() })
 		if err != nil {
 			panic(err) // size >= 1 always
 		}
@@ -134,21 +144,30 @@ func newShortcutTable(entries int, budget int64) *shortcutTable {
 	return t
 }
 
-func (t *shortcutTable) shard(name string) *scShard {
-	return &t.shards[maphash.String(t.seed, name)%scShards]
+// hash is k's hash and the shard that keeps it.
+func (t *shortcutTable) hash(k scKey) (uint64, *scShard) {
+	h := maphash.String(t.seed, k.name)
+	// The type and flags, spread by an odd multiplier (a bijection).
+	h ^= (uint64(k.qtype)<<8 | uint64(k.flags) + 1) * 0x9E3779B97F4A7C15
+	return h, &t.shards[(h>>32)%scShards]
 }
 
-func (sh *scShard) get(k scKey) *scEntry {
+// get returns the entry for k (hash h), or nil; an entry of another key
+// with the same hash is a miss.
+func (sh *scShard) get(h uint64, k scKey) *scEntry {
 	sh.mu.Lock()
-	e, _ := sh.lru.Get(k)
+	e, _ := sh.lru.Get(h)
 	sh.mu.Unlock()
+	if e == nil || e.key != k {
+		return nil
+	}
 	return e
 }
 
 // add keeps e for k, replacing what k held. Entries whose decision has
 // died go first from the old end, then the oldest while the shard is over
 // budget.
-func (sh *scShard) add(k scKey, e *scEntry, now int64, budget int64) {
+func (sh *scShard) add(h uint64, e *scEntry, now int64, budget int64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for i := 0; i < scTrimBatch; i++ {
@@ -158,20 +177,20 @@ func (sh *scShard) add(k scKey, e *scEntry, now int64, budget int64) {
 		}
 		sh.lru.RemoveOldest()
 	}
-	if old, ok := sh.lru.Peek(k); ok {
-		sh.bytes -= old.cost(k) // Add replaces without the callback
+	if old, ok := sh.lru.Peek(h); ok {
+		sh.bytes -= old.cost() // Add replaces without the callback
 	}
-	sh.bytes += e.cost(k)
-	sh.lru.Add(k, e)
+	sh.bytes += e.cost()
+	sh.lru.Add(h, e)
 	for sh.bytes > budget && sh.lru.Len() > 1 {
 		sh.lru.RemoveOldest()
 	}
 }
 
-func (sh *scShard) remove(k scKey, e *scEntry) {
+func (sh *scShard) remove(h uint64, e *scEntry) {
 	sh.mu.Lock()
-	if cur, ok := sh.lru.Peek(k); ok && cur == e {
-		sh.lru.Remove(k)
+	if cur, ok := sh.lru.Peek(h); ok && cur == e {
+		sh.lru.Remove(h)
 	}
 	sh.mu.Unlock()
 }
@@ -216,25 +235,28 @@ func (s *Server) clusterGen() uint64 {
 // pod in namespace ns, when there is one and it still holds.
 func (s *Server) shortcutHit(dst []byte, r *request, ns string) ([]byte, bool) {
 	k := scKey{name: r.q.Name, qtype: r.q.Type, flags: scFlags(r)}
-	sh := s.shortcuts.shard(k.name)
-	e := sh.get(k)
+	h, sh := s.shortcuts.hash(k)
+	e := sh.get(h, k)
 	if e == nil {
 		return dst, false
 	}
 	if e.ns != ns || e.set != s.walkConf() || !e.memo.alive(r.start.UnixNano()) || !s.clusterStillHolds(e, r) {
-		sh.remove(k, e)
+		sh.remove(h, e)
 		return dst, false
 	}
 	start := len(dst)
-	dst = append(dst, e.wire...)
 	if e.cluster == nil {
-		out, ttl, ok := s.cachedWinner(dst, e, r)
-		if !ok {
-			sh.remove(k, e)
-			return out[:start], false
+		// The winner's hit first: it is what may end the shortcut.
+		var ttl uint32
+		var ok bool
+		if dst, ttl, ok = s.cachedWinner(dst, e, r); !ok {
+			sh.remove(h, e)
+			return dst, false
 		}
-		dst = out
+		dst = append(dst, e.wire...)
 		dnswire.PutTTLs(dst[start:], e.ttls, ttl)
+	} else {
+		dst = append(dst, e.wire...)
 	}
 	dst = s.finish(dst, start, r, dns.RcodeSuccess)
 	s.observe(r, SourceAutopath, dns.RcodeSuccess, 1, e.idx(), dst[start:])
@@ -265,13 +287,18 @@ func (s *Server) clusterStillHolds(e *scEntry, r *request) bool {
 	return true
 }
 
-// cachedWinner takes the cache's hit for e's winner, appending it to dst as
-// scratch space, and reports whether it is still the reply e was built
-// from, with its TTL. It returns dst with the scratch cut off (possibly
+// cachedWinner takes the cache's hit for e's winner and reports whether it
+// is still the reply e was built from, with its TTL: through the stored
+// reply itself when the cache gave it (no lookup), else by appending the
+// hit to dst as scratch space and comparing bytes. It returns dst as it was (possibly
 // reallocated).
 func (s *Server) cachedWinner(dst []byte, e *scEntry, r *request) ([]byte, uint32, bool) {
 	if s.cfg.HitCache == nil {
 		return dst, 0, false
+	}
+	if e.winHit != nil {
+		ttl, ok := e.winHit.Hit()
+		return dst, ttl, ok
 	}
 	mark := len(dst)
 	out, rcode, ok := s.cfg.HitCache.AppendHit(dst, e.steps[e.idx()], r.q.Type, r.q.Class, r.q.DO, r.q.CD())
@@ -300,10 +327,17 @@ func (s *Server) keepShortcut(r *request, ns string, set *walkSettings, me *memo
 	if err != nil {
 		return
 	}
-	e := &scEntry{ns: strings.Clone(ns), set: set, memo: me, steps: steps, wire: wire, ttls: ttls}
-	if w.cluster {
+	k := scKey{name: strings.Clone(r.q.Name), qtype: r.q.Type, flags: scFlags(r)}
+	e := &scEntry{key: k, ns: ns, set: set, memo: me, steps: steps, wire: wire, ttls: ttls}
+	switch {
+	case w.cluster:
 		e.cluster = w.m
-	} else {
+	case w.stored != nil:
+		if len(ttls) == 0 {
+			return // nothing to count down
+		}
+		e.winHit = w.stored
+	default:
 		winTTLs, err := dnswire.TTLOffsets(w.wire)
 		if err != nil || len(winTTLs) == 0 {
 			return // nothing to count down from
@@ -312,8 +346,8 @@ func (s *Server) keepShortcut(r *request, ns string, set *walkSettings, me *memo
 		e.winWire, e.winTTLs = w.wire, winTTLs
 	}
 	e.gen.Store(gen)
-	k := scKey{name: strings.Clone(r.q.Name), qtype: r.q.Type, flags: scFlags(r)}
-	s.shortcuts.shard(k.name).add(k, e, r.start.UnixNano(), s.shortcuts.budget)
+	h, sh := s.shortcuts.hash(k)
+	sh.add(h, e, r.start.UnixNano(), s.shortcuts.budget)
 }
 
 // asAsked answers r, a walk candidate, when the name asked exists in the

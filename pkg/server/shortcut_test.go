@@ -136,8 +136,8 @@ func (e *scEnv) ask(t *testing.T, name string, qtype uint16) (m *dns.Msg, fromSh
 	defer func() { e.s.cfg.Observer = nil }()
 	r := &request{proto: "udp", client: podClient, start: time.Now(), raw: packet(t, name, qtype, false)}
 	k := scKey{name: strings.ToLower(name), qtype: qtype}
-	sh := e.s.shortcuts.shard(k.name)
-	kept := sh.get(k)
+	h, sh := e.s.shortcuts.hash(k)
+	kept := sh.get(h, k)
 	out, v := e.s.fast(make([]byte, 0, 4096), r)
 	if v == verdictSlow {
 		out = e.s.slow(context.Background(), nil, r)
@@ -148,7 +148,7 @@ func (e *scEnv) ask(t *testing.T, name string, qtype uint16) (m *dns.Msg, fromSh
 	}
 	// From the shortcut: answered on the reader by the entry that was
 	// kept before (a failed check removes it; a rebuild is another one).
-	return m, kept != nil && v == verdictReply && ev.last().Source == SourceAutopath && sh.get(k) == kept
+	return m, kept != nil && v == verdictReply && ev.last().Source == SourceAutopath && sh.get(h, k) == kept
 }
 
 // warm asks name until the reply comes from a kept shortcut (the first
@@ -223,7 +223,20 @@ func TestShortcutClusterWinnerChanges(t *testing.T) {
 // changed cached answer is served as it is, and an expired one is not
 // served from the shortcut.
 func TestShortcutCachedWinner(t *testing.T) {
+	// Both ways of checking the winner: the cache names its stored reply
+	// (RefHitCache, pkg/cache), or the shortcut compares the hit's bytes.
+	t.Run("refs", func(t *testing.T) { testShortcutCachedWinner(t, false) })
+	t.Run("bytes", func(t *testing.T) { testShortcutCachedWinner(t, true) })
+}
+
+// plainHits hides a cache's RefHitCache methods.
+type plainHits struct{ HitCache }
+
+func testShortcutCachedWinner(t *testing.T, bytesOnly bool) {
 	e := newSCEnv(t, []string{"corp.example."})
+	if bytesOnly {
+		e.s.cfg.HitCache = plainHits{e.c}
+	}
 	const name = "api.example.com.team-a.svc.cluster.local."
 	e.warm(t, name, dns.TypeA, dns.TypeAAAA)
 	m, _ := e.ask(t, name, dns.TypeA)

@@ -93,6 +93,25 @@ type HitCache interface {
 	Peek(name string, qtype, qclass uint16, do, cd bool) (m *dns.Msg, ok bool)
 }
 
+// RefHitCache is what a HitCache may offer for the search-path shortcuts
+// (pkg/cache.Cache does): a hit that also returns the stored reply, as a
+// StoredHit. A shortcut built on a cached winner then takes each later hit
+// through it, without a lookup, a copy or a comparison; without it the
+// shortcut takes the hit with AppendHit and compares bytes.
+type RefHitCache interface {
+	// AppendHitRef is AppendHit plus the stored reply that answered: a
+	// StoredHit, or nil.
+	AppendHitRef(dst []byte, name string, qtype, qclass uint16, do, cd bool) (out []byte, rcode int, ref any, ok bool)
+}
+
+// StoredHit is one stored reply of a RefHitCache. Hit takes a hit on it,
+// counted as AppendHit's are: ok while it is still the cache's fresh
+// answer for its question (a stored reply never changes; a new answer is
+// another one), with its TTL now.
+type StoredHit interface {
+	Hit() (ttl uint32, ok bool)
+}
+
 // Exchanger forwards a query as it is (used for --cluster-dns before the
 // cluster index has synced).
 type Exchanger interface {

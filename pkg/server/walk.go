@@ -116,6 +116,8 @@ type winner struct {
 	// it, and m was unpacked from it.
 	cluster bool
 	wire    []byte
+	// stored is the cache's stored reply (RefHitCache), when it says.
+	stored StoredHit
 }
 
 // winnerNow returns the answer for (name, r's type) if it needs no waiting.
@@ -137,7 +139,19 @@ func (s *Server) winnerNow(name string, r *request) (winner, bool) {
 	if s.cfg.HitCache == nil {
 		return winner{}, false
 	}
-	wire, rcode, ok := s.cfg.HitCache.AppendHit(nil, name, r.q.Type, r.q.Class, r.q.DO, r.q.CD())
+	var (
+		wire   []byte
+		rcode  int
+		ref    any
+		ok     bool
+		stored StoredHit
+	)
+	if rc, isRef := s.cfg.HitCache.(RefHitCache); isRef {
+		wire, rcode, ref, ok = rc.AppendHitRef(nil, name, r.q.Type, r.q.Class, r.q.DO, r.q.CD())
+		stored, _ = ref.(StoredHit)
+	} else {
+		wire, rcode, ok = s.cfg.HitCache.AppendHit(nil, name, r.q.Type, r.q.Class, r.q.DO, r.q.CD())
+	}
 	if !ok || rcode != dns.RcodeSuccess {
 		return winner{}, false
 	}
@@ -145,7 +159,7 @@ func (s *Server) winnerNow(name string, r *request) (winner, bool) {
 	if err := m.Unpack(wire); err != nil {
 		return winner{}, false
 	}
-	return winner{m: m, wire: wire}, true
+	return winner{m: m, wire: wire, stored: stored}, true
 }
 
 // stepsStillMissing reports whether every step in the cluster zone among

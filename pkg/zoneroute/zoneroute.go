@@ -123,6 +123,23 @@ func (r *Router) AppendHit(dst []byte, name string, qtype, qclass uint16, do, cd
 	return r.For(name).AppendHit(dst, name, qtype, qclass, do, cd)
 }
 
+// refHits is what pkg/cache.Cache offers beyond Backend for the
+// search-path shortcuts of pkg/server: a hit that returns the stored reply.
+type refHits interface {
+	AppendHitRef(dst []byte, name string, qtype, qclass uint16, do, cd bool) (out []byte, rcode int, ref any, ok bool)
+}
+
+// AppendHitRef is the backend's AppendHitRef; a backend without it gives
+// AppendHit's answer and a nil ref.
+func (r *Router) AppendHitRef(dst []byte, name string, qtype, qclass uint16, do, cd bool) ([]byte, int, any, bool) {
+	b := r.For(name)
+	if h, ok := b.(refHits); ok {
+		return h.AppendHitRef(dst, name, qtype, qclass, do, cd)
+	}
+	out, rcode, ok := b.AppendHit(dst, name, qtype, qclass, do, cd)
+	return out, rcode, nil, ok
+}
+
 // Peek implements pkg/server's HitCache.
 func (r *Router) Peek(name string, qtype, qclass uint16, do, cd bool) (*dns.Msg, bool) {
 	return r.For(name).Peek(name, qtype, qclass, do, cd)
