@@ -133,8 +133,17 @@ func (c *Config) isGiven(key string) bool { return c.given[key] }
 // schedulerProcs is the GOMAXPROCS the agent runs with: --gomaxprocs when
 // given; else $GOMAXPROCS when set (0: leave it); else one P for each UDP
 // thread reader, which blocks holding its P (pkg/server/udpthread_linux.go),
-// plus one for the rest of the agent. More Ps than that measured dearer per
-// query: idle Ps spin threads up on every wake-up (bench/RESULTS.md).
+// plus one for the rest of the agent, whatever the machine's cores and the
+// container's CPU limit. bench/RESULTS.md ("GOMAXPROCS") has the
+// comparison on the pod workload, plain, under an informer event storm and
+// under a 1-CPU limit, on 2 cores: this policy (3 Ps with two listen
+// addresses) was within the runs' noise (about 15 %) of 2 and 4 Ps per
+// query and as good or better at p99, and 1 P (what the runtime picks
+// itself under a 1-CPU limit) cost 14-44 % more CPU per query and 1.5-6x
+// the p99 in every case. A blocked reader's P uses no
+// CPU, so a limit below the Ps is no reason to drop the readers' Ps; the
+// kernel enforces the limit all the same. More Ps than this on large nodes
+// are not measured and not taken.
 func (c *Config) schedulerProcs() int {
 	switch {
 	case c.GoMaxProcs > 0:

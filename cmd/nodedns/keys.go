@@ -222,7 +222,7 @@ var settings = []*setting{
 		field: func(c *Config) any { return &c.UDPSockets }, check: func(c *Config) error {
 			return atLeast("udp-sockets", c.UDPSockets, 0)
 		}},
-	{key: "gomaxprocs", def: "0", help: "Go scheduler Ps (GOMAXPROCS); 0: $GOMAXPROCS when set, else one per UDP thread reader (sockets x listen addresses) plus one, measured cheapest per query (bench/RESULTS.md)",
+	{key: "gomaxprocs", def: "0", help: "Go scheduler Ps (GOMAXPROCS); 0: $GOMAXPROCS when set, else one per UDP thread reader (sockets x listen addresses) plus one, also under a container CPU limit (bench/RESULTS.md, GOMAXPROCS)",
 		field: func(c *Config) any { return &c.GoMaxProcs }, check: func(c *Config) error {
 			return atLeast("gomaxprocs", c.GoMaxProcs, 0)
 		}},

@@ -105,9 +105,13 @@ func serve(args []string, stderr io.Writer) error {
 }
 
 func serveWith(cfg Config, args []string, log *slog.Logger, level *slog.LevelVar) error {
+	// The runtime's own choice honours a container CPU limit; the agent's
+	// does not lower Ps to it (schedulerProcs says why). Both are logged.
+	runtimeDefault := runtime.GOMAXPROCS(0)
 	if n := cfg.schedulerProcs(); n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
+	log.Info("scheduler", "gomaxprocs", runtime.GOMAXPROCS(0), "runtimeDefault", runtimeDefault, "cpus", runtime.NumCPU())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	a, err := build(cfg, log)
