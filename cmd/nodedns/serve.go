@@ -111,13 +111,13 @@ func serveWith(cfg Config, args []string, log *slog.Logger, level *slog.LevelVar
 	if n := cfg.schedulerProcs(); n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
-	log.Info("scheduler", "gomaxprocs", runtime.GOMAXPROCS(0), "runtimeDefault", runtimeDefault, "cpus", runtime.NumCPU())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	a, err := build(cfg, log)
 	if err != nil {
 		return err
 	}
+	log.Info("scheduler", "gomaxprocs", runtime.GOMAXPROCS(0), "runtimeDefault", runtimeDefault, "cpus", runtime.NumCPU())
 	a.args, a.level = args, level
 	return a.run(ctx)
 }
