@@ -26,25 +26,10 @@ import (
 	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
-// confUpstream is dnstest.Zone (authoritative, as a stub domain's server
-// may be) plus big*: 40 A records, between 512 and 1232 octets.
+// confUpstream is dnstest.BigAZone: authoritative, as a stub domain's
+// server may be, plus big*: 40 A records, between 512 and 1232 octets.
 func confUpstream(t *testing.T) *dnstest.Server {
-	zone := dnstest.Zone(300)
-	return dnstest.Start(t, func(w dns.ResponseWriter, r *dns.Msg) {
-		if q := r.Question[0]; strings.HasPrefix(strings.ToLower(q.Name), "big") && q.Qtype == dns.TypeA {
-			m := new(dns.Msg)
-			m.SetReply(r)
-			if o := r.IsEdns0(); o != nil {
-				m.SetEdns0(o.UDPSize(), o.Do())
-			}
-			for i := 0; i < 40; i++ {
-				m.Answer = append(m.Answer, mustRR(t, fmt.Sprintf("%s 300 IN A 192.0.2.%d", q.Name, i)))
-			}
-			dnstest.WriteTruncated(w, r, m)
-			return
-		}
-		zone(w, r)
-	})
+	return dnstest.Start(t, dnstest.BigAZone(300))
 }
 
 // confExchange sends pkt and returns the reply, nil when none came.

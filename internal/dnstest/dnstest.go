@@ -298,6 +298,30 @@ func Zone(ttl uint32) dns.HandlerFunc {
 	}
 }
 
+// BigAZone is Zone, except that A at names starting "big" is 40 records
+// (~700 octets: over 512, under 1232), not authoritative, truncated to the
+// client's UDP size: the upstream of the protocol conformance tests.
+func BigAZone(ttl uint32) dns.HandlerFunc {
+	zone := Zone(ttl)
+	return func(w dns.ResponseWriter, r *dns.Msg) {
+		q := r.Question[0]
+		if !strings.HasPrefix(strings.ToLower(q.Name), "big") || q.Qtype != dns.TypeA {
+			zone(w, r)
+			return
+		}
+		m := new(dns.Msg)
+		m.SetReply(r)
+		if o := r.IsEdns0(); o != nil {
+			m.SetEdns0(o.UDPSize(), o.Do())
+		}
+		for i := 0; i < 40; i++ {
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl},
+				A: net.IPv4(192, 0, 2, byte(i))})
+		}
+		WriteTruncated(w, r, m)
+	}
+}
+
 // WriteTruncated writes m as the reply to r, truncated (TC set) to the
 // client's UDP size when it came over UDP, as a real server does.
 func WriteTruncated(w dns.ResponseWriter, r, m *dns.Msg) {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -33,23 +32,9 @@ type confTarget struct {
 // front of a test upstream.
 func conformanceServer(t *testing.T) (udp, tcp string, up *dnstest.Server) {
 	t.Helper()
-	zone := dnstest.Zone(300)
-	up = dnstest.Start(t, func(w dns.ResponseWriter, r *dns.Msg) {
-		// big*: 40 A records, ~700 octets, over 512 and under 1232.
-		if q := r.Question[0]; strings.HasPrefix(strings.ToLower(q.Name), "big") && q.Qtype == dns.TypeA {
-			m := new(dns.Msg)
-			m.SetReply(r)
-			if o := r.IsEdns0(); o != nil {
-				m.SetEdns0(o.UDPSize(), o.Do())
-			}
-			for i := 0; i < 40; i++ {
-				m.Answer = append(m.Answer, mustRR("%s 300 IN A 192.0.2.%d", q.Name, i))
-			}
-			dnstest.WriteTruncated(w, r, m) // the forwarder retries over TCP
-			return
-		}
-		zone(w, r)
-	})
+	// big*: 40 A records, ~700 octets, over 512 and under 1232; truncated
+	// over UDP, so the forwarder retries over TCP.
+	up = dnstest.Start(t, dnstest.BigAZone(300))
 	fwd, err := upstream.New(upstream.Config{Servers: []string{up.Addr}})
 	if err != nil {
 		t.Fatal(err)
