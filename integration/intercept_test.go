@@ -7,7 +7,7 @@ package integration
 // the local IPs via the node side, real iptables in both the nft and the
 // legacy backend, dig as the client and conntrack as the witness.
 //
-// TestInterceptPackage drives pkg/intercept in-process (on a thread inside
+// TestInterceptPackage drives pkg/node/intercept in-process (on a thread inside
 // the node namespace) with a test DNS server standing in for the agent's
 // listeners; TestInterceptAgent runs the nodedns binary with its flags.
 
@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
-	"github.com/nodedns/nodedns/pkg/intercept"
+	"github.com/nodedns/nodedns/pkg/node/intercept"
 )
 
 const (
@@ -407,7 +407,7 @@ func interceptConfig(t *testing.T) intercept.Config {
 	}
 }
 
-// TestInterceptPackage exercises pkg/intercept against the real kernel in
+// TestInterceptPackage exercises pkg/node/intercept against the real kernel in
 // the node namespace, once per iptables backend.
 func TestInterceptPackage(t *testing.T) {
 	for _, backend := range backends {

@@ -29,7 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodedns/nodedns/pkg/k8s"
+	"github.com/nodedns/nodedns/pkg/cluster/k8s"
 )
 
 // manifestRole returns the rules of the manifest's ClusterRole.

@@ -17,25 +17,25 @@
 # testdata/fuzz/<Target>/ by go test: commit it, and it runs as a
 # regression test with every plain `go test`.
 # The first run builds instrumented test binaries, which takes minutes for
-# pkg/k8s (client-go); later runs reuse the build cache.
+# pkg/cluster/k8s (client-go); later runs reuse the build cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 secs=${1:-30}
 targets=(
-  "./pkg/server FuzzServe"
-  "./pkg/dnswire FuzzParseQuery"
-  "./pkg/cache FuzzAppendHit"
-  "./pkg/upstream FuzzValidate"
-  "./pkg/k8s FuzzLookup"
-  "./pkg/resolvconf FuzzParse"
-  "./pkg/k8s FuzzListStream"
-  "./pkg/k8s FuzzDecode"
-  "./pkg/k8s FuzzParseAddr"
-  "./pkg/hosts FuzzParseLine"
-  "./pkg/rewrite FuzzRewrite"
-  "./pkg/dnswire FuzzRotateAddrs"
-  "./pkg/migrate FuzzParse"
+  "./pkg/query/server FuzzServe"
+  "./pkg/query/dnswire FuzzParseQuery"
+  "./pkg/query/cache FuzzAppendHit"
+  "./pkg/query/upstream FuzzValidate"
+  "./pkg/cluster/k8s FuzzLookup"
+  "./pkg/node/resolvconf FuzzParse"
+  "./pkg/cluster/k8s FuzzListStream"
+  "./pkg/cluster/k8s FuzzDecode"
+  "./pkg/cluster/k8s FuzzParseAddr"
+  "./pkg/query/hosts FuzzParseLine"
+  "./pkg/query/rewrite FuzzRewrite"
+  "./pkg/query/dnswire FuzzRotateAddrs"
+  "./internal/migrate FuzzParse"
 )
 failed=()
 for t in "${targets[@]}"; do

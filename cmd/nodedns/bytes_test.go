@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodedns/nodedns/pkg/cache"
+	"github.com/nodedns/nodedns/pkg/query/cache"
 )
 
 func TestBytes(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodedns/nodedns/pkg/admin"
-	"github.com/nodedns/nodedns/pkg/k8s"
-	"github.com/nodedns/nodedns/pkg/server"
+	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/observe/admin"
+	"github.com/nodedns/nodedns/pkg/query/server"
 )
 
 // clusterIndex adapts *k8s.Index to server.Cluster: the result types have

@@ -82,7 +82,7 @@ type Config struct {
 	ClusterSyncWait Duration
 	Search          List
 
-	// Cluster zone options of CoreDNS's kubernetes plugin (pkg/k8s.Config).
+	// Cluster zone options of CoreDNS's kubernetes plugin (pkg/cluster/k8s.Config).
 	EndpointPodNames   bool
 	IgnoreEmptyService bool
 	NoEndpoints        bool
@@ -132,7 +132,7 @@ func (c *Config) isGiven(key string) bool { return c.given[key] }
 
 // schedulerProcs is the GOMAXPROCS the agent runs with: --gomaxprocs when
 // given; else $GOMAXPROCS when set (0: leave it); else one P for each UDP
-// thread reader, which blocks holding its P (pkg/server/udpthread_linux.go),
+// thread reader, which blocks holding its P (pkg/query/server/udpthread_linux.go),
 // plus one for the rest of the agent, whatever the machine's cores and the
 // container's CPU limit. bench/RESULTS.md ("GOMAXPROCS") has the
 // comparison on the pod workload, plain, under an informer event storm and

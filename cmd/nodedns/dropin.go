@@ -6,12 +6,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodedns/nodedns/pkg/hosts"
-	"github.com/nodedns/nodedns/pkg/rewrite"
+	"github.com/nodedns/nodedns/pkg/query/hosts"
+	"github.com/nodedns/nodedns/pkg/query/rewrite"
 )
 
 // HostsConfig is the `hosts:` key: static records answered before the
-// cluster zone and the cache, as CoreDNS's hosts plugin (pkg/hosts).
+// cluster zone and the cache, as CoreDNS's hosts plugin (pkg/query/hosts).
 type HostsConfig struct {
 	// Entries are hosts(5) lines ("IP name [alias...]").
 	Entries []string `json:"entries"`
@@ -33,7 +33,7 @@ type HostsConfig struct {
 	Reload *Duration `json:"reload"`
 }
 
-// hostsConfig maps the `hosts:` key onto pkg/hosts.
+// hostsConfig maps the `hosts:` key onto pkg/query/hosts.
 func hostsConfig(c *HostsConfig) hosts.Config {
 	if c == nil {
 		return hosts.Config{}
@@ -94,7 +94,7 @@ func (z ZoneList) String() string {
 }
 
 // RewriteRule is one entry of the `rewrite:` key: CoreDNS's `rewrite
-// [stop|continue] name TYPE FROM TO answer auto` (pkg/rewrite).
+// [stop|continue] name TYPE FROM TO answer auto` (pkg/query/rewrite).
 type RewriteRule struct {
 	// Type is exact (default), prefix, suffix, substring or regex.
 	Type string `json:"type"`

@@ -29,7 +29,7 @@ func writeDropInFile(t *testing.T, dir, name, body string) string {
 }
 
 // TestHostsKey: the `hosts:` key as agreed (entries, file, ttl,
-// no-reverse, zones, fallthrough), and what it becomes for pkg/hosts.
+// no-reverse, zones, fallthrough), and what it becomes for pkg/query/hosts.
 func TestHostsKey(t *testing.T) {
 	dir := t.TempDir()
 	cfg, err := loadConfig([]string{"--config", writeDropInFile(t, dir, "a.yaml", `hosts:

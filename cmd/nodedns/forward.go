@@ -11,11 +11,11 @@ import (
 	"github.com/miekg/dns"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodedns/nodedns/pkg/cache"
-	"github.com/nodedns/nodedns/pkg/k8s"
-	"github.com/nodedns/nodedns/pkg/server"
-	"github.com/nodedns/nodedns/pkg/upstream"
-	"github.com/nodedns/nodedns/pkg/zoneroute"
+	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/query/cache"
+	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/query/zoneroute"
 )
 
 // Values of --cluster-zone and --cluster-dns-protocol.

@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nodedns/nodedns/pkg/admin"
-	"github.com/nodedns/nodedns/pkg/intercept"
+	"github.com/nodedns/nodedns/pkg/node/intercept"
+	"github.com/nodedns/nodedns/pkg/observe/admin"
 )
 
 // interceptConfig maps the serve configuration onto pkg/intercept's. ok is

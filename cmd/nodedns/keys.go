@@ -11,11 +11,11 @@ import (
 	"sort"
 	"time"
 
-	"github.com/nodedns/nodedns/pkg/hosts"
-	"github.com/nodedns/nodedns/pkg/intercept"
-	"github.com/nodedns/nodedns/pkg/metrics"
-	"github.com/nodedns/nodedns/pkg/resolvconf"
-	"github.com/nodedns/nodedns/pkg/upstream"
+	"github.com/nodedns/nodedns/pkg/node/intercept"
+	"github.com/nodedns/nodedns/pkg/node/resolvconf"
+	"github.com/nodedns/nodedns/pkg/observe/metrics"
+	"github.com/nodedns/nodedns/pkg/query/hosts"
+	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
 // setting declares one setting of `nodedns serve`, once: its key in the
@@ -412,7 +412,7 @@ var crossChecks = []func(c *Config) error{
 	},
 }
 
-// clusterCheck validates the cluster zone settings together, as pkg/k8s
+// clusterCheck validates the cluster zone settings together, as pkg/cluster/k8s
 // will; it runs only when every setting passed its own check, since it
 // would report some of them again.
 func clusterCheck(c *Config) error { return clusterConfig(*c).Validate() }

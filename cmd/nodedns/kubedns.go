@@ -8,8 +8,8 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/nodedns/nodedns/pkg/kubedns"
-	"github.com/nodedns/nodedns/pkg/upstream"
+	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
 // kubeDNSState is the agent's view of the --kube-dns-config directory:

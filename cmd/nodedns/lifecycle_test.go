@@ -23,7 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
-	"github.com/nodedns/nodedns/pkg/intercept"
+	"github.com/nodedns/nodedns/pkg/node/intercept"
 )
 
 // fakeInterceptor records what the agent asks of the interception.

@@ -4,11 +4,11 @@ import (
 	"runtime/debug"
 	"slices"
 
-	"github.com/nodedns/nodedns/pkg/metrics"
-	"github.com/nodedns/nodedns/pkg/server"
+	"github.com/nodedns/nodedns/pkg/observe/metrics"
+	"github.com/nodedns/nodedns/pkg/query/server"
 )
 
-// newRecorder wires the agent's figures into pkg/metrics. Every source is
+// newRecorder wires the agent's figures into pkg/observe/metrics. Every source is
 // a closure over the agent, read at scrape time, so a forwarder swapped by
 // a reload is the one reported. Call it after wireCluster: the plugins it
 // reports depend on whether the cluster zone is served.

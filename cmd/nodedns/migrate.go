@@ -7,8 +7,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/nodedns/nodedns/pkg/kubedns"
-	"github.com/nodedns/nodedns/pkg/migrate"
+	"github.com/nodedns/nodedns/internal/migrate"
+	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
 )
 
 // Exit statuses of `nodedns migrate`.

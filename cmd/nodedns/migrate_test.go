@@ -15,7 +15,7 @@ import (
 	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
-const fixtures = "../../pkg/migrate/testdata"
+const fixtures = "../../internal/migrate/testdata"
 
 func runMigrate(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()

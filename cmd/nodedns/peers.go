@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodedns/nodedns/pkg/admin"
-	"github.com/nodedns/nodedns/pkg/metrics"
-	"github.com/nodedns/nodedns/pkg/peers"
+	"github.com/nodedns/nodedns/pkg/node/peers"
+	"github.com/nodedns/nodedns/pkg/observe/admin"
+	"github.com/nodedns/nodedns/pkg/observe/metrics"
 )
 
 // peersRecheck is how often the check runs again while something other
@@ -20,7 +20,7 @@ import (
 var peersRecheck = 5 * time.Second
 
 // checkPeers looks for other processes serving our DNS addresses
-// (pkg/peers), keeps the report for /ready, /stats and metrics, and logs
+// (pkg/node/peers), keeps the report for /ready, /stats and metrics, and logs
 // what changed since the last check.
 func (a *agent) checkPeers(ctx context.Context) {
 	var addrs []netip.AddrPort

@@ -12,8 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nodedns/nodedns/pkg/kubedns"
-	"github.com/nodedns/nodedns/pkg/upstream"
+	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
 // upstreamBudget outlasts any exchange a replaced forwarder still carries

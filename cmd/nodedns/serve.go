@@ -13,21 +13,21 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nodedns/nodedns/pkg/admin"
-	"github.com/nodedns/nodedns/pkg/cache"
-	"github.com/nodedns/nodedns/pkg/errlog"
-	"github.com/nodedns/nodedns/pkg/hosts"
-	"github.com/nodedns/nodedns/pkg/intercept"
-	"github.com/nodedns/nodedns/pkg/k8s"
-	"github.com/nodedns/nodedns/pkg/kubedns"
-	"github.com/nodedns/nodedns/pkg/metrics"
-	"github.com/nodedns/nodedns/pkg/ndots"
-	"github.com/nodedns/nodedns/pkg/peers"
-	"github.com/nodedns/nodedns/pkg/recovery"
-	"github.com/nodedns/nodedns/pkg/resolvconf"
-	"github.com/nodedns/nodedns/pkg/server"
-	"github.com/nodedns/nodedns/pkg/upstream"
-	"github.com/nodedns/nodedns/pkg/zoneroute"
+	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/node/intercept"
+	"github.com/nodedns/nodedns/pkg/node/peers"
+	"github.com/nodedns/nodedns/pkg/node/resolvconf"
+	"github.com/nodedns/nodedns/pkg/observe/admin"
+	"github.com/nodedns/nodedns/pkg/observe/errlog"
+	"github.com/nodedns/nodedns/pkg/observe/metrics"
+	"github.com/nodedns/nodedns/pkg/observe/recovery"
+	"github.com/nodedns/nodedns/pkg/query/autopath"
+	"github.com/nodedns/nodedns/pkg/query/cache"
+	"github.com/nodedns/nodedns/pkg/query/hosts"
+	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/query/zoneroute"
 )
 
 // agent holds the wired parts of a running agent.
@@ -213,13 +213,13 @@ func readResolvConf(path string, log *slog.Logger) (resolvconf.File, error) {
 // resolv.conf (those after the cluster's).
 func searchDomains(cfg Config, zone string) []string {
 	if cfg.isGiven("search") {
-		return ndots.Search(cfg.Search, zone)
+		return autopath.Search(cfg.Search, zone)
 	}
 	rc, err := resolvconf.ReadFile(cfg.ResolvConf)
 	if err != nil {
 		return nil
 	}
-	return ndots.Search(rc.Search, zone)
+	return autopath.Search(rc.Search, zone)
 }
 
 // newForwarder builds the upstream forwarder of cfg, with the kube-dns

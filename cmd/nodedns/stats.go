@@ -21,7 +21,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/nodedns/nodedns/pkg/metrics"
+	"github.com/nodedns/nodedns/pkg/observe/metrics"
 )
 
 // maxStatsBody bounds what `nodedns stats` reads from /stats.

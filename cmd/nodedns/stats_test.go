@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodedns/nodedns/pkg/admin"
-	"github.com/nodedns/nodedns/pkg/metrics"
-	"github.com/nodedns/nodedns/pkg/server"
+	"github.com/nodedns/nodedns/pkg/observe/admin"
+	"github.com/nodedns/nodedns/pkg/observe/metrics"
+	"github.com/nodedns/nodedns/pkg/query/server"
 )
 
 func sampleDocument() metrics.Document {

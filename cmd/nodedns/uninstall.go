@@ -12,12 +12,12 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodedns/nodedns/pkg/k8s"
-	"github.com/nodedns/nodedns/pkg/uninstall"
+	"github.com/nodedns/nodedns/internal/uninstall"
+	"github.com/nodedns/nodedns/pkg/cluster/k8s"
 )
 
 // uninstallCmd is `nodedns uninstall stop-agents|await-cleanup`: the
-// cluster-wide steps of the Helm chart's pre-delete hooks (pkg/uninstall
+// cluster-wide steps of the Helm chart's pre-delete hooks (internal/uninstall
 // says why they are split so).
 func uninstallCmd(args []string, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "stop-agents" && args[0] != "await-cleanup") {

@@ -12,9 +12,9 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/nodedns/nodedns/pkg/k8s"
-	"github.com/nodedns/nodedns/pkg/kubedns"
-	"github.com/nodedns/nodedns/pkg/upstream"
+	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
 // StubDomain is one entry of the stub-domains key: in the file a list of

@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
-	"github.com/nodedns/nodedns/pkg/k8s"
-	"github.com/nodedns/nodedns/pkg/kubedns"
-	"github.com/nodedns/nodedns/pkg/upstream"
+	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
 func loadFile(t *testing.T, content string, args ...string) (Config, error) {

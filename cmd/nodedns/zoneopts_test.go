@@ -10,7 +10,7 @@ import (
 )
 
 // TestClusterZoneOptions checks the cluster zone options of issue 15 as
-// flags and as config keys, and what they become for pkg/k8s.
+// flags and as config keys, and what they become for pkg/cluster/k8s.
 func TestClusterZoneOptions(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {

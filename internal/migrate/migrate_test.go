@@ -1,0 +1,312 @@
+package migrate
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files of testdata/")
+
+// testEnv is the environment the fixtures are migrated in.
+func testEnv(k string) (string, bool) {
+	v, ok := map[string]string{"POD_IP": "169.254.20.10"}[k]
+	return v, ok
+}
+
+// fixtureKubeDNS is the kube-dns ConfigMap of the -kubedns golden files.
+var fixtureKubeDNS = kubedns.Config{
+	StubDomains: map[string][]string{
+		"acme.local":   {"1.2.3.4", "1.2.3.5:5353"},
+		"consul.local": {"dns.consul.svc.cluster.local"},
+		"outside.test": {"ns.example.com"},
+	},
+	UpstreamNameservers: []string{"8.8.8.8", "8.8.4.4"},
+}
+
+func migrateFixture(t *testing.T, name string, kd *kubedns.Config) *Result {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("testdata", name+".corefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Env: testEnv, Source: name + ".corefile"}
+	if kd != nil {
+		opts.KubeDNS, opts.KubeDNSDir = kd, "/etc/kube-dns"
+	}
+	res, err := Migrate(src, opts)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return res
+}
+
+func droppedText(res *Result) string {
+	var b strings.Builder
+	for _, n := range res.Dropped {
+		if n.File != "" {
+			fmt.Fprintf(&b, "%s: %s\n", n.File, n.Text)
+		} else {
+			fmt.Fprintf(&b, "%d: %s\n", n.Line, n.Text)
+		}
+	}
+	return b.String()
+}
+
+func golden(t *testing.T, file, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", file)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to write it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs (run with -update after checking):\n--- got\n%s\n--- want\n%s", file, got, want)
+	}
+}
+
+// TestGolden migrates every fixture and compares the YAML and the list of
+// what was not carried with testdata/NAME.yaml and NAME.dropped.
+func TestGolden(t *testing.T) {
+	fixtures, err := filepath.Glob("testdata/*.corefile")
+	if err != nil || len(fixtures) == 0 {
+		t.Fatalf("fixtures: %v %v", fixtures, err)
+	}
+	for _, f := range fixtures {
+		name := strings.TrimSuffix(filepath.Base(f), ".corefile")
+		t.Run(name, func(t *testing.T) {
+			res := migrateFixture(t, name, nil)
+			golden(t, name+".yaml", string(res.YAML))
+			golden(t, name+".dropped", droppedText(res))
+			var m map[string]any
+			if err := yaml.Unmarshal(res.YAML, &m); err != nil {
+				t.Fatalf("output is not YAML: %v", err)
+			}
+		})
+	}
+	t.Run("nodelocaldns-kubedns", func(t *testing.T) {
+		res := migrateFixture(t, "nodelocaldns", &fixtureKubeDNS)
+		golden(t, "nodelocaldns-kubedns.yaml", string(res.YAML))
+		golden(t, "nodelocaldns-kubedns.dropped", droppedText(res))
+	})
+}
+
+// keys parses the output into its keys.
+func keys(t *testing.T, res *Result) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := yaml.Unmarshal(res.YAML, &m); err != nil {
+		t.Fatalf("output is not YAML: %v\n%s", err, res.YAML)
+	}
+	return m
+}
+
+func expect(t *testing.T, m map[string]any, want map[string]any) {
+	t.Helper()
+	for k, w := range want {
+		got, ok := m[k]
+		if w == nil {
+			if ok {
+				t.Errorf("%s: %v, want it absent", k, got)
+			}
+			continue
+		}
+		if !reflect.DeepEqual(got, w) {
+			t.Errorf("%s: %#v, want %#v", k, got, w)
+		}
+	}
+}
+
+// TestCommonCorefiles: what the Corefiles operators run today become, key
+// by key, and that nothing of them is lost.
+func TestCommonCorefiles(t *testing.T) {
+	list := func(s ...string) []any {
+		out := make([]any, len(s))
+		for i, x := range s {
+			out[i] = x
+		}
+		return out
+	}
+	kubeadm := map[string]any{
+		"local-ip": list("169.254.20.10"), "cluster-domain": list("cluster.local"), "pods": "insecure",
+		"cluster-ttl": "30s", "fallthrough": list("in-addr.arpa", "ip6.arpa"), "autopath": false,
+		"upstream": nil, "max-inflight": float64(1000), "max-ttl": "30s", "max-negative-ttl": "30s", "min-ttl": "5s",
+		"prefetch": float64(0), "serve-stale": "0s", "loadbalance": "round_robin", "admin": "0.0.0.0:9153",
+		"lameduck": "5s", "loop-check": true, "cluster-zone": nil,
+	}
+	for _, tc := range []struct {
+		name string
+		want map[string]any
+	}{
+		{"kubeadm", kubeadm},
+		{"helm", kubeadm},
+		{"nodelocaldns", map[string]any{
+			"local-ip": list("169.254.20.10", "10.96.0.10"), "cluster-zone": "forward", "cluster-dns": "10.96.0.11",
+			"cluster-dns-protocol": "tcp", "cluster-ttl": "5s", "upstream": nil, "max-ttl": "30s", "admin": "0.0.0.0:9253",
+			"loop-check": true, "autopath": false, "cluster-domain": nil, "stub-domains": nil,
+		}},
+	} {
+		res := migrateFixture(t, tc.name, nil)
+		if len(res.Dropped) != 0 {
+			t.Errorf("%s: not everything carried: %s", tc.name, droppedText(res))
+		}
+		m := keys(t, res)
+		if tc.name == "helm" {
+			delete(tc.want, "max-inflight")
+			tc.want["max-inflight"] = nil
+		}
+		expect(t, m, tc.want)
+	}
+}
+
+// TestKubeDNSMerge: node-cache puts the ConfigMap's upstreamNameservers in
+// place of the node's resolvers and adds its stub domains.
+func TestKubeDNSMerge(t *testing.T) {
+	res := migrateFixture(t, "nodelocaldns", &fixtureKubeDNS)
+	m := keys(t, res)
+	if got := fmt.Sprint(m["upstream"]); got != "[8.8.8.8 8.8.4.4]" {
+		t.Errorf("upstream %s, want the ConfigMap's", got)
+	}
+	stubs, _ := m["stub-domains"].(map[string]any)
+	if fmt.Sprint(stubs["acme.local"]) != "[1.2.3.4 1.2.3.5:5353]" {
+		t.Errorf("stub domains %v", stubs)
+	}
+	// node-cache's Corefile forwards the cluster zone: nodedns then has no
+	// Service index to resolve a server name from.
+	if _, ok := stubs["consul.local"]; ok || !strings.Contains(droppedText(res), "consul.local: server dns.consul.svc.cluster.local is a name") {
+		t.Errorf("a stub server named in forward mode: %v\n%s", stubs, droppedText(res))
+	}
+	if _, ok := stubs["outside.test"]; ok || !strings.Contains(droppedText(res), "/etc/kube-dns/stubDomains: stub domain outside.test: nameserver ns.example.com") {
+		t.Errorf("a stub nameserver named outside the cluster zone: %v\n%s", stubs, droppedText(res))
+	}
+
+	// With the cluster zone answered locally, names resolve.
+	src := []byte(".:53 {\n    kubernetes cluster.local\n    forward . /etc/resolv.conf\n}\n")
+	r1, err := Migrate(src, Options{Env: testEnv, KubeDNS: &fixtureKubeDNS, KubeDNSDir: "/etc/kube-dns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stubs, _ = keys(t, r1)["stub-domains"].(map[string]any)
+	if fmt.Sprint(stubs["consul.local"]) != "[dns.consul.svc.cluster.local]" {
+		t.Errorf("stub server named in the cluster zone: %v", stubs)
+	}
+
+	// A Corefile naming its upstreams keeps them.
+	src = []byte(".:53 {\n    forward . 9.9.9.9\n}\nacme.local {\n    forward . 10.0.0.1\n}\n")
+	r2, err := Migrate(src, Options{Env: testEnv, KubeDNS: &fixtureKubeDNS, KubeDNSDir: "/etc/kube-dns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = keys(t, r2)
+	stubs, _ = m["stub-domains"].(map[string]any)
+	if fmt.Sprint(m["upstream"]) != "[9.9.9.9]" || fmt.Sprint(stubs["acme.local"]) != "[10.0.0.1]" {
+		t.Errorf("Corefile's own settings: upstream %v, acme.local %v", m["upstream"], stubs["acme.local"])
+	}
+	d := droppedText(r2)
+	if !strings.Contains(d, "upstreamNameservers 8.8.8.8 8.8.4.4: not used") || !strings.Contains(d, "stub domain acme.local") {
+		t.Errorf("what the ConfigMap could not add is not said:\n%s", d)
+	}
+}
+
+// TestDirectiveNotes: every directive or option not carried is named with
+// its line and what it would have done.
+func TestDirectiveNotes(t *testing.T) {
+	for _, tc := range []struct {
+		src, want string
+		line      int
+	}{
+		{".:53 {\n  template IN A example.org\n}\n", "synthesized answers", 2},
+		{".:53 {\n  frobnicate\n}\n", "unknown directive", 2},
+		{".:53 {\n  forward . 1.1.1.1 {\n    next NXDOMAIN\n  }\n}\n", "passed on", 3},
+		{".:53 {\n  forward . https://1.1.1.1\n}\n", "DNS over HTTPS", 2},
+		{".:53 {\n  forward . dns.google\n}\n", "outside the cluster zone", 2},
+		{".:53 {\n  forward . /etc/other.conf\n}\n", "/etc/other.conf", 2},
+		{".:53 {\n  cache 30 example.org\n}\n", "caching only example.org", 2},
+		{".:53 {\n  cache {\n    keepttl\n  }\n}\n", "keepttl", 3},
+		{".:53 {\n  kubernetes cluster.local {\n    labels a=b\n  }\n}\n", "selector", 3},
+		{".:53 {\n  rewrite ttl example.org 10\n}\n", "query names only", 2},
+		{".:53 {\n  rewrite name regex (.*) {1}.x metadata\n}\n", "metadata", 2},
+		{"example.org {\n  rewrite name regex (.*)\\.a {1}.b\n}\n", "every zone", 2},
+		{".:53 {\n  autopath /etc/resolv.conf\n}\n", "autopath", 2},
+		{".:53 {\n  log . {\n    class denial\n  }\n}\n", "class denial", 3},
+		{".:53 {\n  bind eth0\n}\n", "interface names", 2},
+		{".:53 {\n  hosts /etc/hosts {\n    bogus\n  }\n  hosts /etc/other\n}\n", "second hosts", 5},
+		{".:53 {\n  loadbalance round_robin {\n    prefer 10.0.0.0/8\n  }\n}\n", "prefer", 3},
+		{"grpc://.:443 {\n  forward . 1.1.1.1\n}\n", "GRPC", 1},
+		{".:53 {\n}\nexample.org:1053 {\n  forward . 1.1.1.1\n}\n", "port 1053", 3},
+		{".:53 {\n  cache 30\n}\nexample.org {\n  cache 60\n  forward . 1.1.1.1\n}\n", "already set max-ttl", 5},
+		{".:53 {\n  dnssec\n}\n", "DNSSEC", 2},
+	} {
+		res, err := Migrate([]byte(tc.src), Options{Env: testEnv})
+		if err != nil {
+			t.Errorf("%q: %v", tc.src, err)
+			continue
+		}
+		found := false
+		for _, n := range res.Dropped {
+			if n.Line == tc.line && strings.Contains(n.Text, tc.want) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%q: no note at line %d with %q:\n%s", tc.src, tc.line, tc.want, droppedText(res))
+		}
+	}
+}
+
+// TestCarried: forms that carry fully.
+func TestCarried(t *testing.T) {
+	for _, tc := range []struct {
+		src  string
+		want map[string]any
+	}{
+		{".:53 {\n  forward . tls://1.1.1.1 tls://1.0.0.1 {\n    tls_servername cloudflare-dns.com\n    health_check 0.5s\n  }\n}\n",
+			map[string]any{"upstream": []any{"tls://1.1.1.1#cloudflare-dns.com", "tls://1.0.0.1#cloudflare-dns.com"}}},
+		{".:53 {\n  forward . 10.0.0.1 {\n    force_tcp\n    prefer_udp\n  }\n}\n",
+			map[string]any{"force-tcp": true, "prefer-udp": nil}},
+		{".:53 {\n  forward . 10.0.0.1\n}\nsvc.example:53 {\n  forward . dns.tools.svc.cluster.local:5353\n}\n",
+			map[string]any{"stub-domains": map[string]any{"svc.example": []any{"dns.tools.svc.cluster.local:5353"}}}},
+		{".:53 {\n  forward example.org 10.0.0.1 10.0.0.2 {\n    policy round_robin\n  }\n}\n",
+			map[string]any{"stub-domains": map[string]any{"example.org": map[string]any{"servers": []any{"10.0.0.1", "10.0.0.2"}, "policy": "round_robin"}}}},
+		{"10.0.0.0/16 {\n  forward . 10.0.0.53\n}\n",
+			map[string]any{"stub-domains": map[string]any{"0.10.in-addr.arpa": []any{"10.0.0.53"}}}},
+		{".:53 {\n  cache 600 {\n    success 5000\n    denial 1000 60\n    prefetch 3 1m 10%\n    serve_stale\n  }\n}\n",
+			map[string]any{"cache-size": float64(6000), "max-ttl": "10m", "max-negative-ttl": "1m", "prefetch": float64(3), "serve-stale": "1h"}},
+		{".:53 {\n  hosts /etc/custom.hosts example.org {\n    10.0.0.9 a.example.org\n    reload 10s\n  }\n}\n",
+			map[string]any{"hosts": map[string]any{"file": "/etc/custom.hosts", "zones": []any{"example.org"}, "entries": []any{"10.0.0.9 a.example.org"}, "reload": "10s"}}},
+		{".:53 {\n  rewrite stop {\n    name regex (.*)\\.a\\.example {1}.b.example\n    answer name (.*)\\.b\\.example {1}.a.example\n  }\n}\n",
+			map[string]any{"rewrite": []any{map[string]any{"type": "regex", "from": "(.*)\\.a\\.example", "to": "{1}.b.example", "mode": "stop"}}}},
+		{".:53 {\n  kubernetes cluster.local {\n    pods verified\n    noendpoints\n    namespace_labels env in (prod)\n    startup_timeout 10s\n    kubeconfig /etc/kubeconfig\n  }\n}\n",
+			map[string]any{"pods": "verified", "no-endpoints": true, "namespace-labels": "env in (prod)", "cluster-sync-wait": "10s", "kubeconfig": "/etc/kubeconfig", "fallthrough": []any{}}},
+		{"cluster.local:53 {\n  errors\n  kubernetes {\n    pods verified\n  }\n  cache 30\n}\nin-addr.arpa:53 ip6.arpa:53 {\n  kubernetes\n}\n.:53 {\n  errors\n  forward . 9.9.9.9\n  cache 300\n}\n",
+			map[string]any{"cluster-domain": []any{"cluster.local"}, "pods": "verified", "upstream": []any{"9.9.9.9"}, "max-ttl": "5m", "cluster-zone": nil, "stub-domains": nil}},
+		{"in-addr.arpa ip6.arpa {\n  kubernetes\n}\ncluster.local {\n  kubernetes {\n    pods verified\n  }\n}\n",
+			map[string]any{"cluster-domain": []any{"cluster.local"}, "pods": "verified"}},
+		{".:53 {\n  bufsize 1232\n  any\n  cancel\n  errors {\n    consolidate 5m \".*\"\n  }\n  log\n}\n",
+			map[string]any{"max-udp-size": float64(1232), "log-queries": float64(1)}},
+	} {
+		res, err := Migrate([]byte(tc.src), Options{Env: testEnv})
+		if err != nil {
+			t.Errorf("%q: %v", tc.src, err)
+			continue
+		}
+		if len(res.Dropped) != 0 {
+			t.Errorf("%q: dropped %s", tc.src, droppedText(res))
+		}
+		expect(t, keys(t, res), tc.want)
+	}
+}

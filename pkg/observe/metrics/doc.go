@@ -1,0 +1,32 @@
+// Package metrics owns the agent's figures: the Prometheus collectors behind
+// /metrics (nodedns_* series, and CoreDNS-compatible coredns_* series so
+// that dashboards and alerts written for CoreDNS and NodeLocal DNSCache
+// work unchanged; see coredns.go), the JSON document behind /stats (read
+// by `nodedns stats`), and the sampled query log.
+//
+// A Recorder is the server's Observer: it is told about every answered query
+// and keeps what it needs in fixed arrays of atomic counters (answers by
+// source and rcode, a duration histogram by source, per-second buckets for
+// the QPS windows, and for the CoreDNS series counters by zone, listener,
+// protocol, family, type and rcode with lock-free histograms from
+// pkg/observe/hist), so that the serving path takes no lock and allocates
+// nothing. Top query names and clients are estimated from a sample (one
+// event in TopSample per source and rcode) with the Space-Saving algorithm
+// in a bounded table whose counts halve every minute: they show who is
+// loud now, approximately, and cost bounded memory whatever the traffic.
+// Query names reach /stats and the query log only, never a metric label.
+// Recorder.Run (optional) keeps a coarse clock so that Observe does not
+// read the system clock either.
+//
+// Figures owned by other packages (cache, upstreams, interception,
+// informers, the server's own counters) are read at scrape time through the
+// funcs in Sources, as plain structs defined here; this package imports none
+// of those packages except pkg/query/server, whose Event and Stats it reads, and
+// pkg/observe/hist, whose snapshots upstream latencies come as.
+//
+// Limits: the QPS windows count whole seconds before the current one (the
+// figure lags by up to a second); top-k counts are estimates (over-counted by
+// at most the evicted minimum, times the sample rate); p50/p99 in /stats
+// are read from histogram buckets (a factor of two wide); at most 64 zones
+// are counted apart in the CoreDNS series.
+package metrics

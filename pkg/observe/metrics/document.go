@@ -1,0 +1,154 @@
+package metrics
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/nodedns/nodedns/pkg/query/server"
+)
+
+// Document is the /stats JSON document, read by `nodedns stats`. Sections
+// whose source is not wired are left out (nil). Fields are only ever
+// added, so an older CLI reads a newer agent.
+type Document struct {
+	Version       string    `json:"version"`
+	Started       time.Time `json:"started"`
+	Now           time.Time `json:"now"`
+	UptimeSeconds float64   `json:"uptime_seconds"`
+
+	QPS QPS `json:"qps"`
+	// Total is every answer since start; Answers breaks it down by
+	// source, then rcode text (only the pairs seen).
+	Total   uint64                       `json:"total"`
+	Answers map[string]map[string]uint64 `json:"answers"`
+
+	Cache     *CacheStats       `json:"cache,omitempty"`
+	Autopath  AutopathStats     `json:"autopath"`
+	Upstreams []UpstreamFigures `json:"upstreams,omitempty"`
+	Forwarder *ForwarderFigures `json:"forwarder,omitempty"`
+	Intercept *InterceptFigures `json:"intercept,omitempty"`
+	Informers *InformerFigures  `json:"informers,omitempty"`
+	Peers     *PeerFigures      `json:"peers,omitempty"`
+	Server    *server.Stats     `json:"server,omitempty"`
+
+	// TopNames and TopClients are estimates from one answer in TopSample,
+	// scaled back up, with counts halved every minute: recent loudness,
+	// not totals.
+	TopNames   []TopEntry `json:"top_names"`
+	TopClients []TopEntry `json:"top_clients"`
+	TopSample  int        `json:"top_sample"`
+}
+
+// QPS are answers per second, averaged over the whole seconds of each
+// window before the current one.
+type QPS struct {
+	Last10s float64 `json:"last_10s"`
+	Last1m  float64 `json:"last_1m"`
+}
+
+// CacheStats are the cache's figures with the hit ratio worked out
+// (hits / (hits + misses); 0 before any lookup).
+type CacheStats struct {
+	CacheFigures
+	HitRatio float64 `json:"hit_ratio"`
+}
+
+// AutopathStats are the search-path walk's figures: Shortcuts are walks
+// that saved the client a query, Steps the expansions resolved by the
+// agent, Saved the client queries (round trips) saved.
+type AutopathStats struct {
+	Shortcuts uint64 `json:"shortcuts"`
+	Steps     uint64 `json:"steps"`
+	Saved     uint64 `json:"saved"`
+}
+
+// TopEntry is a query name or a client address with its estimated count.
+type TopEntry struct {
+	Key   string `json:"key"`
+	Count uint64 `json:"count"`
+}
+
+// Stats returns the /stats document.
+func (r *Recorder) Stats() Document {
+	now, sec := r.wallNow(), r.second()
+	d := Document{
+		Version:       r.cfg.Version,
+		Started:       r.started.Round(0),
+		Now:           now.Round(0),
+		UptimeSeconds: now.Sub(r.started).Seconds(),
+		QPS:           QPS{Last10s: r.qps.rate(sec, r.startSec, 10), Last1m: r.qps.rate(sec, r.startSec, 60)},
+		Answers:       map[string]map[string]uint64{},
+		Autopath:      AutopathStats{Shortcuts: r.apShortcuts.Load(), Steps: r.apSteps.Load(), Saved: r.apSaved.Load()},
+		TopSample:     r.cfg.TopSample,
+	}
+	for s := range numSources {
+		for rc := range numRcodes {
+			v := r.answers[s][rc].Load()
+			if v == 0 {
+				continue
+			}
+			m := d.Answers[sourceNames[s]]
+			if m == nil {
+				m = map[string]uint64{}
+				d.Answers[sourceNames[s]] = m
+			}
+			m[rcodeNames[rc]] = v
+			d.Total += v
+		}
+	}
+	src := r.cfg.Sources
+	if src.Cache != nil {
+		cf := src.Cache()
+		cs := CacheStats{CacheFigures: cf}
+		if n := cf.Hits + cf.Misses; n > 0 {
+			cs.HitRatio = float64(cf.Hits) / float64(n)
+		}
+		d.Cache = &cs
+	}
+	if src.Upstreams != nil {
+		d.Upstreams = src.Upstreams()
+	}
+	if src.Forwarder != nil {
+		fw := src.Forwarder()
+		d.Forwarder = &fw
+	}
+	if src.Intercept != nil {
+		ic := src.Intercept()
+		d.Intercept = &ic
+	}
+	if src.Informers != nil {
+		inf := src.Informers()
+		d.Informers = &inf
+	}
+	if src.Peers != nil {
+		p := src.Peers()
+		d.Peers = &p
+	}
+	if src.Server != nil {
+		st := src.Server()
+		d.Server = &st
+	}
+	scale := uint64(r.cfg.TopSample)
+	d.TopNames = topEntries(r.names.snapshot(sec), r.cfg.TopK, scale, func(k string) string { return k })
+	d.TopClients = topEntries(r.clients.snapshot(sec), r.cfg.TopK, scale, func(k netip.Addr) string { return k.String() })
+	return d
+}
+
+func topEntries[K comparable](items []topItem[K], n int, scale uint64, str func(K) string) []TopEntry {
+	out := make([]TopEntry, len(items))
+	for i, it := range items {
+		out[i] = TopEntry{Key: str(it.key), Count: it.count * scale}
+	}
+	slices.SortFunc(out, func(a, b TopEntry) int {
+		if c := cmp.Compare(b.Count, a.Count); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Key, b.Key)
+	})
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}

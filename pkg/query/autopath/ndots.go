@@ -1,0 +1,65 @@
+// Package autopath computes the server-side search-path walk ("autopath") for
+// a query from a pod: whether the query is the first expansion of a pod's
+// search list, and which names the walk visits, in the order a glibc or musl
+// client with `ndots:5` would have asked them.
+//
+// It is pure: it knows nothing of where answers come from. The server owns
+// the walk itself (which answer wins, what the client gets back).
+package autopath
+
+import "strings"
+
+// Split reports whether name (lower-case FQDN) is `<base>.<ns>.svc.<zone>`,
+// the first element of the search list kubelet gives a pod in namespace ns,
+// and returns base. A name equal to `<ns>.svc.<zone>` itself has no base
+// and is not a walk (CoreDNS answers SERVFAIL there; we answer it as asked).
+func Split(name, ns, zone string) (base string, ok bool) {
+	// suffix is ".<ns>.svc.<zone>"; zone ends in a dot.
+	n := len(ns) + len(".svc.") + len(zone)
+	if ns == "" || len(name) <= n+1 || name[len(name)-n-1] != '.' {
+		return "", false
+	}
+	s := name[len(name)-n:]
+	if !strings.HasPrefix(s, ns) || !strings.HasPrefix(s[len(ns):], ".svc.") || s[len(ns)+len(".svc."):] != zone {
+		return "", false
+	}
+	return name[:len(name)-n-1], true
+}
+
+// Walk returns the names the search list expands base to, in order:
+// `<base>.<ns>.svc.<zone>`, `<base>.svc.<zone>`, `<base>.<zone>`, then
+// `<base>.<d>` for each extra search domain d, and finally `<base>.`.
+// zone and every d are lower-case FQDNs; an empty or root d is skipped.
+func Walk(base, ns, zone string, search []string) []string {
+	out := make([]string, 0, 4+len(search))
+	out = append(out, base+"."+ns+".svc."+zone, base+".svc."+zone, base+"."+zone)
+	for _, d := range search {
+		if d == "" || d == "." {
+			continue
+		}
+		out = append(out, base+"."+d)
+	}
+	return append(out, base+".")
+}
+
+// Search returns the search domains of a resolv.conf that come after the
+// cluster's own (`<ns>.svc.<zone>`, `svc.<zone>`, `<zone>`), lower-case and
+// fully qualified: the node's domains that pods inherit. It is the default
+// for the extra steps of the walk.
+func Search(resolvConfSearch []string, zone string) []string {
+	var out []string
+	for _, d := range resolvConfSearch {
+		d = strings.ToLower(strings.TrimSpace(d))
+		if d == "" {
+			continue
+		}
+		if !strings.HasSuffix(d, ".") {
+			d += "."
+		}
+		if d == zone || strings.HasSuffix(d, "."+zone) {
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
+}

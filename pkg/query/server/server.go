@@ -1,0 +1,445 @@
+// Package server owns the DNS listeners and the request pipeline: it reads
+// packets, decodes the header and question, answers from the fastest stage
+// that can (cache hit on the reader, cluster zone, search-path walk, cache
+// and upstream), and writes the reply with the client's ID, question case,
+// EDNS size and TC bit.
+//
+// The stages are interfaces defined in stages.go; this package imports none
+// of their implementations. Interception (links and rules) is not its
+// concern either: it only binds the addresses it is given.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodedns/nodedns/pkg/observe/recovery"
+)
+
+// Config configures a Server. Zero values take the defaults named.
+//
+// Resolution order for one query, as CoreDNS's plugin order has it: name
+// rewrites (Rewriter) first, then the search-path walk for pods on this node (Pods, when Autopath), each step of
+// which is resolved as below; static records (Hosts); the cluster zone
+// (Cluster); a cache hit (HitCache); Resolver (cache and upstream). All but
+// the last are tried on the socket's reader when they need no waiting.
+type Config struct {
+	// Listen holds host:port addresses; UDP and TCP are served on each.
+	Listen []string
+	// Cluster answers the cluster zone; nil disables it.
+	Cluster Cluster
+	// ClusterDNS, when set, answers cluster-zone queries until Cluster has
+	// synced; without it they get SERVFAIL (never a false NXDOMAIN).
+	ClusterDNS Exchanger
+	// Rewriter rewrites query names before everything else (see
+	// SetRewriter); nil: none.
+	Rewriter NameRewriter
+	// LoadBalance rotates the order of A and AAAA records in replies,
+	// one step per reply (CoreDNS's `loadbalance round_robin`); see
+	// SetLoadBalance.
+	LoadBalance bool
+	// Hosts answers static records before everything but the walk; nil:
+	// none.
+	Hosts Hosts
+	// Pods maps clients to namespaces for the search-path walk.
+	Pods Pods
+	// Autopath enables the server-side search-path walk.
+	Autopath bool
+	// Search are the extra search domains pods inherit from the node
+	// (lower-case FQDNs), walked after the cluster's own.
+	Search []string
+	// Resolver answers everything else. Required.
+	Resolver Resolver
+	// HitCache is the optional fast path for cache hits.
+	HitCache HitCache
+	// Observer is told about every answer; nil: nobody.
+	Observer Observer
+	// Panics counts the panics recovered while answering; shared with the
+	// cache and the forwarder, so the agent reports one figure (Stats).
+	// nil: a counter of the server's own.
+	Panics *recovery.Counter
+	// Failures rate-limits the warn line written for every SERVFAIL the
+	// server sends (failures.go); nil: no such lines.
+	Failures FailureLimiter
+
+	// SocketsPerAddr is the number of SO_REUSEPORT UDP sockets (each with
+	// its own reader) per listen address; default GOMAXPROCS.
+	SocketsPerAddr int
+	// UDPReaders selects how UDP sockets are read: "threads" (default on
+	// Linux: a reader per socket on its own OS thread, blocking in
+	// recvmmsg) or "poller" (goroutines on the Go netpoller).
+	UDPReaders string
+	// MaxInflight bounds queries being resolved off the readers (upstream,
+	// walks); past it a query is answered SERVFAIL at once. Default 2000.
+	MaxInflight int
+	// MaxClientInflight bounds the share of MaxInflight one client address
+	// may hold (see fairness.go); default MaxInflight/8, at least 16;
+	// negative: no per-client bound.
+	MaxClientInflight int
+	// MaxTCPConns bounds open TCP connections; default 1000.
+	MaxTCPConns int
+	// MaxClientTCPConns bounds the open TCP connections of one client
+	// address, so that one pod cannot hold the connections every other
+	// pod needs after a TC reply; default MaxTCPConns/8, at least 4;
+	// negative: no per-client bound.
+	MaxClientTCPConns int
+	// TCPIdleTimeout closes a TCP connection with no query for this long;
+	// default 10s. TCPReadTimeout bounds the reading of one message from
+	// its first byte, whatever the bytes trickle in (the idle timer does
+	// not restart per byte); default 2s. TCPWriteTimeout bounds one write;
+	// default 2s.
+	TCPIdleTimeout, TCPReadTimeout, TCPWriteTimeout time.Duration
+	// QueryTimeout bounds the resolution of one query; default 5s.
+	QueryTimeout time.Duration
+	// MaxUDPSize caps the UDP reply size whatever the client advertises;
+	// default 1232 (the DNS flag day value: no fragmentation).
+	MaxUDPSize int
+	// AutopathMemo is how long the winning step of a walk is remembered for
+	// (namespace, name), so that A and AAAA take the same path; default 30s.
+	AutopathMemo time.Duration
+	Logger       *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if len(c.Listen) == 0 {
+		return errors.New("server: no listen address")
+	}
+	if c.Resolver == nil {
+		return errors.New("server: no resolver")
+	}
+	if c.SocketsPerAddr <= 0 {
+		c.SocketsPerAddr = runtime.GOMAXPROCS(0)
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = 2000
+	}
+	if c.MaxClientInflight == 0 {
+		c.MaxClientInflight = max(c.MaxInflight/8, 16)
+	}
+	if c.MaxTCPConns <= 0 {
+		c.MaxTCPConns = 1000
+	}
+	if c.MaxClientTCPConns == 0 {
+		c.MaxClientTCPConns = min(max(c.MaxTCPConns/8, 4), c.MaxTCPConns)
+	}
+	if c.TCPIdleTimeout <= 0 {
+		c.TCPIdleTimeout = 10 * time.Second
+	}
+	if c.TCPReadTimeout <= 0 {
+		c.TCPReadTimeout = 2 * time.Second
+	}
+	if c.TCPWriteTimeout <= 0 {
+		c.TCPWriteTimeout = 2 * time.Second
+	}
+	if c.QueryTimeout <= 0 {
+		c.QueryTimeout = 5 * time.Second
+	}
+	if c.MaxUDPSize <= 0 {
+		c.MaxUDPSize = 1232
+	}
+	if c.MaxUDPSize < 512 {
+		c.MaxUDPSize = 512
+	}
+	if c.AutopathMemo <= 0 {
+		c.AutopathMemo = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Panics == nil {
+		c.Panics = new(recovery.Counter)
+	}
+	return nil
+}
+
+// Server serves DNS on its listen addresses.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	udp   []*udpSock
+	tcp   []*net.TCPListener
+	sem   chan struct{}  // slow-path queries in flight
+	fair  *clientLimiter // per-client share of sem; nil: none
+	conns chan struct{}  // open TCP connections
+	memo  *walkMemo
+	// shortcuts keeps search-path shortcut replies in wire form
+	// (shortcut.go).
+	shortcuts *shortcutTable
+	// packed holds cluster replies in wire form (see sendCluster).
+	packed *packedCache
+	// epoch is when the server was made; ages are measured from it on the
+	// monotonic clock (see mono).
+	epoch time.Time
+	// heldPs counts this server's thread readers that block holding a P
+	// (udpthread_linux.go).
+	heldPs  atomic.Int32
+	walkSet atomic.Pointer[walkSettings]
+	// rewriter rewrites query names first (rewrite.go); nil: none.
+	rewriter atomic.Pointer[rewriterBox]
+	// loadBalance rotates the A and AAAA RRsets of every NOERROR reply
+	// (finish); rotation counts replies for the next offset.
+	loadBalance atomic.Bool
+	rotation    atomic.Uint32
+
+	wg       sync.WaitGroup // readers, acceptors, connections, slow-path queries
+	ctx      context.Context
+	cancel   context.CancelFunc
+	bound    atomic.Bool
+	closing  atomic.Bool // Shutdown has begun: readers stop
+	draining atomic.Bool // Drain has begun: not ready, still reading
+	threads  sync.WaitGroup
+	tcpMu    sync.Mutex
+	tcpConns map[*net.TCPConn]*tcpState
+	// tcpClients counts open TCP connections per client address (under
+	// tcpMu); entries exist only while a client has one.
+	tcpClients map[netip.Addr]int
+
+	loopName  atomic.Value // string: the loop probe's name while a check runs
+	loopSeen  atomic.Int32
+	overloads atomic.Uint64
+	// clientLimited counts queries refused at the per-client bound.
+	clientLimited atomic.Uint64
+	// tcpClientLimited counts TCP connections refused at the per-client
+	// bound; tcpEvicted idle connections closed to make room for new ones.
+	tcpClientLimited, tcpEvicted atomic.Uint64
+
+	// UDP readers (readers.go): running now, restarted after a failure,
+	// down with a socket that could not be replaced.
+	readersLive    atomic.Int32
+	readerRestarts atomic.Uint64
+	readersDead    atomic.Int32
+	// Test hooks (nil in production): recvFault turns a thread reader's
+	// successful receive into the error it returns; bindUDP replaces
+	// bindUDPLike when a reader's socket is replaced.
+	recvFault func() unix.Errno
+	bindUDP   func(u *udpSock) (*udpSock, error)
+}
+
+// New validates cfg. Call Listen, then Serve.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	for _, a := range cfg.Listen {
+		if _, err := netip.ParseAddrPort(a); err != nil {
+			return nil, fmt.Errorf("listen address %q: want ip:port: %w", a, err)
+		}
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "server"),
+		sem: make(chan struct{}, cfg.MaxInflight), fair: newClientLimiter(cfg.MaxClientInflight), conns: make(chan struct{}, cfg.MaxTCPConns),
+		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), shortcuts: newShortcutTable(scEntries, scBytes),
+		tcpConns: map[*net.TCPConn]*tcpState{}, tcpClients: map[netip.Addr]int{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.epoch = time.Now()
+	s.loopName.Store("")
+	s.walkSet.Store(&walkSettings{autopath: cfg.Autopath, search: cfg.Search})
+	s.SetRewriter(cfg.Rewriter)
+	s.loadBalance.Store(cfg.LoadBalance)
+	return s, nil
+}
+
+// mono returns t (a reading of time.Now) as nanoseconds since the server
+// was made, on the monotonic clock: a step of the wall clock moves it not.
+func (s *Server) mono(t time.Time) int64 { return int64(t.Sub(s.epoch)) }
+
+// reusePort sets SO_REUSEPORT (old and new agents share the addresses
+// during a rollout, and several readers share one address) and
+// SO_REUSEADDR.
+func reusePort(network, address string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); serr != nil {
+			serr = fmt.Errorf("setting SO_REUSEPORT on %s %s: %w", network, address, serr)
+			return
+		}
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); serr != nil {
+			serr = fmt.Errorf("setting SO_REUSEADDR on %s %s: %w", network, address, serr)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("controlling %s socket %s: %w", network, address, err)
+	}
+	return serr
+}
+
+// Listen binds every socket. On error nothing stays bound.
+func (s *Server) Listen() error {
+	lc := net.ListenConfig{Control: reusePort}
+	for li, addr := range s.cfg.Listen {
+		for i := 0; i < s.cfg.SocketsPerAddr; i++ {
+			uc, err := s.bindUDPConn(netip.MustParseAddrPort(addr)) // checked by New
+			if err != nil {
+				s.closeListeners()
+				return fmt.Errorf("binding UDP %s: %w", addr, err)
+			}
+			u := s.udpSocket(uc)
+			u.listener = li
+			s.udp = append(s.udp, u)
+		}
+		l, err := lc.Listen(context.Background(), "tcp", addr)
+		if err != nil {
+			s.closeListeners()
+			return fmt.Errorf("binding TCP %s: %w", addr, err)
+		}
+		s.tcp = append(s.tcp, l.(*net.TCPListener))
+	}
+	s.bound.Store(true)
+	return nil
+}
+
+// Addrs returns the bound UDP addresses, one per listen address (useful
+// when listening on port 0).
+func (s *Server) Addrs() []netip.AddrPort {
+	var out []netip.AddrPort
+	for i := 0; i < len(s.udp); i += s.cfg.SocketsPerAddr {
+		out = append(out, s.udp[i].local)
+	}
+	return out
+}
+
+// TCPAddrs returns the bound TCP addresses.
+func (s *Server) TCPAddrs() []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, l := range s.tcp {
+		out = append(out, l.Addr().(*net.TCPAddr).AddrPort())
+	}
+	return out
+}
+
+// Bound reports whether the listeners are bound and serving.
+func (s *Server) Bound() bool { return s.bound.Load() && !s.closing.Load() && !s.draining.Load() }
+
+// Serve starts the readers and acceptors and returns at once.
+func (s *Server) Serve() {
+	for _, u := range s.udp {
+		if u.thread() {
+			s.startThreadReader(u)
+			continue
+		}
+		s.startPollerReader(u)
+	}
+	for i, l := range s.tcp {
+		s.wg.Add(1)
+		go s.acceptTCP(l, i)
+	}
+}
+
+// Shutdown stops reading, waits for queries in flight (bounded by ctx) and
+// closes every socket.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	// Thread readers block in the kernel on the raw descriptor: they must
+	// be gone before it is closed (and its number reused). They notice the
+	// flag within threadWake.
+	s.threads.Wait()
+	// Answers still being resolved (a slow upstream) leave through the UDP
+	// sockets: closing them first would drop those answers.
+	s.awaitInflight(ctx)
+	s.closeListeners()
+	s.tcpMu.Lock()
+	for _, st := range s.tcpConns {
+		_ = st.c.SetReadDeadline(time.Unix(1, 0))
+	}
+	s.tcpMu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		s.cancel()
+		return nil
+	case <-ctx.Done():
+		s.cancel()
+		return fmt.Errorf("server shutdown: %w", ctx.Err())
+	}
+}
+
+func (s *Server) closeListeners() {
+	for _, u := range s.udp {
+		if err := u.close(); err != nil {
+			s.log.Debug("closing UDP socket", "addr", u.local, "err", err)
+		}
+	}
+	for _, l := range s.tcp {
+		_ = l.Close()
+	}
+}
+
+// Stats are the server's own counters.
+type Stats struct {
+	Overloaded uint64 `json:"overloaded"`
+	// ClientLimited counts queries refused because their client held its
+	// whole share of the in-flight bound (MaxClientInflight).
+	ClientLimited uint64 `json:"client_limited"`
+	// Panics counts every panic recovered in the agent: answering queries,
+	// and the cache's and forwarder's background work (Config.Panics).
+	Panics   uint64 `json:"panics"`
+	InFlight int    `json:"in_flight"`
+	TCPConns int    `json:"tcp_conns"`
+	// TCPClientLimited counts TCP connections closed at once because
+	// their client held its share of them (MaxClientTCPConns) with none
+	// idle; TCPEvicted idle connections closed to make room for a new one
+	// at a bound.
+	TCPClientLimited uint64 `json:"tcp_client_limited"`
+	TCPEvicted       uint64 `json:"tcp_evicted"`
+	// UDPReaders counts the UDP sockets' readers; UDPReadersHoldingP those
+	// that block keeping their P (udpthread_linux.go).
+	UDPReaders         int `json:"udp_readers"`
+	UDPReadersHoldingP int `json:"udp_readers_holding_p"`
+	// UDPReadersLive counts the readers reading now (UDPReaders while
+	// serving; fewer while one is being restarted after a failure);
+	// UDPReaderRestarts counts those restarts (readers.go).
+	UDPReadersLive    int    `json:"udp_readers_live"`
+	UDPReaderRestarts uint64 `json:"udp_reader_restarts"`
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	return Stats{Overloaded: s.overloads.Load(), ClientLimited: s.clientLimited.Load(), Panics: s.cfg.Panics.Count(), InFlight: len(s.sem), TCPConns: len(s.conns),
+		TCPClientLimited: s.tcpClientLimited.Load(), TCPEvicted: s.tcpEvicted.Load(),
+		UDPReaders: len(s.udp), UDPReadersHoldingP: int(s.heldPs.Load()),
+		UDPReadersLive: int(s.readersLive.Load()), UDPReaderRestarts: s.readerRestarts.Load()}
+}
+
+// Drain stops new UDP traffic from reaching this server's sockets while
+// keeping them open for wait, so that queries already queued on them are
+// still read and answered; call Shutdown afterwards.
+//
+// Closing a socket drops whatever sits in its receive queue. During a
+// rolling update the new agent already shares the addresses through
+// SO_REUSEPORT, so the old one first connect()s each UDP socket to its own
+// address: a connected socket only matches datagrams from that peer, which
+// never sends, so the kernel steers every new query to the other sockets of
+// the group (the new agent's). Without another agent, queries get an ICMP
+// port unreachable, and clients fail over at once instead of timing out.
+//
+// TCP listeners close at once (new connections then go to the other
+// agent's listeners); open connections answer what their clients have
+// sent and close when idle.
+func (s *Server) Drain(wait time.Duration) {
+	s.draining.Store(true)
+	s.stopAccepting()
+	for _, u := range s.udp {
+		if err := u.connectSelf(); err != nil {
+			s.log.Warn("drain: connecting socket to itself", "addr", u.local, "err", err)
+		}
+	}
+	time.Sleep(wait)
+}
+
+func sockaddr(ap netip.AddrPort) unix.Sockaddr {
+	if ap.Addr().Is4() || ap.Addr().Is4In6() {
+		return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().Unmap().As4()}
+	}
+	return &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+}
