@@ -1,0 +1,121 @@
+package cache
+
+import (
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// AppendHit appends the cached reply for k to dst when a fresh entry exists,
+// with every TTL counted down. The header's ID and flags and the question's
+// case are the caller's to patch. It is the allocation-free hit path: it
+// unpacks nothing. ok is false on a miss or an expired entry (Resolve then
+// deals with it).
+func (c *Cache) AppendHit(dst []byte, name string, qtype, qclass uint16, do, cd bool) (out []byte, rcode int, ok bool) {
+	e, remain, ok := c.hit(name, qtype, qclass, do, cd)
+	if !ok {
+		return dst, 0, false
+	}
+	start := len(dst)
+	dst = append(dst, e.wire...)
+	e.putTTLs(dst[start:], ttlSeconds(remain))
+	return dst, int(e.rcode), true
+}
+
+// AppendHitRef is AppendHit that also returns the stored reply that
+// answered, as a *StoredHit (in an any, so that callers need not import
+// this package), for a caller that keeps a copy of the reply and takes its
+// later hits through StoredHit.Hit. It allocates the StoredHit.
+func (c *Cache) AppendHitRef(dst []byte, name string, qtype, qclass uint16, do, cd bool) (out []byte, rcode int, ref any, ok bool) {
+	e, remain, ok := c.hit(name, qtype, qclass, do, cd)
+	if !ok {
+		return dst, 0, nil, false
+	}
+	start := len(dst)
+	dst = append(dst, e.wire...)
+	e.putTTLs(dst[start:], ttlSeconds(remain))
+	k := Key{Name: strings.Clone(name), Type: qtype, Class: qclass, DO: do, CD: cd}
+	return dst, int(e.rcode), &StoredHit{c: c, e: e, k: k}, true
+}
+
+// StoredHit is one stored reply, kept by a caller that copied it
+// (pkg/server's search-path shortcuts build a reply around it). A stored
+// reply never changes: a refresh stores a new one, and this one is gone.
+type StoredHit struct {
+	c *Cache
+	e *entry
+	k Key
+}
+
+// storedTouchEvery: one Hit in this many also marks the entry recently
+// used, so that a reply served only through StoredHits is not evicted as
+// unused (a lookup per hit would cost what the caller avoids).
+const storedTouchEvery = 64
+
+// Hit takes a hit on the stored reply as AppendHit would (counted; a
+// popular entry prefetched) without looking it up or copying it: ok while
+// it is still the cache's fresh answer for its key, with its TTL now.
+func (h *StoredHit) Hit() (ttl uint32, ok bool) {
+	e := h.e
+	if e.gone.Load() {
+		return 0, false
+	}
+	remain := e.expires() - h.c.now()
+	if remain <= 0 {
+		return 0, false
+	}
+	h.c.countHit(e)
+	h.c.maybePrefetch(h.k, e, remain)
+	if e.hits.Load()%storedTouchEvery == 0 {
+		h.c.get(&h.k)
+	}
+	return ttlSeconds(remain), true
+}
+
+// hit returns the fresh entry for the key and its remaining lifetime,
+// counting the hit and prefetching a popular entry.
+func (c *Cache) hit(name string, qtype, qclass uint16, do, cd bool) (*entry, int64, bool) {
+	k := Key{Name: name, Type: qtype, Class: qclass, DO: do, CD: cd}
+	e, found := c.get(&k)
+	if !found {
+		return nil, 0, false
+	}
+	remain := e.expires() - c.now()
+	if remain <= 0 {
+		return nil, 0, false
+	}
+	c.countHit(e)
+	c.maybePrefetch(k, e, remain)
+	return e, remain, true
+}
+
+// Peek returns the fresh entry for the key as a message with its TTLs
+// counted down, without asking the upstream; ok is false on a miss or an
+// expired entry.
+func (c *Cache) Peek(name string, qtype, qclass uint16, do, cd bool) (*dns.Msg, bool) {
+	k := Key{Name: name, Type: qtype, Class: qclass, DO: do, CD: cd}
+	e, found := c.get(&k)
+	if !found {
+		return nil, false
+	}
+	remain := e.expires() - c.now()
+	if remain <= 0 {
+		return nil, false
+	}
+	m, err := e.msg(0, ttlSeconds(remain))
+	if err != nil {
+		return nil, false
+	}
+	c.countHit(e)
+	c.maybePrefetch(k, e, remain)
+	return m, true
+}
+
+func ttlSeconds(ns int64) uint32 {
+	s := ns / int64(time.Second)
+	if s > 1<<31-1 {
+		s = 1<<31 - 1
+	}
+	return uint32(s)
+}

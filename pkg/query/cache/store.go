@@ -1,0 +1,206 @@
+package cache
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/query/dnswire"
+)
+
+// Put stores r as the answer for k if the caching rules allow it.
+func (c *Cache) Put(k Key, r *dns.Msg) { c.store(k, r) }
+
+// keeps reports whether old must survive a SERVFAIL: it is still fresh, or
+// could still be served stale (either is worth more than the failure).
+func (c *Cache) keeps(old *entry, now int64) bool {
+	return old.kind != kindServfail && (old.expires() > now || c.usableStale(old, now))
+}
+
+// store applies the caching rules (written next to the code that enforces
+// them, as the RFCs they come from):
+//   - truncated replies are never stored: the TCP retry has the real answer;
+//   - the reply must answer exactly k's question;
+//   - NOERROR with answers: lifetime is the smallest TTL in the message (OPT
+//     excluded), clamped to [MinTTL, MaxTTL];
+//   - NXDOMAIN, or NOERROR without answers (NODATA): only with an SOA in the
+//     authority section; lifetime min(SOA TTL, SOA MINIMUM) (RFC 2308 §5),
+//     at most MaxNegativeTTL; SOA-less denials are not stored;
+//   - SERVFAIL: ServfailTTL, and never over an entry that is still fresh
+//     (a failed prefetch) or could still be served stale: that entry is
+//     worth more than the failure;
+//   - everything else (REFUSED, FORMERR, NOTIMP, ...) is not stored.
+//
+// It returns the entry's lifetime and whether r was stored.
+func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
+	if r.Truncated || len(r.Question) != 1 {
+		return 0, false
+	}
+	if q := r.Question[0]; q.Qtype != k.Type || q.Qclass != k.Class || !strings.EqualFold(q.Name, k.Name) {
+		return 0, false
+	}
+	now := c.now()
+	var life time.Duration
+	var kd kind
+	switch {
+	case r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0:
+		kd = kindPositive
+		life = clamp(minTTL(r), c.conf().MinTTL, c.conf().MaxTTL)
+	case r.Rcode == dns.RcodeNameError || r.Rcode == dns.RcodeSuccess:
+		soa := findSOA(r)
+		if soa == nil {
+			return 0, false
+		}
+		kd = kindNegative
+		ttl := min(soa.Hdr.Ttl, soa.Minttl)
+		life = clamp(time.Duration(ttl)*time.Second, 0, c.conf().MaxNegativeTTL)
+	case r.Rcode == dns.RcodeServerFailure:
+		kd = kindServfail
+		life = c.conf().ServfailTTL
+		if old, ok := c.peek(&k); ok && c.keeps(old, now) {
+			return 0, false
+		}
+	default:
+		return 0, false
+	}
+	if life <= 0 {
+		return 0, false
+	}
+	wire, err := pack(k, r, c.conf().MaxEntryBytes)
+	if err != nil {
+		if errors.Is(err, errTooLarge) {
+			c.tooLarge.Add(1)
+		}
+		c.log.Debug("not caching reply", "name", k.Name, "type", k.Type, "err", err)
+		return 0, false
+	}
+	e := &entry{wire: wire, kind: kd, flags: keyFlags(&k), rcode: uint16(r.Rcode), stored: now, lifetime: int64(life)}
+	sh, h := c.slot(&k)
+	sh.add(h, e)
+	return life, true
+}
+
+func clamp(d, lo, hi time.Duration) time.Duration { return max(lo, min(d, hi)) }
+
+func minTTL(r *dns.Msg) time.Duration {
+	m := uint32(1<<32 - 1)
+	for _, sec := range [][]dns.RR{r.Answer, r.Ns, r.Extra} {
+		for _, rr := range sec {
+			if rr.Header().Rrtype == dns.TypeOPT {
+				continue
+			}
+			m = min(m, rr.Header().Ttl)
+		}
+	}
+	return time.Duration(m) * time.Second
+}
+
+func findSOA(r *dns.Msg) *dns.SOA {
+	for _, rr := range r.Ns {
+		if soa, ok := rr.(*dns.SOA); ok {
+			return soa
+		}
+	}
+	return nil
+}
+
+// errTooLarge: the reply is larger than MaxEntryBytes.
+var errTooLarge = errors.New("reply larger than the cache's entry limit")
+
+// pack stores r in wire form: ID 0, lower-case question and owner names (so
+// owners equal to the question compress against it and take the client's
+// case when the server patches the question), no OPT. A reply that packs
+// into more than limit bytes is refused with errTooLarge.
+func pack(k Key, r *dns.Msg, limit int) ([]byte, error) {
+	m := &dns.Msg{MsgHdr: r.MsgHdr, Compress: true}
+	m.Id = 0
+	m.Question = []dns.Question{{Name: k.Name, Qtype: k.Type, Qclass: k.Class}}
+	// A reply whose records alone, each with a name compressed to a
+	// pointer, exceed the limit is refused before anything is copied or
+	// packed: the flood of very large answers this limit is for costs
+	// no work here.
+	if floor := packedFloor(r); floor > limit {
+		return nil, fmt.Errorf("reply for %s: at least %d bytes: %w", k.Name, floor, errTooLarge)
+	}
+	lower := func(in []dns.RR) []dns.RR {
+		out := make([]dns.RR, 0, len(in))
+		for _, rr := range in {
+			if rr.Header().Rrtype == dns.TypeOPT {
+				continue
+			}
+			if name := rr.Header().Name; hasUpper(name) {
+				rr = dns.Copy(rr)
+				rr.Header().Name = strings.ToLower(name)
+			}
+			out = append(out, rr)
+		}
+		return out
+	}
+	m.Answer, m.Ns, m.Extra = lower(r.Answer), lower(r.Ns), lower(r.Extra)
+	packed, err := m.Pack()
+	if err != nil {
+		return nil, fmt.Errorf("packing reply for %s: %w", k.Name, err)
+	}
+	if len(packed) > limit {
+		return nil, fmt.Errorf("reply for %s: %d bytes: %w", k.Name, len(packed), errTooLarge)
+	}
+	// miekg/dns packs some records it unpacked into bytes it cannot read
+	// back (a record with empty RDATA, say). The hit path serves these
+	// bytes as they are, so they must parse: one unpack per stored entry,
+	// off the hit path. Found by FuzzAppendHit.
+	if err := new(dns.Msg).Unpack(packed); err != nil {
+		return nil, fmt.Errorf("reply for %s packs into bytes that do not unpack: %w", k.Name, err)
+	}
+	offs, err := dnswire.TTLOffsets(packed)
+	if err != nil {
+		return nil, fmt.Errorf("indexing TTLs of reply for %s: %w", k.Name, err)
+	}
+	// One exact allocation (Pack's buffer is sized for the uncompressed
+	// message): the reply, then its TTL offsets in the spare capacity.
+	buf := make([]byte, len(packed), len(packed)+2*len(offs))
+	copy(buf, packed)
+	for _, o := range offs {
+		buf = binary.BigEndian.AppendUint16(buf, o)
+	}
+	return buf[:len(packed)], nil
+}
+
+// packedFloor is a lower bound on r's packed size: the header, and each
+// record's fixed fields and RDATA with its owner name a 2-byte pointer.
+// RDATA lengths are the ones read off the wire (r came from Unpack);
+// records built in memory have none and count for their fixed part only.
+func packedFloor(r *dns.Msg) int {
+	n := dnswire.HeaderLen
+	for _, sec := range [][]dns.RR{r.Answer, r.Ns, r.Extra} {
+		for _, rr := range sec {
+			n += 2 + 10 + int(rr.Header().Rdlength)
+		}
+	}
+	return n
+}
+
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return true
+		}
+	}
+	return false
+}
+
+// msg unpacks the entry with every TTL set to ttl.
+func (e *entry) msg(id uint16, ttl uint32) (*dns.Msg, error) {
+	b := make([]byte, len(e.wire))
+	copy(b, e.wire)
+	e.putTTLs(b, ttl)
+	m := new(dns.Msg)
+	if err := m.Unpack(b); err != nil {
+		return nil, fmt.Errorf("cache: unpacking stored reply: %w", err)
+	}
+	m.Id = id
+	return m, nil
+}
