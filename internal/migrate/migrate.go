@@ -27,6 +27,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 )
 
 // Note is one thing migrate says about a line of the Corefile (or, with
@@ -219,76 +220,15 @@ func parseKey(k string) (addr, error) {
 		zone = "."
 	}
 	if pfx, err := netip.ParsePrefix(zone); err == nil {
-		a.zones = reverseZones(pfx.Masked())
+		a.zones = dnsname.ReverseZones(pfx)
 		return a, nil
 	}
-	z := strings.ToLower(dns.Fqdn(zone))
+	z := dnsname.Canonical(zone)
 	if _, ok := dns.IsDomainName(z); !ok {
 		return a, fmt.Errorf("zone %q", zone)
 	}
 	a.zones = []string{z}
 	return a, nil
-}
-
-// reverseZones are the reverse zones of a prefix, one per octet (nibble)
-// the prefix leaves open, as CoreDNS expands a CIDR key.
-func reverseZones(p netip.Prefix) []string {
-	step := 8
-	if p.Addr().Is6() {
-		step = 4
-	}
-	bits := p.Bits()
-	full := (bits + step - 1) / step * step
-	var out []string
-	n := 1 << (full - bits)
-	for i := range n {
-		a := p.Addr()
-		if full != bits {
-			a = addAt(a, full, i)
-		}
-		out = append(out, reverseName(a, full))
-	}
-	return out
-}
-
-func addAt(a netip.Addr, bits, n int) netip.Addr {
-	b := a.AsSlice()
-	shift := len(b)*8 - bits
-	for i := len(b) - 1; i >= 0 && n > 0; i-- {
-		if shift >= 8 {
-			shift -= 8
-			continue
-		}
-		v := int(b[i]) + n<<shift
-		b[i] = byte(v)
-		n = v >> 8
-		shift = 0
-	}
-	out, _ := netip.AddrFromSlice(b)
-	return out
-}
-
-func reverseName(a netip.Addr, bits int) string {
-	b := a.AsSlice()
-	var labels []string
-	if a.Is4() {
-		for i := 0; i < bits/8; i++ {
-			labels = append([]string{strconv.Itoa(int(b[i]))}, labels...)
-		}
-		return strings.Join(append(labels, "in-addr.arpa."), ".")
-	}
-	for i := 0; i < bits/4; i++ {
-		nib := b[i/2] >> 4
-		if i%2 == 1 {
-			nib = b[i/2] & 0xf
-		}
-		labels = append([]string{strconv.FormatInt(int64(nib), 16)}, labels...)
-	}
-	return strings.Join(append(labels, "ip6.arpa."), ".")
-}
-
-func isReverse(z string) bool {
-	return dns.IsSubDomain("in-addr.arpa.", z) || dns.IsSubDomain("ip6.arpa.", z)
 }
 
 // block is a server block with its keys read.
@@ -383,7 +323,7 @@ func (m *migrator) findClusterZones(blocks []*block) {
 					continue
 				}
 				for _, zz := range z.zones {
-					if zz != "." && !isReverse(zz) {
+					if zz != "." && !dnsname.IsReverse(zz) {
 						zs = append(zs, zz)
 					}
 				}
@@ -433,7 +373,7 @@ func (m *migrator) block(b *block) {
 			switch {
 			case m.isClusterZone(z):
 				any = true
-			case isReverse(z):
+			case dnsname.IsReverse(z):
 			default:
 				all = false
 			}
@@ -457,7 +397,7 @@ func hasDirective(sb *ServerBlock, name string) bool {
 
 func allReverse(zs []string) bool {
 	for _, z := range zs {
-		if !isReverse(z) {
+		if !dnsname.IsReverse(z) {
 			return false
 		}
 	}

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 )
 
 // PodMode says how `<a-b-c-d>.<namespace>.pod.<zone>` names are answered,
@@ -47,10 +49,10 @@ const (
 // the upstream when Config.Fallthrough is nil: the reverse zones, as in
 // kubeadm's Corefile (`fallthrough in-addr.arpa ip6.arpa`), so PTR queries
 // for addresses the cluster does not know are answered by the upstream.
-var DefaultFallthrough = []string{"in-addr.arpa.", "ip6.arpa."}
+var DefaultFallthrough = []string{dnsname.ReverseV4, dnsname.ReverseV6}
 
 // reverseZones are the reverse zones the index answers PTR queries in.
-var reverseZones = [...]string{"in-addr.arpa.", "ip6.arpa."}
+var reverseZones = [...]string{dnsname.ReverseV4, dnsname.ReverseV6}
 
 // Config configures an Index. The zero value of each optional field selects
 // its default; TTL is used as given (0 is valid: answers are not cached),
@@ -268,7 +270,7 @@ func normalizeFallthrough(in, zones []string) ([]string, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%w: fallthrough %q: not a zone or a CIDR: %v", ErrConfig, raw, err)
 			}
-			add = reverseZonesOf(p)
+			add = dnsname.ReverseZones(p)
 		} else {
 			z := dns.Fqdn(s)
 			if _, ok := dns.IsDomainName(z); !ok || s == "" || strings.Contains(z, "..") {
@@ -298,64 +300,6 @@ func related(z string, zones []string) bool {
 		}
 	}
 	return false
-}
-
-// reverseZonesOf returns the reverse zones that cover prefix p exactly:
-// one on an octet (IPv4) or nibble (IPv6) boundary, else every zone of the
-// next boundary inside p, as CoreDNS expands a CIDR zone.
-func reverseZonesOf(p netip.Prefix) []string {
-	p = p.Masked()
-	unit := 8
-	if p.Addr().Is6() {
-		unit = 4
-	}
-	bits := (p.Bits() + unit - 1) / unit * unit
-	n := 1 << (bits - p.Bits())
-	out := make([]string, 0, n)
-	a := p.Addr()
-	for i := 0; i < n; i++ {
-		out = append(out, reverseZone(a, bits))
-		a = addAt(a, bits, 1)
-	}
-	return out
-}
-
-// reverseZone is the reverse name of the first bits of a.
-func reverseZone(a netip.Addr, bits int) string {
-	var b strings.Builder
-	if a.Is4() {
-		o := a.As4()
-		for i := bits/8 - 1; i >= 0; i-- {
-			fmt.Fprintf(&b, "%d.", o[i])
-		}
-		b.WriteString("in-addr.arpa.")
-		return b.String()
-	}
-	o := a.As16()
-	for i := bits/4 - 1; i >= 0; i-- {
-		nib := o[i/2] >> 4
-		if i%2 == 1 {
-			nib = o[i/2] & 0xf
-		}
-		fmt.Fprintf(&b, "%x.", nib)
-	}
-	b.WriteString("ip6.arpa.")
-	return b.String()
-}
-
-// addAt adds n at bit position bits (counted from the left) of a.
-func addAt(a netip.Addr, bits int, n int) netip.Addr {
-	b := a.AsSlice()
-	// The unit that ends at bit position bits.
-	pos := bits - 1
-	carry := n << (7 - pos%8)
-	for i := pos / 8; i >= 0 && carry > 0; i-- {
-		v := int(b[i]) + carry
-		b[i] = byte(v)
-		carry = v >> 8
-	}
-	out, _ := netip.AddrFromSlice(b)
-	return out
 }
 
 // RESTConfig returns the client configuration for kubeconfig, a kubeconfig

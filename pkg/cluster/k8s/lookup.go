@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 )
 
 // Result is the local answer for a cluster name. It has the same fields, in
@@ -73,26 +75,18 @@ func (ix *Index) Lookup(name string, qtype uint16) (Result, bool) {
 func (ix *Index) zoneIndex(name string) int {
 	best := -1
 	for i, z := range ix.zones {
-		if inZone(name, z) && (best < 0 || len(z) > len(ix.zones[best])) {
+		if dnsname.InZone(name, z) && (best < 0 || len(z) > len(ix.zones[best])) {
 			best = i
 		}
 	}
 	return best
 }
 
-// inZone reports whether name is z or below it; both lower-case FQDNs.
-func inZone(name, z string) bool {
-	if len(name) == len(z) {
-		return name == z
-	}
-	return len(name) > len(z) && name[len(name)-len(z)-1] == '.' && strings.HasSuffix(name, z)
-}
-
 // fallsThrough reports whether a name error for name goes on to the cache
 // and upstream (Config.Fallthrough).
 func (ix *Index) fallsThrough(name string) bool {
 	for _, z := range ix.cfg.Fallthrough {
-		if z == "." || inZone(name, z) {
+		if z == "." || dnsname.InZone(name, z) {
 			return true
 		}
 	}
@@ -278,7 +272,7 @@ func (ix *Index) chase(zm *zoneMsgs, v *svcView, name string, qtype uint16, dept
 		return zm.nodata, "" // x CNAME x, or a chain too long: CoreDNS drops it
 	}
 	cname := v.in(zm.idx).cname
-	if !inZone(target, zm.zone) {
+	if !dnsname.InZone(target, zm.zone) {
 		return cname, target
 	}
 	m, ext := ix.resolve(zm, target, qtype, depth+1)
@@ -593,7 +587,7 @@ func (ix *Index) lookupReverse(name string, qtype uint16) (Result, bool) {
 	}
 	ri := -1
 	for i, z := range reverseZones {
-		if inZone(name, z) {
+		if dnsname.InZone(name, z) {
 			ri = i
 			break
 		}
@@ -605,7 +599,7 @@ func (ix *Index) lookupReverse(name string, qtype uint16) (Result, bool) {
 		// The apex exists: NODATA, not a name error (as CoreDNS).
 		return Result{Msg: ix.zoneMsg.Load().revNoData[ri]}, true
 	}
-	if ip, ok := parseReverse(name); ok {
+	if ip, ok := dnsname.ParseReverse(name); ok {
 		// The generation is read before the state: an answer built from
 		// a state that has since changed carries a generation that has
 		// moved on (Generation).
@@ -677,74 +671,4 @@ outer:
 
 func (ix *Index) ptr(name, target string) dns.RR {
 	return &dns.PTR{Hdr: ix.hdr(name, dns.TypePTR), Ptr: target}
-}
-
-// parseReverse reads the address of a full in-addr.arpa (4 labels) or
-// ip6.arpa (32 nibbles) name. Partial names are not addresses.
-func parseReverse(name string) (netip.Addr, bool) {
-	const v4, v6 = ".in-addr.arpa.", ".ip6.arpa."
-	switch {
-	case strings.HasSuffix(name, v4):
-		s := name[:len(name)-len(v4)]
-		var b [4]byte
-		for i := 3; i >= 0; i-- {
-			// Labels run from the last octet to the first.
-			j := strings.IndexByte(s, '.')
-			lab := s
-			if i > 0 {
-				if j < 0 {
-					return netip.Addr{}, false
-				}
-				lab, s = s[:j], s[j+1:]
-			} else if j >= 0 {
-				return netip.Addr{}, false
-			}
-			if len(lab) == 0 || len(lab) > 3 || (len(lab) > 1 && lab[0] == '0') {
-				return netip.Addr{}, false
-			}
-			n := 0
-			for k := 0; k < len(lab); k++ {
-				c := lab[k]
-				if c < '0' || c > '9' {
-					return netip.Addr{}, false
-				}
-				n = n*10 + int(c-'0')
-			}
-			if n > 255 {
-				return netip.Addr{}, false
-			}
-			b[i] = byte(n)
-		}
-		return netip.AddrFrom4(b), true
-	case strings.HasSuffix(name, v6):
-		s := name[:len(name)-len(v6)]
-		if len(s) != 63 {
-			return netip.Addr{}, false
-		}
-		var b [16]byte
-		for i := 0; i < 32; i++ {
-			c := s[2*i]
-			if i < 31 && s[2*i+1] != '.' {
-				return netip.Addr{}, false
-			}
-			var nib byte
-			switch {
-			case c >= '0' && c <= '9':
-				nib = c - '0'
-			case c >= 'a' && c <= 'f':
-				nib = c - 'a' + 10
-			default:
-				return netip.Addr{}, false
-			}
-			// The first label is the lowest nibble of the last byte.
-			pos := 31 - i
-			if pos%2 == 0 {
-				b[pos/2] |= nib << 4
-			} else {
-				b[pos/2] |= nib
-			}
-		}
-		return netip.AddrFrom16(b), true
-	}
-	return netip.Addr{}, false
 }

@@ -1,7 +1,6 @@
 package k8s
 
 import (
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -381,26 +380,6 @@ func TestFallthrough(t *testing.T) {
 			ix, _ := startIndex(t, Config{TTL: 5, Fallthrough: c.fall}, fixture()...)
 			runCases(t, ix, c.cases)
 		})
-	}
-}
-
-func TestReverseZonesOf(t *testing.T) {
-	for p, want := range map[string][]string{
-		"10.0.0.0/8":     {"10.in-addr.arpa."},
-		"10.96.0.0/16":   {"96.10.in-addr.arpa."},
-		"192.168.1.0/24": {"1.168.192.in-addr.arpa."},
-		"1.2.3.4/32":     {"4.3.2.1.in-addr.arpa."},
-		"172.16.0.0/14":  {"16.172.in-addr.arpa.", "17.172.in-addr.arpa.", "18.172.in-addr.arpa.", "19.172.in-addr.arpa."},
-		"10.255.0.0/15":  {"254.10.in-addr.arpa.", "255.10.in-addr.arpa."},
-		"0.0.0.0/0":      {"in-addr.arpa."},
-		"fd00::/8":       {"d.f.ip6.arpa."},
-		"fc00::/7":       {"c.f.ip6.arpa.", "d.f.ip6.arpa."},
-		"2001:db8::/32":  {"8.b.d.0.1.0.0.2.ip6.arpa."},
-		"2001:db8::/30":  {"8.b.d.0.1.0.0.2.ip6.arpa.", "9.b.d.0.1.0.0.2.ip6.arpa.", "a.b.d.0.1.0.0.2.ip6.arpa.", "b.b.d.0.1.0.0.2.ip6.arpa."},
-	} {
-		if got := reverseZonesOf(netip.MustParsePrefix(p)); !slices.Equal(got, want) {
-			t.Errorf("reverseZonesOf(%s) = %q, want %q", p, got, want)
-		}
 	}
 }
 

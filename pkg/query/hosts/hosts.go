@@ -46,6 +46,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 )
 
 // Defaults.
@@ -126,7 +128,7 @@ func (c Config) validate() (*settings, error) {
 		if s.fall == nil {
 			s.fall = []string{}
 		}
-		if len(s.fall) > 0 && inZones(s.fall, ".") {
+		if len(s.fall) > 0 && dnsname.InZones(".", s.fall) {
 			s.fall = []string{} // "." is every zone
 		}
 	}
@@ -139,7 +141,7 @@ func (c Config) validate() (*settings, error) {
 func zoneList(what string, zones []string) ([]string, error) {
 	var out []string
 	for _, z := range zones {
-		n := strings.ToLower(dns.Fqdn(strings.TrimSpace(z)))
+		n := dnsname.Canonical(strings.TrimSpace(z))
 		if _, ok := dns.IsDomainName(n); !ok || strings.Contains(n, "..") && n != "." {
 			return nil, fmt.Errorf("%s %q is not a domain name", what, z)
 		}

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 )
 
 // Bounds on what is read: a hosts file larger than maxFileSize is refused
@@ -61,7 +63,7 @@ func parseLine(line string) (e entry, ok bool, err error) {
 
 // checkName returns n as a lower-case FQDN, or an error naming it.
 func checkName(n string) (string, error) {
-	name := strings.ToLower(dns.Fqdn(n))
+	name := dnsname.Canonical(n)
 	if name == "." {
 		return "", fmt.Errorf("host name %q: the root cannot be a host", n)
 	}

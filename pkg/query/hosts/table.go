@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 )
 
 // table is one immutable version of the records: the configured entries
@@ -48,7 +50,7 @@ func newTable(s *settings, sources ...[]entry) *table {
 	for _, src := range sources {
 		for _, e := range src {
 			for _, n := range e.names {
-				if !inZones(t.zones, n) {
+				if !dnsname.InZones(n, t.zones) {
 					continue // as CoreDNS: names outside the zones are ignored
 				}
 				m, key, isWild := t.names, n, strings.HasPrefix(n, "*.")
@@ -94,40 +96,24 @@ func appendNew(s []netip.Addr, a netip.Addr) []netip.Addr {
 	return append(s, a)
 }
 
-// inZones reports whether name is zones' (zone or below).
-func inZones(zones []string, name string) bool {
-	for _, z := range zones {
-		if inZone(z, name) {
-			return true
-		}
-	}
-	return false
-}
-
-func inZone(zone, name string) bool {
-	if zone == "." || name == zone {
-		return true
-	}
-	i := len(name) - len(zone)
-	return i > 0 && name[i-1] == '.' && name[i:] == zone
-}
-
 // lookup answers (name, qtype); see Hosts.Lookup.
 func (t *table) lookup(name string, qtype uint16) (*dns.Msg, bool) {
 	if qtype == dns.TypePTR {
 		// PTR is answered whatever the zones, and falls through whenever
 		// there is no record, fallthrough or not (CoreDNS).
-		a, ok := reverseAddr(name)
+		// The table keeps IPv4 addresses unmapped: an IPv4-mapped
+		// ip6.arpa. name asks for the IPv4 address.
+		a, ok := dnsname.ParseReverse(name)
 		if !ok {
 			return nil, false
 		}
-		rv := t.addrs[a]
+		rv := t.addrs[a.Unmap()]
 		if rv == nil {
 			return nil, false
 		}
 		return t.ptrMsg(rv, name), true
 	}
-	if !inZones(t.zones, name) {
+	if !dnsname.InZones(name, t.zones) {
 		return nil, false
 	}
 	exact := t.names[name]
@@ -168,7 +154,7 @@ func (t *table) lookup(name string, qtype uint16) (*dns.Msg, bool) {
 
 // through reports whether name falls through to the next stage.
 func (t *table) through(name string) bool {
-	return t.fallAll || t.fall != nil && inZones(t.fall, name)
+	return t.fallAll || t.fall != nil && dnsname.InZones(name, t.fall)
 }
 
 // addrMsg returns the answer kept in p, building it on first use. Two
@@ -206,80 +192,4 @@ func (t *table) ptrMsg(rv *reverse, name string) *dns.Msg {
 	}
 	rv.ptr.Store(m)
 	return m
-}
-
-// reverseAddr reads the address of a full reverse name
-// ("4.3.2.1.in-addr.arpa.", or 32 nibbles under "ip6.arpa."), lower-case,
-// without allocating. Partial names give ok false.
-func reverseAddr(name string) (netip.Addr, bool) {
-	const v4, v6 = ".in-addr.arpa.", ".ip6.arpa."
-	switch {
-	case strings.HasSuffix(name, v4):
-		s := name[:len(name)-len(v4)]
-		var b [4]byte
-		for i := 3; i >= 0; i-- {
-			j := strings.IndexByte(s, '.')
-			label := s
-			switch {
-			case i > 0 && j < 0, i == 0 && j >= 0:
-				return netip.Addr{}, false // not four labels
-			case i > 0:
-				label, s = s[:j], s[j+1:]
-			}
-			v, ok := octet(label)
-			if !ok {
-				return netip.Addr{}, false
-			}
-			b[i] = v
-		}
-		return netip.AddrFrom4(b), true
-	case strings.HasSuffix(name, v6):
-		s := name[:len(name)-len(v6)]
-		if len(s) != 63 {
-			return netip.Addr{}, false
-		}
-		var b [16]byte
-		for i := 0; i < 32; i++ {
-			c := s[2*i]
-			if i < 31 && s[2*i+1] != '.' {
-				return netip.Addr{}, false
-			}
-			var v byte
-			switch {
-			case c >= '0' && c <= '9':
-				v = c - '0'
-			case c >= 'a' && c <= 'f':
-				v = c - 'a' + 10
-			default:
-				return netip.Addr{}, false
-			}
-			// Nibble i is the (31-i)th of the address, low nibble first.
-			k := 31 - i
-			if k%2 == 0 {
-				b[k/2] |= v << 4
-			} else {
-				b[k/2] |= v
-			}
-		}
-		return netip.AddrFrom16(b).Unmap(), true
-	}
-	return netip.Addr{}, false
-}
-
-// octet reads a decimal 0-255 without leading zeros.
-func octet(s string) (byte, bool) {
-	if len(s) == 0 || len(s) > 3 || len(s) > 1 && s[0] == '0' {
-		return 0, false
-	}
-	v := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, false
-		}
-		v = v*10 + int(s[i]-'0')
-	}
-	if v > 255 {
-		return 0, false
-	}
-	return byte(v), true
 }
