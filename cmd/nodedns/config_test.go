@@ -308,21 +308,21 @@ func TestSettingsTable(t *testing.T) {
 	_ = defaultConfig() // panics on a default that does not parse
 }
 
-// TestREADMEFlagTable keeps the README's flag table in step with the
-// settings table.
-func TestREADMEFlagTable(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+// TestConfigDocFlagTable keeps the flag table of docs/configuration.md in
+// step with the settings table.
+func TestConfigDocFlagTable(t *testing.T) {
+	b, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(b)
+	doc := string(b)
 	for _, s := range settings {
 		f := s.flagName()
 		if f == "" {
 			f = s.key // a file-only key is listed by its key
 		}
-		if !strings.Contains(readme, "`--"+f+"`") && !strings.Contains(readme, "`"+f+"`") {
-			t.Errorf("README has no row for --%s", f)
+		if !strings.Contains(doc, "`--"+f+"`") && !strings.Contains(doc, "`"+f+"`") {
+			t.Errorf("docs/configuration.md has no row for --%s", f)
 		}
 	}
 }

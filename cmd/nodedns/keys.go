@@ -23,7 +23,7 @@ import (
 // applies it (and how). Loading, flags, `nodedns config validate|print`,
 // reload and the restart-only warning are all derived from this table, so
 // they cannot drift apart. To add a setting: add a Config field and one
-// entry here (and a row to the README's flag table). A field with a flag
+// entry here (and a row to docs/configuration.md). A field with a flag
 // must be a string, int, bool, float64 or a flag.Value; a file-only key
 // (flag: noFlag) may be any type encoding/json reads (a struct, a list of
 // structs), decoded strictly (unknown fields are errors). A setting a
