@@ -9,7 +9,7 @@ package integration
 // upstream, are asked the same questions, and their replies must agree in
 // rcode, AA and every section as sets of records (TTLs and SOA serials
 // normalised, order ignored). Where nodedns differs on purpose the
-// difference is listed in zoAllowed with the reason (and in the README).
+// difference is listed in zoAllowed with the reason (and in docs/cluster-zone.md).
 
 import (
 	"bytes"

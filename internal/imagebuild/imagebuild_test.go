@@ -11,7 +11,7 @@ import (
 )
 
 // The repository's Dockerfile is what scripts/image.sh builds from: these
-// are the facts the DaemonSet and the README rely on.
+// are the facts the DaemonSet and docs/install.md rely on.
 func TestRepositoryDockerfile(t *testing.T) {
 	s, err := ParseFile("../../Dockerfile", map[string]string{"VERSION": "v9", "TARGETOS": "linux", "TARGETARCH": "arm64"})
 	if err != nil {

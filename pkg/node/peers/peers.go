@@ -5,7 +5,7 @@
 // and the kernel then hands each of them a share of the pods' queries: a
 // NodeLocal DNSCache left running, a second resolver, anything. During a
 // rolling update that is what the old nodedns agent legitimately does
-// (README "Upgrades"), so sharing alone says nothing; who shares does.
+// (docs/architecture.md), so sharing alone says nothing; who shares does.
 //
 // Check reads the network namespace's sockets (/proc/thread-self/net) for
 // UDP sockets and listening TCP sockets bound exactly to one of the
