@@ -1,14 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
 	"strings"
 
-	"sigs.k8s.io/yaml"
+	"github.com/nodedns/nodedns/pkg/config"
 )
 
 // configCmd is `nodedns config validate FILE [flags]` and `nodedns config
@@ -54,11 +52,11 @@ func configValidate(args []string, stdout, stderr io.Writer) error {
 		return errors.New("validate: want FILE first, then any serve flags")
 	}
 	file := args[0]
-	_, res, err := load(append([]string{"--config", file}, args[1:]...), true, stderr)
+	_, res, err := config.Parse(append([]string{"--config", file}, args[1:]...), true, stderr)
 	if err != nil {
 		return fmt.Errorf("validate: %w", err)
 	}
-	if all := res.all(); len(all) > 0 {
+	if all := res.All(); len(all) > 0 {
 		for _, p := range all {
 			fmt.Fprintln(stderr, p)
 		}
@@ -70,58 +68,23 @@ func configValidate(args []string, stdout, stderr io.Writer) error {
 
 // configPrint writes the effective configuration as YAML.
 func configPrint(args []string, stdout, stderr io.Writer) error {
-	cfg, res, err := load(args, false, stderr)
+	cfg, res, err := config.Parse(args, false, stderr)
 	if err != nil {
 		return fmt.Errorf("print: %w", err)
 	}
-	for _, w := range res.warnings {
+	for _, w := range res.Warnings {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
-	if len(res.problems) > 0 {
-		return fmt.Errorf("print: %s", strings.Join(res.problems, "; "))
+	if len(res.Problems) > 0 {
+		return fmt.Errorf("print: %s", strings.Join(res.Problems, "; "))
 	}
-	for _, p := range res.incomplete {
+	for _, p := range res.Incomplete {
 		fmt.Fprintf(stderr, "note: 'nodedns serve' refuses this configuration as it is: %s\n", p)
 	}
-	b, err := renderConfig(&cfg, "nodedns serve "+strings.Join(args, " "))
+	b, err := config.Render(&cfg, "nodedns serve "+strings.Join(args, " "))
 	if err != nil {
 		return fmt.Errorf("print: %w", err)
 	}
 	_, err = stdout.Write(b)
 	return err
-}
-
-// renderConfig writes cfg as a config file: the header, then every
-// setting in table order after a comment with its help and whether a
-// reload applies it. A list or map that was never set (its default is
-// derived, e.g. upstream from resolv.conf) is written commented out, so
-// the file means what cfg means.
-func renderConfig(cfg *Config, of string) ([]byte, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# The effective configuration of `%s`:\n", strings.TrimSpace(of))
-	b.WriteString("# built-in defaults, then the --config file, then the flags. [live]: a\n")
-	b.WriteString("# reload of the file applies the key; [restart]: it applies at the next start.\n")
-	fmt.Fprintf(&b, "apiVersion: %s\nkind: %s\n", configAPIVersion, configKind)
-	for _, s := range settings {
-		mode := "restart"
-		if s.live() {
-			mode = "live"
-		}
-		fmt.Fprintf(&b, "\n# [%s] %s\n", mode, s.help)
-		v := reflect.ValueOf(s.field(cfg)).Elem()
-		if (v.Kind() == reflect.Slice || v.Kind() == reflect.Map || v.Kind() == reflect.Pointer) && v.IsNil() {
-			fmt.Fprintf(&b, "# %s:\n", s.key)
-			continue
-		}
-		j, err := json.Marshal(map[string]any{s.key: v.Interface()})
-		if err != nil {
-			return nil, fmt.Errorf("rendering %s: %w", s.key, err)
-		}
-		y, err := yaml.JSONToYAML(j)
-		if err != nil {
-			return nil, fmt.Errorf("rendering %s: %w", s.key, err)
-		}
-		b.Write(y)
-	}
-	return []byte(b.String()), nil
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nodedns/nodedns/pkg/config"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -58,7 +60,7 @@ func TestConfigPrintRoundTrip(t *testing.T) {
 		if code := run(append([]string{"config", "print"}, args...), &out, &errb); code != 0 {
 			t.Fatalf("print %q: exit %d: %s", args, code, errb.String())
 		}
-		want, err := loadConfig(args, nil)
+		want, err := config.Load(args, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,20 +68,20 @@ func TestConfigPrintRoundTrip(t *testing.T) {
 		if err := os.WriteFile(printed, out.Bytes(), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		got, err := loadConfig([]string{"--config", printed}, nil)
+		got, err := config.Load([]string{"--config", printed}, nil)
 		if err != nil {
 			t.Fatalf("printed config does not load: %v\n%s", err, out.String())
 		}
-		for _, s := range settings {
-			if s.differs(&want, &got) {
-				t.Errorf("%q: %s printed as %#v, loaded back as %#v", args, s.key, s.get(&want), s.get(&got))
+		for _, s := range config.Settings() {
+			if s.Differs(&want, &got) {
+				t.Errorf("%q: %s printed as %#v, loaded back as %#v", args, s.Key(), s.Get(&want), s.Get(&got))
 			}
-			if !strings.Contains(out.String(), "\n"+s.key+":") && !strings.Contains(out.String(), "\n# "+s.key+":") {
-				t.Errorf("%s missing from the output", s.key)
+			if !strings.Contains(out.String(), "\n"+s.Key()+":") && !strings.Contains(out.String(), "\n# "+s.Key()+":") {
+				t.Errorf("%s missing from the output", s.Key())
 			}
 		}
-		if got.isGiven("search") != want.isGiven("search") {
-			t.Errorf("search given: %v, printed %v", want.isGiven("search"), got.isGiven("search"))
+		if got.IsGiven("search") != want.IsGiven("search") {
+			t.Errorf("search given: %v, printed %v", want.IsGiven("search"), got.IsGiven("search"))
 		}
 		if code := run([]string{"config", "validate", printed}, &bytes.Buffer{}, &errb); code != 0 {
 			t.Errorf("printed config does not validate: %s", errb.String())
@@ -102,14 +104,14 @@ func TestConfigPrintDefaults(t *testing.T) {
 	if err := os.WriteFile(printed, out.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, res, err := load([]string{"--config", printed}, true, nil)
-	if err != nil || len(res.problems) != 0 || len(res.warnings) != 0 {
-		t.Fatalf("printed defaults do not load back: %v %q %q\n%s", err, res.problems, res.warnings, out.String())
+	got, res, err := config.Parse([]string{"--config", printed}, true, nil)
+	if err != nil || len(res.Problems) != 0 || len(res.Warnings) != 0 {
+		t.Fatalf("printed defaults do not load back: %v %q %q\n%s", err, res.Problems, res.Warnings, out.String())
 	}
-	def := defaultConfig()
-	for _, s := range settings {
-		if s.differs(&def, &got) {
-			t.Errorf("%s: default %#v, printed and loaded back as %#v", s.key, s.get(&def), s.get(&got))
+	def := config.Default()
+	for _, s := range config.Settings() {
+		if s.Differs(&def, &got) {
+			t.Errorf("%s: default %#v, printed and loaded back as %#v", s.Key(), s.Get(&def), s.Get(&got))
 		}
 	}
 	for _, want := range []string{"apiVersion: nodedns.io/v1alpha1\n", "kind: Config\n", "\ncache-max-bytes: 32Mi\n", "\nlameduck: 5s\n", "# [live] ", "# [restart] "} {

@@ -3,16 +3,19 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
+	"github.com/nodedns/nodedns/pkg/config"
 )
 
 const fixtures = "../../internal/migrate/testdata"
@@ -85,8 +88,8 @@ func TestMigrateCommand(t *testing.T) {
 // and the optional header.
 func knownKeys() map[string]bool {
 	out := map[string]bool{"apiVersion": true, "kind": true}
-	for _, s := range settings {
-		out[s.key] = true
+	for _, s := range config.Settings() {
+		out[s.Key()] = true
 	}
 	return out
 }
@@ -126,12 +129,41 @@ func TestMigrateOutputLoads(t *testing.T) {
 		if err := os.WriteFile(p, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := loadConfig([]string{"--config", p}, io.Discard); err != nil {
+		if _, err := config.Load([]string{"--config", p}, io.Discard); err != nil {
 			t.Errorf("%s: the migrated configuration does not load: %v\n%s", filepath.Base(cf), err, out)
 		}
 	}
 	sort.Strings(stripped)
 	if len(stripped) > 0 {
 		t.Logf("keys not yet known to the loader, checked at the YAML level only: %v", stripped)
+	}
+}
+
+// kubeDNSMount writes files as a ConfigMap volume: the data in a fresh
+// directory, ..data swapped to it, each key a link through ..data.
+func kubeDNSMount(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	ts := filepath.Join(dir, fmt.Sprintf("..%d", time.Now().UnixNano()))
+	if err := os.Mkdir(ts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range files {
+		if err := os.WriteFile(filepath.Join(ts, k), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(dir, k)
+		if _, err := os.Lstat(link); err != nil {
+			if err := os.Symlink(filepath.Join("..data", k), link); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	_ = os.Remove(tmp)
+	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
 	}
 }

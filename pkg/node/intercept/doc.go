@@ -4,7 +4,7 @@
 // bypass conntrack. It is not on the query path: nothing in the request
 // pipeline imports it, and it never sees a DNS message.
 //
-// The life cycle, driven by cmd/nodedns:
+// The life cycle, driven by pkg/agent:
 //
 //	ic, err := intercept.New(cfg) // validate, pick the iptables backend
 //	ic.EnsureLink()               // link up, every local IP on it

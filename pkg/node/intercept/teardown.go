@@ -1,15 +1,19 @@
 package intercept
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
+	"time"
 
 	"github.com/nodedns/nodedns/pkg/node/peers"
 )
 
 // ShouldTeardown is the one place that decides whether an exiting agent
 // removes the interception (Teardown) or leaves it in place. With
-// --teardown (the default), cmd/nodedns calls it on exit, after its own
+// --teardown (the default), the agent (pkg/agent) calls it on exit, after its own
 // listeners are closed, and tears down only when it returns true; why is a
 // sentence for the log. Call it on a thread in the agent's network
 // namespace (any thread, in an agent that never switches namespaces).
@@ -62,4 +66,50 @@ func shouldTeardown(cfg Config, procNet, selfFD string) (bool, string) {
 		}
 	}
 	return true, fmt.Sprintf("no other process serves %s on port %d", describeIPs(cfg.LocalIPs), dnsPort)
+}
+
+// CleanupAfterAgent is `nodedns cleanup`: Cleanup, after waiting (wait > 0)
+// until no other process serves cfg.LocalIPs on port 53, so that an
+// uninstall does not cut a running agent off from its pods; it fails
+// without removing anything if one still does when wait is up.
+func CleanupAfterAgent(ctx context.Context, cfg Config, wait time.Duration) error {
+	if wait > 0 {
+		if len(cfg.LocalIPs) == 0 {
+			return errors.New("--wait-for-agent needs --local-ip: the addresses whose server it waits for")
+		}
+		if err := waitNoAgent(ctx, cfg, wait, time.Second); err != nil {
+			return err
+		}
+	}
+	return Cleanup(cfg)
+}
+
+// waitNoAgent waits until no other process serves cfg.LocalIPs on port 53
+// in this network namespace, polling every poll, for at most d. It asks
+// ShouldTeardown, the check an exiting agent makes before it removes the
+// interception, with a configuration that set up both.
+func waitNoAgent(ctx context.Context, cfg Config, d, poll time.Duration) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg.SetupInterface, cfg.SetupIptables = true, true
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var last string
+	for {
+		free, why := ShouldTeardown(cfg)
+		if free {
+			return nil
+		}
+		if why != last {
+			log.Info("waiting for the agent on this node to exit", "why", why)
+			last = why
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not cleaning up under a running server after %s: %s", d, why)
+		case <-time.After(poll):
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"encoding/json"
@@ -33,18 +33,20 @@ type HostsConfig struct {
 	Reload *Duration `json:"reload"`
 }
 
-// hostsConfig maps the `hosts:` key onto pkg/query/hosts.
-func hostsConfig(c *HostsConfig) hosts.Config {
-	if c == nil {
+// HostsSettings maps the `hosts:` key onto pkg/query/hosts; the zero
+// hosts.Config (no records) when the key is absent.
+func (c *Config) HostsSettings() hosts.Config {
+	h := c.Hosts
+	if h == nil {
 		return hosts.Config{}
 	}
-	hc := hosts.Config{Entries: c.Entries, File: c.File, TTL: time.Duration(c.TTL), NoReverse: c.NoReverse,
-		Zones: c.Zones, FallthroughUnsupported: c.FallthroughUnsupported}
-	if c.Fallthrough.Set {
-		hc.Fallthrough = append([]string{}, c.Fallthrough.Zones...)
+	hc := hosts.Config{Entries: h.Entries, File: h.File, TTL: time.Duration(h.TTL), NoReverse: h.NoReverse,
+		Zones: h.Zones, FallthroughUnsupported: h.FallthroughUnsupported}
+	if h.Fallthrough.Set {
+		hc.Fallthrough = append([]string{}, h.Fallthrough.Zones...)
 	}
-	if c.Reload != nil {
-		hc.Reload = time.Duration(*c.Reload)
+	if h.Reload != nil {
+		hc.Reload = time.Duration(*h.Reload)
 		if hc.Reload == 0 {
 			hc.Reload = -1 // 0s: never, as CoreDNS's `reload 0s`
 		}
@@ -105,9 +107,10 @@ type RewriteRule struct {
 	Mode string `json:"mode"`
 }
 
-// newRewriter builds the rules of the `rewrite:` key; nil when there are
+// Rewriter builds the rules of the `rewrite:` key; nil when there are
 // none.
-func newRewriter(rules []RewriteRule) (*rewrite.Rewriter, error) {
+func (c *Config) Rewriter() (*rewrite.Rewriter, error) {
+	rules := c.Rewrite
 	if len(rules) == 0 {
 		return nil, nil
 	}
@@ -125,6 +128,6 @@ func newRewriter(rules []RewriteRule) (*rewrite.Rewriter, error) {
 
 // Load-balancing policies of --loadbalance.
 const (
-	loadBalanceOff        = ""
-	loadBalanceRoundRobin = "round_robin"
+	LoadBalanceOff        = ""
+	LoadBalanceRoundRobin = "round_robin"
 )

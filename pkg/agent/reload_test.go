@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
+	"github.com/nodedns/nodedns/pkg/config"
 )
 
 func freePort(t *testing.T) int {
@@ -103,7 +104,7 @@ func (s *syncBuffer) String() string {
 // a file laid out like a ConfigMap volume.
 type testAgent struct {
 	t      *testing.T
-	a      *agent
+	a      *Agent
 	addr   string
 	dir    string
 	base   string // the file's lines every version keeps
@@ -128,19 +129,18 @@ func startTestAgentPoll(t *testing.T, poll time.Duration, content string, extra 
 	ta.base = fmt.Sprintf("listen: [%s]\nadmin: \"\"\nloop-check: false\n", ta.addr)
 	writeConfigMap(t, ta.dir, ta.base+content)
 	args := append([]string{"--config", filepath.Join(ta.dir, "config.yaml")}, extra...)
-	cfg, err := loadConfig(args, io.Discard)
+	cfg, err := config.Load(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, level, _ := newLogger("debug", "text", ta.logs)
-	if ta.a, err = build(cfg, log); err != nil {
+	log, level, _ := testLogger("debug", "text", ta.logs)
+	if ta.a, err = Build(cfg, Options{Log: log, Args: args, Level: level}); err != nil {
 		t.Fatal(err)
 	}
-	ta.a.args, ta.a.level = args, level
 	var ctx context.Context
 	ctx, ta.cancel = context.WithCancel(context.Background())
 	ta.done = make(chan error, 1)
-	go func() { ta.done <- ta.a.run(ctx) }()
+	go func() { ta.done <- ta.a.Run(ctx) }()
 	t.Cleanup(func() {
 		if _, err := ta.stop(); err != nil {
 			t.Errorf("run: %v", err)
@@ -380,7 +380,7 @@ func TestReloadRestartOnly(t *testing.T) {
 		t.Errorf("applied: %s", line)
 	}
 	run := ta.a.running()
-	if run.UDPSockets != 0 || run.MaxInflight != 2000 || run.ClusterSyncWait != Duration(5*time.Second) || run.Teardown || run.LogQueries != 0.5 {
+	if run.UDPSockets != 0 || run.MaxInflight != 2000 || run.ClusterSyncWait != config.Duration(5*time.Second) || run.Teardown || run.LogQueries != 0.5 {
 		t.Errorf("running config after reload: %+v", run)
 	}
 	if v := ta.metric("nodedns_config_restart_pending_keys"); v != 5 {
@@ -511,18 +511,18 @@ func TestReloadOnSIGHUP(t *testing.T) {
 
 	// Without --config: logged, and the agent keeps answering.
 	var logs syncBuffer
-	cfg, err := loadConfig([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--admin", "", "--loop-check=false", "--lameduck", "0s", "--upstream", up1.Addr}, io.Discard)
+	cfg, err := config.Load([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--admin", "", "--loop-check=false", "--lameduck", "0s", "--upstream", up1.Addr}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, _, _ := newLogger("info", "text", &logs)
-	a, err := build(cfg, log)
+	log, _, _ := testLogger("info", "text", &logs)
+	a, err := Build(cfg, Options{Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- a.run(ctx) }()
+	go func() { done <- a.Run(ctx) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -536,4 +536,26 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	}
 	other.waitLog("no --config file to reload")
 	other.waitAnswer("192.0.2.1")
+}
+
+// TestEveryApplyClassApplied: every apply class the settings table names
+// has its applier, in applierOrder.
+func TestEveryApplyClassApplied(t *testing.T) {
+	for _, s := range config.Settings() {
+		for _, class := range s.Applies() {
+			if applierOf(class) == nil {
+				t.Errorf("%s: apply class %q has no applier in applierOrder", s.Key(), class)
+			}
+		}
+	}
+}
+
+// testLogger is a text logger at level to w, with the LevelVar a reload
+// of log-level changes (main's newLogger, which the agent is handed).
+func testLogger(level, _ string, w io.Writer) (*slog.Logger, *slog.LevelVar, error) {
+	lv := new(slog.LevelVar)
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, nil, err
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lv})), lv, nil
 }

@@ -1,15 +1,11 @@
-package main
+package agent
 
 import (
-	"fmt"
 	"log/slog"
 	"path/filepath"
-	"strings"
-
-	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/config"
 )
 
 // kubeDNSState is the agent's view of the --kube-dns-config directory:
@@ -32,13 +28,13 @@ func newKubeDNSState(dir string) *kubeDNSState {
 
 // poll reads the directory; changed reports content that differs from
 // what is applied and is valid for cfg (the candidate is returned).
-func (k *kubeDNSState) poll(cfg Config, log *slog.Logger) (kubedns.Config, bool) {
+func (k *kubeDNSState) poll(cfg config.Config, log *slog.Logger) (kubedns.Config, bool) {
 	if k.src == nil {
 		return kubedns.Config{}, false
 	}
 	c, _, err := k.src.Load()
 	if err == nil {
-		err = checkKubeDNS(c, cfg)
+		err = cfg.CheckKubeDNS(c)
 	}
 	if err != nil {
 		if err.Error() != k.lastErr {
@@ -55,26 +51,4 @@ func (k *kubeDNSState) poll(cfg Config, log *slog.Logger) (kubedns.Config, bool)
 		log.Warn("kube-dns config: federations is obsolete and ignored", "file", filepath.Join(k.src.Dir, kubedns.FederationsKey))
 	}
 	return c, !c.Equal(k.applied)
-}
-
-// checkKubeDNS validates the ConfigMap's servers as the forwarder will
-// take them: names must be in the cluster zone.
-func checkKubeDNS(c kubedns.Config, cfg Config) error {
-	zones := make([]string, 0, len(cfg.ClusterDomain))
-	for _, z := range cfg.ClusterDomain {
-		zones = append(zones, strings.ToLower(dns.Fqdn(z)))
-	}
-	for _, z := range c.Zones() {
-		for _, s := range c.StubDomains[z] {
-			sp, err := upstream.ParseServer(s)
-			if err != nil {
-				return fmt.Errorf("%s: stub domain %q: %w", kubedns.StubDomainsKey, z, err)
-			}
-			if sp.ByName() && !under(sp.Name, zones) {
-				return fmt.Errorf("%s: stub domain %q: nameserver %q: nodedns resolves names of the cluster zone (%s) only",
-					kubedns.StubDomainsKey, z, s, strings.Join(cfg.ClusterDomain, ", "))
-			}
-		}
-	}
-	return nil
 }

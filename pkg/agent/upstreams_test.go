@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -22,94 +21,9 @@ import (
 	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/cluster/k8s"
 	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/config"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
-
-func loadFile(t *testing.T, content string, args ...string) (Config, error) {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return loadConfig(append([]string{"--config", p}, args...), io.Discard)
-}
-
-func TestUpstreamKeys(t *testing.T) {
-	ca := dnstest.NewCA(t).File(t)
-	cfg, err := loadFile(t, `
-listen: ["127.0.0.1:5300"]
-upstream: ["tls://192.0.2.1#dns.example", "192.0.2.2:5353", "tcp://192.0.2.3"]
-force-tcp: true
-upstream-ca: `+ca+`
-kube-dns-config: /etc/kube-dns
-stub-domains:
-  a.example: ["10.0.0.1"]
-  b.example: "10.0.0.2, 10.0.0.3"
-  c.example:
-    servers: ["tcp://10.0.0.4"]
-    prefer-udp: true
-    policy: sequential
-  d.example: ["dns.corp.svc.cluster.local:5353", "tls://dot.corp.svc.cluster.local"]
-`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := StubsMap{
-		"a.example": {Servers: List{"10.0.0.1"}},
-		"b.example": {Servers: List{"10.0.0.2", "10.0.0.3"}},
-		"c.example": {Servers: List{"tcp://10.0.0.4"}, PreferUDP: true, Policy: "sequential"},
-		"d.example": {Servers: List{"dns.corp.svc.cluster.local:5353", "tls://dot.corp.svc.cluster.local"}},
-	}
-	if !reflect.DeepEqual(cfg.Stubs, want) {
-		t.Errorf("stub-domains = %+v\nwant %+v", cfg.Stubs, want)
-	}
-	if !cfg.ForceTCP || cfg.PreferUDP || cfg.UpstreamCA != ca || cfg.KubeDNSConfig != "/etc/kube-dns" || len(cfg.Upstream) != 3 {
-		t.Errorf("upstream keys: %+v", cfg)
-	}
-	// The flag form, with a scheme.
-	cfg, err = loadConfig([]string{"--listen", "127.0.0.1:5300", "--stub-domain", "x.example=tls://192.0.2.9#x.example,192.0.2.10", "--prefer-udp"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := cfg.Stubs["x.example"].Servers; len(got) != 2 || got[0] != "tls://192.0.2.9#x.example" || !cfg.PreferUDP {
-		t.Errorf("--stub-domain: %+v", cfg.Stubs)
-	}
-
-	fc := forwarderConfig(Config{Stubs: want, ForceTCP: true, Policy: "random"}, []string{"192.0.2.1"}, kubedns.Config{
-		StubDomains: map[string][]string{"a.example": {"10.9.9.9"}, "e.example": {"10.0.0.5"}},
-	}, nil, quietLog())
-	if got := fc.Stubs["a.example"]; len(got) != 1 || got[0] != "10.0.0.1" {
-		t.Errorf("a zone of both the agent and the ConfigMap: %v, want the agent's", got)
-	}
-	if got := fc.Stubs["e.example"]; len(got) != 1 || got[0] != "10.0.0.5" {
-		t.Errorf("a zone of the ConfigMap only: %v", got)
-	}
-	if o := fc.StubOptions["c.example"]; !o.PreferUDP || o.Policy != upstream.Sequential || !fc.Options.ForceTCP {
-		t.Errorf("options: %+v %+v", o, fc.Options)
-	}
-}
-
-func TestUpstreamKeyErrors(t *testing.T) {
-	base := "listen: [\"127.0.0.1:5300\"]\n"
-	for _, tc := range []struct{ content, want string }{
-		{`upstream: ["https://192.0.2.1"]`, `"https://192.0.2.1"`},
-		{`upstream: ["192.0.2.1#name"]`, `"192.0.2.1#name"`},
-		{`upstream: ["dns.google"]`, `"dns.google": a server given by name must be in the cluster zone`},
-		{"force-tcp: true\nprefer-udp: true", "pick one"},
-		{"upstream-ca: /nonexistent/ca.pem", "/nonexistent/ca.pem"},
-		{"stub-domains:\n  a.example:\n    serverz: [\"10.0.0.1\"]", "serverz"},
-		{"stub-domains:\n  a.example:\n    servers: []", `stub domain "a.example": no servers`},
-		{"stub-domains:\n  a.example:\n    servers: [\"10.0.0.1\"]\n    policy: fastest", `policy "fastest"`},
-		{"stub-domains:\n  a.example:\n    servers: [\"10.0.0.1\"]\n    force-tcp: true\n    prefer-udp: true", "pick one"},
-		{"stub-domains:\n  a.example: [\"tls://10.0.0.1#bad name\"]", `"bad name"`},
-		{"stub-domains:\n  a.example: [\"svc.other.zone\"]", "must be in the cluster zone"},
-	} {
-		_, err := loadFile(t, base+tc.content+"\n")
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%q: %v; want an error with %q", tc.content, err, tc.want)
-		}
-	}
-}
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -144,7 +58,7 @@ func kubeDNSMount(t *testing.T, dir string, files map[string]string) {
 
 // startAgentWith runs the agent of a config file until the test ends.
 // Tests set reloadPoll before their first agent starts.
-func startAgentWith(t *testing.T, content string, logs io.Writer) (*agent, string) {
+func startAgentWith(t *testing.T, content string, logs io.Writer) (*Agent, string) {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	p := filepath.Join(t.TempDir(), "config.yaml")
@@ -152,19 +66,18 @@ func startAgentWith(t *testing.T, content string, logs io.Writer) (*agent, strin
 		t.Fatal(err)
 	}
 	args := []string{"--config", p}
-	cfg, err := loadConfig(args, io.Discard)
+	cfg, err := config.Load(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(logs, nil))
-	a, err := build(cfg, log)
+	a, err := Build(cfg, Options{Log: log, Args: args})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.args, a.level = args, new(slog.LevelVar)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- a.run(ctx) }()
+	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -313,8 +226,8 @@ func TestStubServerByClusterName(t *testing.T) {
 	defer cancel()
 	go func() { _ = ix.Run(ctx) }()
 
-	cfg := defaultConfig()
-	cfg.Stubs = StubsMap{"corp.test": {Servers: List{fmt.Sprintf("dns.corp.svc.cluster.local:%d", port)}}}
+	cfg := config.Default()
+	cfg.Stubs = config.StubsMap{"corp.test": {Servers: config.List{fmt.Sprintf("dns.corp.svc.cluster.local:%d", port)}}}
 	fc := forwarderConfig(cfg, []string{first.Addr}, kubedns.Config{}, indexResolver{ix: func() *k8s.Index { return ix }}, quietLog())
 	fc.ProbeInterval = 20 * time.Millisecond
 	fwd, err := upstream.New(fc)
@@ -351,4 +264,25 @@ func TestStubServerByClusterName(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("192.0.2.12")
+}
+
+// TestForwarderConfig: the kube-dns ConfigMap's stub domains sit under the
+// agent's own; the zones' options reach the forwarder.
+func TestForwarderConfig(t *testing.T) {
+	want := config.StubsMap{
+		"a.example": {Servers: config.List{"10.0.0.1"}},
+		"c.example": {Servers: config.List{"tcp://10.0.0.4"}, PreferUDP: true, Policy: "sequential"},
+	}
+	fc := forwarderConfig(config.Config{Stubs: want, ForceTCP: true, Policy: "random"}, []string{"192.0.2.1"}, kubedns.Config{
+		StubDomains: map[string][]string{"a.example": {"10.9.9.9"}, "e.example": {"10.0.0.5"}},
+	}, nil, quietLog())
+	if got := fc.Stubs["a.example"]; len(got) != 1 || got[0] != "10.0.0.1" {
+		t.Errorf("a zone of both the agent and the ConfigMap: %v, want the agent's", got)
+	}
+	if got := fc.Stubs["e.example"]; len(got) != 1 || got[0] != "10.0.0.5" {
+		t.Errorf("a zone of the ConfigMap only: %v", got)
+	}
+	if o := fc.StubOptions["c.example"]; !o.PreferUDP || o.Policy != upstream.Sequential || !fc.Options.ForceTCP {
+		t.Errorf("options: %+v %+v", o, fc.Options)
+	}
 }

@@ -1,18 +1,15 @@
-package main
+package config
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net/netip"
 	"sort"
 	"strings"
 
 	"github.com/miekg/dns"
 
-	"github.com/nodedns/nodedns/pkg/cluster/k8s"
 	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
@@ -56,8 +53,8 @@ func (s *StubDomain) UnmarshalJSON(b []byte) error {
 	return s.Servers.UnmarshalJSON(b)
 }
 
-// sortedZones are the stub zones in a stable order.
-func (m StubsMap) sortedZones() []string {
+// SortedZones are the stub zones in a stable order.
+func (m StubsMap) SortedZones() []string {
 	out := make([]string, 0, len(m))
 	for z := range m {
 		out = append(out, z)
@@ -91,7 +88,7 @@ func (c *Config) validateUpstreams() error {
 	if c.ForceTCP && c.PreferUDP {
 		return errors.New("--force-tcp and --prefer-udp: pick one")
 	}
-	for _, z := range c.Stubs.sortedZones() {
+	for _, z := range c.Stubs.SortedZones() {
 		sd := c.Stubs[z]
 		what := fmt.Sprintf("stub domain %q", z)
 		fq := strings.ToLower(dns.Fqdn(z))
@@ -132,8 +129,9 @@ func under(name string, zones []string) bool {
 	return false
 }
 
-// hasNamedServers reports whether any of servers is given by name.
-func hasNamedServers(servers []string) bool {
+// HasNamedServers reports whether any of servers is given by name (a
+// Service of the cluster zone), which needs the cluster index to resolve.
+func HasNamedServers(servers []string) bool {
 	for _, s := range servers {
 		if sp, err := upstream.ParseServer(s); err == nil && sp.ByName() {
 			return true
@@ -142,67 +140,24 @@ func hasNamedServers(servers []string) bool {
 	return false
 }
 
-// forwarderConfig maps cfg, the default upstreams resolved for it and the
-// kube-dns ConfigMap onto the forwarder's settings. The ConfigMap sits
-// under the agent's own settings: its upstreamNameservers apply when the
-// agent names no upstream (the caller resolved ups so), its stubDomains
-// for the zones the agent does not forward itself.
-func forwarderConfig(cfg Config, ups []string, kd kubedns.Config, res upstream.Resolver, log *slog.Logger) upstream.Config {
-	stubs := map[string][]string{}
-	opts := map[string]upstream.GroupOptions{}
-	own := map[string]bool{}
-	for _, z := range cfg.Stubs.sortedZones() {
-		sd := cfg.Stubs[z]
-		stubs[z] = sd.Servers
-		opts[z] = upstream.GroupOptions{ForceTCP: sd.ForceTCP, PreferUDP: sd.PreferUDP, Policy: upstream.Policy(sd.Policy)}
-		own[strings.ToLower(dns.Fqdn(z))] = true
+// CheckKubeDNS validates the kube-dns ConfigMap's servers as the forwarder
+// will take them under c: names must be in the cluster zone.
+func (c *Config) CheckKubeDNS(kd kubedns.Config) error {
+	zones := make([]string, 0, len(c.ClusterDomain))
+	for _, z := range c.ClusterDomain {
+		zones = append(zones, strings.ToLower(dns.Fqdn(z)))
 	}
 	for _, z := range kd.Zones() {
-		if own[strings.ToLower(dns.Fqdn(z))] {
-			continue
-		}
-		stubs[z] = kd.StubDomains[z]
-	}
-	return upstream.Config{
-		Servers:     ups,
-		Stubs:       stubs,
-		StubOptions: opts,
-		Options:     upstream.GroupOptions{ForceTCP: cfg.ForceTCP, PreferUDP: cfg.PreferUDP},
-		Policy:      upstream.Policy(cfg.Policy),
-		CAFile:      cfg.UpstreamCA,
-		Resolver:    res,
-		Logger:      log,
-	}
-}
-
-// indexResolver resolves upstreams given by name from the cluster index
-// (the index may be wired after the forwarder is built).
-type indexResolver struct{ ix func() *k8s.Index }
-
-// ResolveServer returns the A and AAAA addresses of name in the index.
-func (r indexResolver) ResolveServer(name string) ([]netip.Addr, bool) {
-	ix := r.ix()
-	if ix == nil || !ix.Synced() {
-		return nil, false
-	}
-	var out []netip.Addr
-	for _, t := range []uint16{dns.TypeA, dns.TypeAAAA} {
-		res, ok := ix.Lookup(name, t)
-		if !ok || res.NotSynced || res.Msg == nil {
-			continue
-		}
-		for _, rr := range res.Msg.Answer {
-			switch v := rr.(type) {
-			case *dns.A:
-				if a, ok := netip.AddrFromSlice(v.A); ok {
-					out = append(out, a.Unmap())
-				}
-			case *dns.AAAA:
-				if a, ok := netip.AddrFromSlice(v.AAAA); ok {
-					out = append(out, a)
-				}
+		for _, s := range kd.StubDomains[z] {
+			sp, err := upstream.ParseServer(s)
+			if err != nil {
+				return fmt.Errorf("%s: stub domain %q: %w", kubedns.StubDomainsKey, z, err)
+			}
+			if sp.ByName() && !under(sp.Name, zones) {
+				return fmt.Errorf("%s: stub domain %q: nameserver %q: nodedns resolves names of the cluster zone (%s) only",
+					kubedns.StubDomainsKey, z, s, strings.Join(c.ClusterDomain, ", "))
 			}
 		}
 	}
-	return out, true
+	return nil
 }

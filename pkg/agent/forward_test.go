@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
+	"github.com/nodedns/nodedns/pkg/config"
 )
 
 // TestClusterZoneForward: with --cluster-zone forward the cluster's zones
@@ -50,18 +51,17 @@ func TestClusterZoneForward(t *testing.T) {
 		"--stub-domain", "10.in-addr.arpa=" + stub.Addr,
 		"--cluster-zone", "forward", "--cluster-dns", central.Addr, "--cluster-ttl", "2s", "--cluster-domain", "cluster.local,example.internal",
 		"--node-name", ""}
-	cfg, err := loadConfig(args, io.Discard)
+	cfg, err := config.Load(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := build(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := Build(cfg, Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Args: args})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.args, a.level = args, new(slog.LevelVar)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- a.run(ctx) }()
+	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -126,34 +126,15 @@ func TestClusterZoneForward(t *testing.T) {
 	}
 }
 
-func TestClusterZoneErrors(t *testing.T) {
-	listen := []string{"--listen", "127.0.0.1:5353"}
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
-		{append(listen, "--cluster-zone", "remote"), `--cluster-zone "remote": want local or forward`},
-		{append(listen, "--cluster-zone", "forward"), "--cluster-zone forward needs --cluster-dns"},
-		{append(listen, "--cluster-zone", "forward", "--cluster-dns", "kube-dns"), `upstream "kube-dns": want an IP address`},
-		{append(listen, "--cluster-dns", "10.0.0.10", "--cluster-dns-protocol", "quic"), `--cluster-dns-protocol "quic": want tcp or udp`},
-		{append(listen, "--cluster-zone", "forward", "--cluster-dns", "127.0.0.1:5353"), "forwarding loop"},
-	} {
-		_, err := loadConfig(c.args, io.Discard)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%q: error %v, want %q", c.args, err, c.want)
-		}
-	}
-}
-
 func TestLocalOnlyOptions(t *testing.T) {
-	cfg, err := loadConfig([]string{"--listen", "127.0.0.1:5353", "--cluster-zone", "forward", "--cluster-dns", "192.0.2.10"}, io.Discard)
+	cfg, err := config.Load([]string{"--listen", "127.0.0.1:5353", "--cluster-zone", "forward", "--cluster-dns", "192.0.2.10"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := localOnlyOptions(cfg); len(got) != 0 {
 		t.Fatalf("defaults reported as set: %v", got)
 	}
-	cfg, err = loadConfig([]string{"--listen", "127.0.0.1:5353", "--cluster-zone", "forward", "--cluster-dns", "192.0.2.10",
+	cfg, err = config.Load([]string{"--listen", "127.0.0.1:5353", "--cluster-zone", "forward", "--cluster-dns", "192.0.2.10",
 		"--pods", "verified", "--namespaces", "a", "--fallthrough="}, io.Discard)
 	if err != nil {
 		t.Fatal(err)

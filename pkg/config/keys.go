@@ -1,6 +1,7 @@
-package main
+package config
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -18,7 +19,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
-// setting declares one setting of `nodedns serve`, once: its key in the
+// Setting declares one setting of `nodedns serve`, once: its key in the
 // --config file, its flag, default, help, value check, and whether a reload
 // applies it (and how). Loading, flags, `nodedns config validate|print`,
 // reload and the restart-only warning are all derived from this table, so
@@ -27,9 +28,8 @@ import (
 // must be a string, int, bool, float64 or a flag.Value; a file-only key
 // (flag: noFlag) may be any type encoding/json reads (a struct, a list of
 // structs), decoded strictly (unknown fields are errors). A setting a
-// reload applies names its appliers (reload.go): prepare does what can
-// fail, commit must not.
-type setting struct {
+// reload applies names its Apply classes; pkg/agent carries them out.
+type Setting struct {
 	// key is the file key and the flag name.
 	key string
 	// flag is the flag's name when it differs from key; noFlag: the
@@ -51,13 +51,42 @@ type setting struct {
 	// apply lists what a reload does to put a changed value into effect,
 	// in the running agent; empty: the setting is read only at start, and
 	// a change is logged as needing a restart.
-	apply []*applier
+	apply []Apply
 }
+
+// Apply names one way a reload puts changed settings into effect in the
+// running agent. The table says which settings each class covers; the
+// agent owns what each class does (prepare what can fail, then commit), so
+// this package needs nothing of the agent to say whether a key is live.
+type Apply string
+
+// The apply classes.
+const (
+	// ApplyCache reconfigures the cache in place (entries are kept).
+	ApplyCache Apply = "cache"
+	// ApplyUpstreams builds a new forwarder and swaps it in.
+	ApplyUpstreams Apply = "upstreams"
+	// ApplyHosts reads the static records again and swaps them in.
+	ApplyHosts Apply = "hosts"
+	// ApplyRewrite replaces the rewrite rules.
+	ApplyRewrite Apply = "rewrite"
+	// ApplyLoadBalance turns the rotation of A and AAAA records on or off.
+	ApplyLoadBalance Apply = "loadbalance"
+	// ApplySearch replaces the search-path settings of the server.
+	ApplySearch Apply = "search path"
+	// ApplyLogLevel changes the log level.
+	ApplyLogLevel Apply = "log level"
+	// ApplyQueryLog changes the fraction of queries logged.
+	ApplyQueryLog Apply = "query log"
+	// ApplyAtExit: the setting is read when the agent stops (lameduck,
+	// teardown), from the running configuration a reload replaces.
+	ApplyAtExit Apply = "at exit"
+)
 
 // noFlag marks a setting that has no flag.
 const noFlag = "-"
 
-func (s *setting) flagName() string {
+func (s *Setting) flagName() string {
 	switch s.flag {
 	case "":
 		return s.key
@@ -67,11 +96,21 @@ func (s *setting) flagName() string {
 	return s.flag
 }
 
-// live reports whether a reload applies the setting.
-func (s *setting) live() bool { return len(s.apply) > 0 }
+// Key is the setting's key in the file (and, but for a few, its flag name).
+func (s *Setting) Key() string { return s.key }
+
+// Help is the setting's help text, as the flag's usage.
+func (s *Setting) Help() string { return s.help }
+
+// Live reports whether a reload applies the setting.
+func (s *Setting) Live() bool { return len(s.apply) > 0 }
+
+// Applies lists the classes of what a reload does to put a changed value
+// into effect; none: the setting is read only at start.
+func (s *Setting) Applies() []Apply { return s.apply }
 
 // value returns the setting's field in c as a flag.Value.
-func (s *setting) value(c *Config) flag.Value {
+func (s *Setting) value(c *Config) flag.Value {
 	switch p := s.field(c).(type) {
 	case *string:
 		return (*stringValue)(p)
@@ -94,23 +133,33 @@ func (s *setting) value(c *Config) flag.Value {
 }
 
 // decode sets the field from the file's JSON value.
-func (s *setting) decode(c *Config, raw json.RawMessage) error {
+func (s *Setting) decode(c *Config, raw json.RawMessage) error {
 	return decodeStrict(raw, s.field(c))
 }
 
-// get returns the field's value.
-func (s *setting) get(c *Config) any { return reflect.ValueOf(s.field(c)).Elem().Interface() }
+// Get returns the setting's value in c.
+func (s *Setting) Get(c *Config) any { return reflect.ValueOf(s.field(c)).Elem().Interface() }
 
-// copyFrom sets the field of c to its value in from.
-func (s *setting) copyFrom(c, from *Config) {
+// CopyFrom sets the setting in c to its value in from.
+func (s *Setting) CopyFrom(c, from *Config) {
 	reflect.ValueOf(s.field(c)).Elem().Set(reflect.ValueOf(s.field(from)).Elem())
 }
 
-// differs reports whether the setting has different values in a and b.
-func (s *setting) differs(a, b *Config) bool { return !reflect.DeepEqual(s.get(a), s.get(b)) }
+// Differs reports whether the setting has different values in a and b.
+func (s *Setting) Differs(a, b *Config) bool { return !reflect.DeepEqual(s.Get(a), s.Get(b)) }
+
+// OverriddenChange reports whether the file changed the setting from old
+// to cfg while a command-line flag overrides it (so the change has no
+// effect).
+func (s *Setting) OverriddenChange(old, cfg *Config) bool {
+	return cfg.fromFlags[s.key] && !bytes.Equal(old.file[s.key], cfg.file[s.key])
+}
+
+// Settings is the table, in the order `nodedns config print` shows it.
+func Settings() []*Setting { return settings }
 
 // settings is the table. Order: as `nodedns config print` shows them.
-var settings = []*setting{
+var settings = []*Setting{
 	// Serving.
 	{key: "listen", help: "comma-separated ip:port to serve DNS on, UDP and TCP (default: port 53 of each --local-ip)",
 		field: func(c *Config) any { return &c.Listen }, check: func(c *Config) error {
@@ -136,16 +185,16 @@ var settings = []*setting{
 
 	// Upstreams.
 	{key: "upstream", help: "comma-separated upstream resolvers: ip[:port], tcp://ip[:port], tls://ip[:853][#server-name], or names of the cluster zone (default: nameservers in --resolv-conf, minus our own addresses); checked with the stub domains (validateUpstreams)",
-		field: func(c *Config) any { return &c.Upstream }, apply: appliers(applyForwarder)},
+		field: func(c *Config) any { return &c.Upstream }, apply: on(ApplyUpstreams)},
 	{key: "resolv-conf", def: resolvconf.DefaultPath, help: "resolver configuration whose nameservers are the default upstreams and whose search domains pods inherit",
-		field: func(c *Config) any { return &c.ResolvConf }, apply: appliers(applyForwarder, applySearch), check: func(c *Config) error {
+		field: func(c *Config) any { return &c.ResolvConf }, apply: on(ApplyUpstreams, ApplySearch), check: func(c *Config) error {
 			if c.ResolvConf == "" {
 				return errors.New("--resolv-conf: want a file")
 			}
 			return nil
 		}},
 	{key: "policy", def: "random", help: "upstream selection: random, round_robin or sequential",
-		field: func(c *Config) any { return &c.Policy }, apply: appliers(applyForwarder), check: func(c *Config) error {
+		field: func(c *Config) any { return &c.Policy }, apply: on(ApplyUpstreams), check: func(c *Config) error {
 			switch upstream.Policy(c.Policy) {
 			case upstream.Random, upstream.RoundRobin, upstream.Sequential:
 				return nil
@@ -153,46 +202,46 @@ var settings = []*setting{
 			return fmt.Errorf("--policy %q: want random, round_robin or sequential", c.Policy)
 		}},
 	{key: "stub-domains", flag: "stub-domain", help: "zone=server[,server...]; repeat for several zones (longest zone wins); servers as --upstream, or names of the cluster zone; in the file a map of zone to a list of servers or to {servers, force-tcp, prefer-udp, policy}",
-		field: func(c *Config) any { return &c.Stubs }, apply: appliers(applyForwarder)},
+		field: func(c *Config) any { return &c.Stubs }, apply: on(ApplyUpstreams)},
 	{key: "force-tcp", help: "ask the default upstreams over TCP only (pooled connections), as CoreDNS's force_tcp",
-		field: func(c *Config) any { return &c.ForceTCP }, apply: appliers(applyForwarder)},
+		field: func(c *Config) any { return &c.ForceTCP }, apply: on(ApplyUpstreams)},
 	{key: "prefer-udp", help: "ask the default upstreams over UDP first, TCP only for truncated replies (what plain servers do unless TCP is forced), as CoreDNS's prefer_udp",
-		field: func(c *Config) any { return &c.PreferUDP }, apply: appliers(applyForwarder)},
+		field: func(c *Config) any { return &c.PreferUDP }, apply: on(ApplyUpstreams)},
 	{key: "upstream-ca", help: "PEM bundle that tls:// upstreams' certificates are verified against, re-read when it changes (default: the system's roots)",
-		field: func(c *Config) any { return &c.UpstreamCA }, apply: appliers(applyForwarder)},
+		field: func(c *Config) any { return &c.UpstreamCA }, apply: on(ApplyUpstreams)},
 	{key: "kube-dns-config", help: "directory of the mounted kube-dns ConfigMap (stubDomains, upstreamNameservers), merged under these settings and re-read when it changes",
 		field: func(c *Config) any { return &c.KubeDNSConfig }},
 
 	// Cache.
 	{key: "cache-size", def: "10000", help: "maximum cached answers (external names)",
-		field: func(c *Config) any { return &c.CacheSize }, apply: appliers(applyCache), check: func(c *Config) error {
+		field: func(c *Config) any { return &c.CacheSize }, apply: on(ApplyCache), check: func(c *Config) error {
 			return atLeast("cache-size", c.CacheSize, 1)
 		}},
 	{key: "cache-max-bytes", def: "32Mi", help: "maximum bytes held by cached answers (e.g. 32Mi); replies over 1/16 of it, or 16Ki, are answered but not cached",
-		field: func(c *Config) any { return &c.CacheMaxBytes }, apply: appliers(applyCache), check: func(c *Config) error {
+		field: func(c *Config) any { return &c.CacheMaxBytes }, apply: on(ApplyCache), check: func(c *Config) error {
 			if c.CacheMaxBytes < 64<<10 {
 				return fmt.Errorf("--cache-max-bytes %s: want at least 64Ki", c.CacheMaxBytes)
 			}
 			return nil
 		}},
 	{key: "min-ttl", def: "0s", help: "lower bound on the lifetime of cached positive answers",
-		field: func(c *Config) any { return &c.MinTTL }, apply: appliers(applyCache), check: func(c *Config) error {
+		field: func(c *Config) any { return &c.MinTTL }, apply: on(ApplyCache), check: func(c *Config) error {
 			return notNegative("min-ttl", c.MinTTL)
 		}},
 	{key: "max-ttl", def: "1h", help: "upper bound on the lifetime of cached positive answers",
-		field: func(c *Config) any { return &c.MaxTTL }, apply: appliers(applyCache), check: func(c *Config) error {
+		field: func(c *Config) any { return &c.MaxTTL }, apply: on(ApplyCache), check: func(c *Config) error {
 			return notNegative("max-ttl", c.MaxTTL)
 		}},
 	{key: "max-negative-ttl", def: "30m", help: "upper bound on cached NXDOMAIN/NODATA",
-		field: func(c *Config) any { return &c.MaxNegativeTTL }, apply: appliers(applyCache), check: func(c *Config) error {
+		field: func(c *Config) any { return &c.MaxNegativeTTL }, apply: on(ApplyCache), check: func(c *Config) error {
 			return notNegative("max-negative-ttl", c.MaxNegativeTTL)
 		}},
 	{key: "serve-stale", def: "1h", help: "how long past expiry an answer may be served when upstreams fail (0 disables)",
-		field: func(c *Config) any { return &c.ServeStale }, apply: appliers(applyCache), check: func(c *Config) error {
+		field: func(c *Config) any { return &c.ServeStale }, apply: on(ApplyCache), check: func(c *Config) error {
 			return notNegative("serve-stale", c.ServeStale)
 		}},
 	{key: "prefetch", def: "2", help: "hits that make an entry popular enough to refresh before it expires (0 disables)",
-		field: func(c *Config) any { return &c.Prefetch }, apply: appliers(applyCache), check: func(c *Config) error {
+		field: func(c *Config) any { return &c.Prefetch }, apply: on(ApplyCache), check: func(c *Config) error {
 			return atLeast("prefetch", c.Prefetch, 0)
 		}},
 
@@ -260,24 +309,24 @@ var settings = []*setting{
 			}
 			return nil
 		}},
-	{key: "cluster-zone", def: clusterZoneLocal, help: "local: answer the cluster zone from the API server; forward: send the cluster and reverse zones to --cluster-dns and cache them (NodeLocal DNSCache's arrangement, for central Corefiles that customize the zone)",
+	{key: "cluster-zone", def: ClusterZoneLocal, help: "local: answer the cluster zone from the API server; forward: send the cluster and reverse zones to --cluster-dns and cache them (NodeLocal DNSCache's arrangement, for central Corefiles that customize the zone)",
 		field: func(c *Config) any { return &c.ClusterZone }, check: func(c *Config) error {
-			return oneOf("cluster-zone", c.ClusterZone, clusterZoneLocal, clusterZoneForward)
+			return oneOf("cluster-zone", c.ClusterZone, ClusterZoneLocal, ClusterZoneForward)
 		}},
-	{key: "cluster-dns-protocol", def: protoTCP, help: "tcp or udp: how --cluster-dns is asked (udp retries over TCP when truncated)",
+	{key: "cluster-dns-protocol", def: ProtoTCP, help: "tcp or udp: how --cluster-dns is asked (udp retries over TCP when truncated)",
 		field: func(c *Config) any { return &c.ClusterDNSProtocol }, check: func(c *Config) error {
-			return oneOf("cluster-dns-protocol", c.ClusterDNSProtocol, protoTCP, protoUDP)
+			return oneOf("cluster-dns-protocol", c.ClusterDNSProtocol, ProtoTCP, ProtoUDP)
 		}},
 	{key: "node-name", env: "NODE_NAME", help: "this node's name (default $NODE_NAME); its pods are watched for the search-path walk",
 		field: func(c *Config) any { return &c.NodeName }},
 	{key: "autopath", def: "true", help: "walk pods' search lists on the server (one round trip instead of several)",
-		field: func(c *Config) any { return &c.Autopath }, apply: appliers(applySearch)},
+		field: func(c *Config) any { return &c.Autopath }, apply: on(ApplySearch)},
 	{key: "cluster-sync-wait", def: "5s", help: "at start, how long to wait for the cluster index before serving when no other agent answers on our addresses (one that does keeps serving until we synced)",
 		field: func(c *Config) any { return &c.ClusterSyncWait }, check: func(c *Config) error {
 			return notNegative("cluster-sync-wait", c.ClusterSyncWait)
 		}},
 	{key: "search", help: "comma-separated extra search domains pods inherit (default: those after the cluster's in --resolv-conf)",
-		field: func(c *Config) any { return &c.Search }, apply: appliers(applySearch)},
+		field: func(c *Config) any { return &c.Search }, apply: on(ApplySearch)},
 	{key: "endpoint-pod-names", help: "name endpoints without a hostname after their pod (targetRef) instead of their address, as CoreDNS endpoint_pod_names",
 		field: func(c *Config) any { return &c.EndpointPodNames }},
 	{key: "ignore-empty-service", help: "NXDOMAIN for a ClusterIP Service without ready endpoints, as CoreDNS `ignore empty_service`",
@@ -324,33 +373,33 @@ var settings = []*setting{
 			return nil
 		}},
 	{key: "teardown", def: "true", help: "remove rules and link on exit when no other agent serves the addresses",
-		field: func(c *Config) any { return &c.Teardown }, apply: appliers(applyAtExit)},
+		field: func(c *Config) any { return &c.Teardown }, apply: on(ApplyAtExit)},
 	{key: "lameduck", def: "5s", help: "on SIGTERM: report not ready and keep answering this long before exiting",
-		field: func(c *Config) any { return &c.Lameduck }, apply: appliers(applyAtExit), check: func(c *Config) error {
+		field: func(c *Config) any { return &c.Lameduck }, apply: on(ApplyAtExit), check: func(c *Config) error {
 			return notNegative("lameduck", c.Lameduck)
 		}},
 
 	// Logs.
 	// Drop-in features of CoreDNS plugins (dropin.go).
 	{key: "hosts", flag: noFlag, help: "static records as CoreDNS's hosts plugin: entries (hosts(5) lines), file (re-read when it changes), ttl, no-reverse, zones, fallthrough",
-		field: func(c *Config) any { return &c.Hosts }, apply: appliers(applyHosts), check: func(c *Config) error {
-			return hosts.Check(hostsConfig(c.Hosts))
+		field: func(c *Config) any { return &c.Hosts }, apply: on(ApplyHosts), check: func(c *Config) error {
+			return hosts.Check(c.HostsSettings())
 		}},
 	{key: "rewrite", flag: noFlag, help: "name rewrites as CoreDNS's rewrite plugin (answer auto): a list of {type: exact|prefix|suffix|substring|regex, from, to}",
-		field: func(c *Config) any { return &c.Rewrite }, apply: appliers(applyRewrite), check: func(c *Config) error {
-			_, err := newRewriter(c.Rewrite)
+		field: func(c *Config) any { return &c.Rewrite }, apply: on(ApplyRewrite), check: func(c *Config) error {
+			_, err := c.Rewriter()
 			return err
 		}},
 	{key: "loadbalance", help: "round_robin: rotate the order of A and AAAA records in every reply, as CoreDNS's loadbalance (empty: off)",
-		field: func(c *Config) any { return &c.LoadBalance }, apply: appliers(applyLoadBalance), check: func(c *Config) error {
-			if c.LoadBalance != loadBalanceOff && c.LoadBalance != loadBalanceRoundRobin {
+		field: func(c *Config) any { return &c.LoadBalance }, apply: on(ApplyLoadBalance), check: func(c *Config) error {
+			if c.LoadBalance != LoadBalanceOff && c.LoadBalance != LoadBalanceRoundRobin {
 				return fmt.Errorf("--loadbalance %q: want round_robin (or empty for off)", c.LoadBalance)
 			}
 			return nil
 		}},
 
 	{key: "log-level", def: "info", help: "debug, info, warn or error",
-		field: func(c *Config) any { return &c.LogLevel }, apply: appliers(applyLogLevel), check: func(c *Config) error {
+		field: func(c *Config) any { return &c.LogLevel }, apply: on(ApplyLogLevel), check: func(c *Config) error {
 			return oneOf("log-level", c.LogLevel, "debug", "info", "warn", "error")
 		}},
 	{key: "log-format", def: "text", help: "text or json; client-go's messages use it too",
@@ -367,7 +416,7 @@ var settings = []*setting{
 			return nil
 		}},
 	{key: "log-queries", def: "0", help: "fraction of queries to log (0 to 1); 0 with --log-queries-class: every query of those classes",
-		field: func(c *Config) any { return &c.LogQueries }, apply: appliers(applyLogQueries), check: func(c *Config) error {
+		field: func(c *Config) any { return &c.LogQueries }, apply: on(ApplyQueryLog), check: func(c *Config) error {
 			if !(c.LogQueries >= 0 && c.LogQueries <= 1) { // NaN too
 				return fmt.Errorf("--log-queries %g: want 0 to 1", c.LogQueries)
 			}
@@ -415,7 +464,7 @@ var crossChecks = []func(c *Config) error{
 // clusterCheck validates the cluster zone settings together, as pkg/cluster/k8s
 // will; it runs only when every setting passed its own check, since it
 // would report some of them again.
-func clusterCheck(c *Config) error { return clusterConfig(*c).Validate() }
+func clusterCheck(c *Config) error { return c.ClusterSettings().Validate() }
 
 func atLeast(key string, v, lo int) error {
 	if v < lo {
@@ -438,19 +487,20 @@ func oneOf(key, v string, allowed ...string) error {
 	return fmt.Errorf("--%s %q: want one of %v", key, v, allowed)
 }
 
-func appliers(a ...*applier) []*applier { return a }
+func on(a ...Apply) []Apply { return a }
 
-var settingIndex = func() map[string]*setting {
-	m := make(map[string]*setting, 2*len(settings))
+var settingIndex = func() map[string]*Setting {
+	m := make(map[string]*Setting, 2*len(settings))
 	for _, s := range settings {
 		m[s.key] = s
 	}
 	return m
 }()
 
-func settingByKey(key string) *setting { return settingIndex[key] }
+// SettingByKey returns the setting of a file key, or nil.
+func SettingByKey(key string) *Setting { return settingIndex[key] }
 
-func settingByFlag(name string) *setting {
+func settingByFlag(name string) *Setting {
 	for _, s := range settings {
 		if s.flagName() == name {
 			return s

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"bufio"
@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
+	"github.com/nodedns/nodedns/pkg/config"
 	"github.com/nodedns/nodedns/pkg/node/intercept"
 )
 
@@ -44,19 +45,18 @@ func (f *fakeInterceptor) Status() intercept.Status { return intercept.Status{} 
 // (not 169.254.20.10: a local cluster's agent may serve that one on this
 // host, and ShouldTeardown would rightly leave the interception to it)
 // address here, so ShouldTeardown says yes).
-func buildWithFakeInterception(t *testing.T, fake *fakeInterceptor, extra ...string) *agent {
+func buildWithFakeInterception(t *testing.T, fake *fakeInterceptor, extra ...string) *Agent {
 	t.Helper()
 	up := dnstest.Start(t, answerWith("192.0.2.1"))
 	args := append([]string{"--upstream", up.Addr, "--loop-check=false", "--lameduck", "0s"}, extra...)
-	cfg, err := loadConfig(args, io.Discard)
+	cfg, err := config.Load(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := build(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := Build(cfg, Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Args: args})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.args, a.level = args, new(slog.LevelVar)
 	a.ic = fake
 	a.icfg = intercept.Config{LocalIPs: []netip.Addr{unservedLinkLocal(t)}, Interface: "nodelocaldns", SetupInterface: true, SetupIptables: true}
 	return a
@@ -90,7 +90,7 @@ func TestFailedStartRemovesInterception(t *testing.T) {
 		defer pc.Close()
 		fake := &fakeInterceptor{}
 		a := buildWithFakeInterception(t, fake, "--listen", pc.LocalAddr().String(), "--admin", "", "--teardown=false")
-		err = a.run(context.Background())
+		err = a.Run(context.Background())
 		if err == nil || !strings.Contains(err.Error(), "binding UDP") {
 			t.Fatalf("run = %v, want the bind error", err)
 		}
@@ -102,7 +102,7 @@ func TestFailedStartRemovesInterception(t *testing.T) {
 		fake := &fakeInterceptor{rulesErr: errors.New("iptables: Resource temporarily unavailable")}
 		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		a := buildWithFakeInterception(t, fake, "--listen", addr, "--admin", "")
-		if err := a.run(context.Background()); err == nil || !strings.Contains(err.Error(), "iptables") {
+		if err := a.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "iptables") {
 			t.Fatalf("run = %v, want the rules error", err)
 		}
 		if fake.tears.Load() != 1 || fake.syncs.Load() != 0 {
@@ -124,7 +124,7 @@ func TestFailedStartRemovesInterception(t *testing.T) {
 		defer l.Close()
 		fake := &fakeInterceptor{}
 		a := buildWithFakeInterception(t, fake, "--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--admin", l.Addr().String())
-		if err := a.run(context.Background()); err == nil || !strings.Contains(err.Error(), "admin") {
+		if err := a.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "admin") {
 			t.Fatalf("run = %v, want the admin error", err)
 		}
 		if fake.tears.Load() != 1 {
@@ -136,7 +136,7 @@ func TestFailedStartRemovesInterception(t *testing.T) {
 		a := buildWithFakeInterception(t, fake, "--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--admin", "", "--teardown=false")
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- a.run(ctx) }()
+		go func() { done <- a.Run(ctx) }()
 		deadline := time.Now().Add(5 * time.Second)
 		for fake.syncs.Load() == 0 {
 			if time.Now().After(deadline) {
@@ -238,19 +238,18 @@ func TestForeignServerKeepsNotReady(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "admin.sock")
 	logs := &syncBuffer{}
 	args := []string{"--listen", addr, "--upstream", up.Addr, "--admin", "", "--admin-socket", sock, "--loop-check=false", "--lameduck", "0s"}
-	cfg, err := loadConfig(args, io.Discard)
+	cfg, err := config.Load(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, level, _ := newLogger("debug", "text", logs)
-	a, err := build(cfg, log)
+	log, level, _ := testLogger("debug", "text", logs)
+	a, err := Build(cfg, Options{Log: log, Args: args, Level: level})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.args, a.level = args, level
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- a.run(ctx) }()
+	go func() { done <- a.Run(ctx) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {

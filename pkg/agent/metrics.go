@@ -1,9 +1,10 @@
-package main
+package agent
 
 import (
 	"runtime/debug"
 	"slices"
 
+	"github.com/nodedns/nodedns/pkg/config"
 	"github.com/nodedns/nodedns/pkg/observe/metrics"
 	"github.com/nodedns/nodedns/pkg/query/server"
 )
@@ -12,9 +13,9 @@ import (
 // a closure over the agent, read at scrape time, so a forwarder swapped by
 // a reload is the one reported. Call it after wireCluster: the plugins it
 // reports depend on whether the cluster zone is served.
-func (a *agent) newRecorder() (*metrics.Recorder, error) {
-	return metrics.New(metrics.Config{Version: version, Revision: vcsRevision(), LogQueries: a.cfg.LogQueries, LogClasses: a.cfg.LogQueriesClass, Logger: a.log,
-		Compat: metrics.Compat(a.cfg.MetricsCompat), Listeners: listenAddrs(a.cfg), Zones: metricZones(a.cfg), Plugins: a.plugins(),
+func (a *Agent) newRecorder() (*metrics.Recorder, error) {
+	return metrics.New(metrics.Config{Version: a.version, Revision: vcsRevision(), LogQueries: a.cfg.LogQueries, LogClasses: a.cfg.LogQueriesClass, Logger: a.log,
+		Compat: metrics.Compat(a.cfg.MetricsCompat), Listeners: a.cfg.ListenAddrs(), Zones: metricZones(a.cfg), Plugins: a.plugins(),
 		Sources: metrics.Sources{
 			Cache: func() metrics.CacheFigures { return metrics.CacheFigures(a.cache.Stats()) },
 			Upstreams: func() []metrics.UpstreamFigures {
@@ -62,7 +63,7 @@ func (a *agent) newRecorder() (*metrics.Recorder, error) {
 // metricZones are the zones the CoreDNS-compatible series count queries
 // under besides ".": the server blocks of NodeLocal DNSCache's Corefile
 // (the cluster domains, the reverse zones) and one per stub domain.
-func metricZones(cfg Config) []string {
+func metricZones(cfg config.Config) []string {
 	zones := append([]string{"in-addr.arpa.", "ip6.arpa."}, cfg.ClusterDomain...)
 	for z := range cfg.Stubs {
 		zones = append(zones, z)
@@ -73,7 +74,7 @@ func metricZones(cfg Config) []string {
 
 // plugins are the CoreDNS plugins whose work the agent does as configured
 // (coredns_plugin_enabled).
-func (a *agent) plugins() []string {
+func (a *Agent) plugins() []string {
 	p := []string{"bind", "cache", "errors", "forward", "health", "prometheus", "ready"}
 	if a.ix != nil {
 		p = append(p, "kubernetes")
@@ -84,7 +85,7 @@ func (a *agent) plugins() []string {
 	if a.cfg.LoopCheck {
 		p = append(p, "loop")
 	}
-	if a.cfg.path != "" {
+	if a.cfg.Path() != "" {
 		p = append(p, "reload")
 	}
 	if a.cfg.LogQueries > 0 {

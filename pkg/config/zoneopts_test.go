@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"io"
@@ -23,24 +23,24 @@ func TestClusterZoneOptions(t *testing.T) {
 	listen := []string{"--listen", "127.0.0.1:5353"}
 
 	// Defaults: one zone, the reverse zones fall through, no filters.
-	cfg, err := loadConfig(listen, io.Discard)
+	cfg, err := Load(listen, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc := clusterConfig(cfg)
+	kc := cfg.ClusterSettings()
 	if !slices.Equal(kc.Zones, []string{"cluster.local"}) || !slices.Equal(kc.Fallthrough, []string{"in-addr.arpa", "ip6.arpa"}) ||
 		kc.EndpointPodNames || kc.IgnoreEmptyService || kc.NoEndpoints || kc.Namespaces != nil || kc.NamespaceLabels != "" {
 		t.Errorf("defaults: %+v", kc)
 	}
 
 	// Every option as a flag; --cluster-domain repeats.
-	cfg, err = loadConfig(append(listen, "--cluster-domain", "cluster.local", "--cluster-domain", "example.internal,corp.internal",
+	cfg, err = Load(append(listen, "--cluster-domain", "cluster.local", "--cluster-domain", "example.internal,corp.internal",
 		"--endpoint-pod-names", "--ignore-empty-service", "--no-endpoints", "--namespaces", "ns1,ns2",
 		"--fallthrough", "cluster.local,10.0.0.0/8"), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc = clusterConfig(cfg)
+	kc = cfg.ClusterSettings()
 	if !slices.Equal(kc.Zones, []string{"cluster.local", "example.internal", "corp.internal"}) || !kc.EndpointPodNames ||
 		!kc.IgnoreEmptyService || !kc.NoEndpoints || !slices.Equal(kc.Namespaces, []string{"ns1", "ns2"}) ||
 		!slices.Equal(kc.Fallthrough, []string{"cluster.local", "10.0.0.0/8"}) {
@@ -48,11 +48,11 @@ func TestClusterZoneOptions(t *testing.T) {
 	}
 
 	// `--fallthrough=` means none, not the default.
-	cfg, err = loadConfig(append(listen, "--fallthrough="), io.Discard)
+	cfg, err = Load(append(listen, "--fallthrough="), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if kc := clusterConfig(cfg); kc.Fallthrough == nil || len(kc.Fallthrough) != 0 {
+	if kc := cfg.ClusterSettings(); kc.Fallthrough == nil || len(kc.Fallthrough) != 0 {
 		t.Errorf("--fallthrough= gives %#v, want an empty list", kc.Fallthrough)
 	}
 
@@ -64,17 +64,17 @@ no-endpoints: true
 namespace-labels: "env in (prod, staging)"
 fallthrough: []
 `)
-	cfg, err = loadConfig([]string{"--config", file}, io.Discard)
+	cfg, err = Load([]string{"--config", file}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc = clusterConfig(cfg)
+	kc = cfg.ClusterSettings()
 	if !slices.Equal(kc.Zones, []string{"cluster.local", "example.internal"}) || !kc.EndpointPodNames || !kc.IgnoreEmptyService ||
 		!kc.NoEndpoints || kc.NamespaceLabels != "env in (prod, staging)" || kc.Fallthrough == nil || len(kc.Fallthrough) != 0 {
 		t.Errorf("file: %+v", kc)
 	}
 	// A flag replaces the file's list rather than adding to it.
-	cfg, err = loadConfig([]string{"--config", file, "--cluster-domain", "k8s.internal"}, io.Discard)
+	cfg, err = Load([]string{"--config", file, "--cluster-domain", "k8s.internal"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,11 +82,11 @@ fallthrough: []
 		t.Errorf("flag over file: cluster-domain %q", cfg.ClusterDomain)
 	}
 	file = write("b.yaml", "cluster-domain: example.internal\nnamespaces: [ns1]\nfallthrough: [in-addr.arpa, ip6.arpa, example.internal]\n")
-	cfg, err = loadConfig([]string{"--config", file}, io.Discard)
+	cfg, err = Load([]string{"--config", file}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if kc := clusterConfig(cfg); !slices.Equal(kc.Zones, []string{"example.internal"}) || !slices.Equal(kc.Namespaces, []string{"ns1"}) ||
+	if kc := cfg.ClusterSettings(); !slices.Equal(kc.Zones, []string{"example.internal"}) || !slices.Equal(kc.Namespaces, []string{"ns1"}) ||
 		len(kc.Fallthrough) != 3 {
 		t.Errorf("file b: %+v", kc)
 	}
@@ -107,9 +107,9 @@ fallthrough: []
 		{[]string{"--config", write("c.yaml", "no-endpoints: sometimes\n")}, `"no-endpoints"`},
 		{[]string{"--config", write("d.yaml", "namespaces: {a: b}\n")}, `"namespaces"`},
 	} {
-		_, err := loadConfig(c.args, io.Discard)
+		_, err := Load(c.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("loadConfig(%q) = %v, want an error containing %q", c.args, err, c.want)
+			t.Errorf("Load(%q) = %v, want an error containing %q", c.args, err, c.want)
 		}
 	}
 }
@@ -117,15 +117,9 @@ fallthrough: []
 // TestClusterZoneOptionsRestartOnly: a reload that changes them says a
 // restart is needed.
 func TestClusterZoneOptionsRestartOnly(t *testing.T) {
-	a := defaultConfig()
-	b := defaultConfig()
-	b.ClusterDomain = List{"cluster.local", "example.internal"}
-	b.EndpointPodNames, b.IgnoreEmptyService, b.NoEndpoints = true, true, true
-	b.Namespaces, b.NamespaceLabels, b.Fallthrough = List{"ns1"}, "a=b", nil
-	got := restartOnly(a, b)
-	for _, want := range []string{"cluster-domain", "endpoint-pod-names", "ignore-empty-service", "no-endpoints", "namespaces", "namespace-labels", "fallthrough"} {
-		if !slices.Contains(got, want) {
-			t.Errorf("restartOnly misses %s: %q", want, got)
+	for _, key := range []string{"cluster-domain", "endpoint-pod-names", "ignore-empty-service", "no-endpoints", "namespaces", "namespace-labels", "fallthrough"} {
+		if s := SettingByKey(key); s == nil || s.Live() {
+			t.Errorf("%s: not a restart-only setting", key)
 		}
 	}
 }

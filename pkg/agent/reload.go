@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/config"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
@@ -25,20 +26,22 @@ const upstreamBudget = 10 * time.Second
 // swap a ConfigMap volume does on update.
 var reloadPoll = 2 * time.Second
 
-// applier puts changed settings into effect in the running agent. prepare
-// does the part that can fail, without changing anything (a reload with a
-// failing prepare changes nothing at all); the commit it returns makes the
-// change. Commits run in applierOrder; only the first may fail.
+// applier puts changed settings of one apply class (the settings table,
+// pkg/config, names each setting's classes) into effect in the running
+// agent. prepare does the part that can fail, without changing anything (a
+// reload with a failing prepare changes nothing at all); the commit it
+// returns makes the change. Commits run in applierOrder; only the first
+// may fail.
 type applier struct {
-	name    string
-	prepare func(a *agent, cfg *Config) (commit func() error, err error)
+	class   config.Apply
+	prepare func(a *Agent, cfg *config.Config) (commit func() error, err error)
 }
 
 var (
 	// applyCache reconfigures the cache in place (entries are kept).
 	// In forward mode the cluster zone's cache takes the same settings,
 	// capped by the cluster TTL (restart-only, like the index's).
-	applyCache = &applier{name: "cache", prepare: func(a *agent, cfg *Config) (func() error, error) {
+	applyCache = &applier{class: config.ApplyCache, prepare: func(a *Agent, cfg *config.Config) (func() error, error) {
 		return func() error {
 			if err := a.cache.Reconfigure(cacheConfig(*cfg, a.log)); err != nil {
 				return err
@@ -57,7 +60,7 @@ var (
 	// when it supplies the upstreams) and swaps it in; exchanges under way
 	// finish on the old one. The stub domains are zones of the
 	// CoreDNS-compatible series, so those follow.
-	applyForwarder = &applier{name: "upstreams", prepare: func(a *agent, cfg *Config) (func() error, error) {
+	applyForwarder = &applier{class: config.ApplyUpstreams, prepare: func(a *Agent, cfg *config.Config) (func() error, error) {
 		// Under the kube-dns ConfigMap as last applied (the watch loop,
 		// which runs the reloads too, is the only writer).
 		fwd, err := a.newForwarder(*cfg, a.kd.applied)
@@ -81,8 +84,8 @@ var (
 	}}
 	// applyHosts reads the hosts file and entries (prepare) and swaps the
 	// records in (commit).
-	applyHosts = &applier{name: "hosts", prepare: func(a *agent, cfg *Config) (func() error, error) {
-		hc := hostsConfig(cfg.Hosts)
+	applyHosts = &applier{class: config.ApplyHosts, prepare: func(a *Agent, cfg *config.Config) (func() error, error) {
+		hc := cfg.HostsSettings()
 		hc.Logger = a.log
 		apply, err := a.hosts.Prepare(hc)
 		if err != nil {
@@ -90,8 +93,8 @@ var (
 		}
 		return func() error { apply(); return nil }, nil
 	}}
-	applyRewrite = &applier{name: "rewrite", prepare: func(a *agent, cfg *Config) (func() error, error) {
-		rw, err := newRewriter(cfg.Rewrite)
+	applyRewrite = &applier{class: config.ApplyRewrite, prepare: func(a *Agent, cfg *config.Config) (func() error, error) {
+		rw, err := cfg.Rewriter()
 		if err != nil {
 			return nil, err
 		}
@@ -104,12 +107,12 @@ var (
 			return nil
 		}, nil
 	}}
-	applyLoadBalance = &applier{name: "loadbalance", prepare: func(a *agent, cfg *Config) (func() error, error) {
-		on := cfg.LoadBalance == loadBalanceRoundRobin
+	applyLoadBalance = &applier{class: config.ApplyLoadBalance, prepare: func(a *Agent, cfg *config.Config) (func() error, error) {
+		on := cfg.LoadBalance == config.LoadBalanceRoundRobin
 		return func() error { a.srv.SetLoadBalance(on); return nil }, nil
 	}}
 	// applySearch replaces the search-path settings of the server.
-	applySearch = &applier{name: "search path", prepare: func(a *agent, cfg *Config) (func() error, error) {
+	applySearch = &applier{class: config.ApplySearch, prepare: func(a *Agent, cfg *config.Config) (func() error, error) {
 		zone := "cluster.local."
 		if a.ix != nil {
 			zone = a.ix.Zone()
@@ -117,30 +120,41 @@ var (
 		search := searchDomains(*cfg, zone)
 		return func() error { a.srv.SetSearchPath(cfg.Autopath, search); return nil }, nil
 	}}
-	applyLogLevel = &applier{name: "log level", prepare: func(a *agent, cfg *Config) (func() error, error) {
+	applyLogLevel = &applier{class: config.ApplyLogLevel, prepare: func(a *Agent, cfg *config.Config) (func() error, error) {
 		return func() error { return a.level.UnmarshalText([]byte(cfg.LogLevel)) }, nil
 	}}
-	applyLogQueries = &applier{name: "query log", prepare: func(a *agent, cfg *Config) (func() error, error) {
+	applyLogQueries = &applier{class: config.ApplyQueryLog, prepare: func(a *Agent, cfg *config.Config) (func() error, error) {
 		return func() error { return a.rec.SetLogQueries(cfg.LogQueries) }, nil
 	}}
 	// applyAtExit: the setting is read when the agent stops (lameduck,
 	// teardown), from the running configuration a reload replaces.
-	applyAtExit = &applier{name: "at exit", prepare: func(*agent, *Config) (func() error, error) {
+	applyAtExit = &applier{class: config.ApplyAtExit, prepare: func(*Agent, *config.Config) (func() error, error) {
 		return func() error { return nil }, nil
 	}}
 )
 
 // applierOrder is the order commits run in: the one commit that can fail
 // (the cache's own checks) first, so that a failure leaves nothing applied.
+// Every apply class of the settings table has its applier here.
 var applierOrder = []*applier{applyCache, applyForwarder, applyHosts, applyRewrite, applyLoadBalance, applySearch, applyLogLevel, applyLogQueries, applyAtExit}
+
+// applierOf returns the applier of class, or nil.
+func applierOf(class config.Apply) *applier {
+	for _, ap := range applierOrder {
+		if ap.class == class {
+			return ap
+		}
+	}
+	return nil
+}
 
 // watchConfig re-applies the configuration whenever the --config file's
 // content changes, and on SIGHUP (at once, changed or not), until ctx is
 // done. Without a file, SIGHUP is logged and ignored: it never stops the
 // agent, as an operator used to dnsmasq or unbound may send it.
-func (a *agent) watchConfig(ctx context.Context, hup <-chan os.Signal) {
+func (a *Agent) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 	// The content loaded at start: a change made since is a change.
-	last := a.cfg.fileBytes
+	last := a.cfg.FileBytes()
 	t := time.NewTicker(reloadPoll)
 	defer t.Stop()
 	var lastErr string
@@ -151,25 +165,25 @@ func (a *agent) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 			return
 		case <-t.C:
 		case <-hup:
-			if a.cfg.path == "" {
+			if a.cfg.Path() == "" {
 				a.log.Warn("SIGHUP: no --config file to reload; ignored")
 				continue
 			}
 			forced = true
-			a.log.Info("SIGHUP: reloading the config file", "file", a.cfg.path)
+			a.log.Info("SIGHUP: reloading the config file", "file", a.cfg.Path())
 		}
 		// The kube-dns ConfigMap directory (kubelet updates it in place):
 		// applied under the running configuration as it changes.
 		if kd, changed := a.kd.poll(*a.running(), a.log); changed {
 			a.applyKubeDNS(*a.running(), kd)
 		}
-		if a.cfg.path == "" {
+		if a.cfg.Path() == "" {
 			continue
 		}
-		b, err := os.ReadFile(a.cfg.path)
+		b, err := os.ReadFile(a.cfg.Path())
 		if err != nil {
 			if err.Error() != lastErr || forced {
-				a.log.Warn("config file unreadable; keeping the running configuration", "file", a.cfg.path, "err", err)
+				a.log.Warn("config file unreadable; keeping the running configuration", "file", a.cfg.Path(), "err", err)
 				a.reloads.failed(err)
 				lastErr = err.Error()
 			}
@@ -189,7 +203,7 @@ func (a *agent) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 
 // applyKubeDNS rebuilds the forwarder with a changed kube-dns ConfigMap
 // under the running configuration cfg.
-func (a *agent) applyKubeDNS(cfg Config, kd kubedns.Config) {
+func (a *Agent) applyKubeDNS(cfg config.Config, kd kubedns.Config) {
 	fwd, err := a.newForwarder(cfg, kd)
 	if err != nil {
 		a.log.Warn("kube-dns config not applied; keeping the running settings", "dir", cfg.KubeDNSConfig, "err", err)
@@ -211,41 +225,41 @@ func notifyHUP() (hup <-chan os.Signal, stop func()) {
 // reload reads the configuration again (the file, then the command line
 // over it) and applies what changed, or nothing: the whole configuration
 // is validated, and every change prepared, before any of it is applied.
-// What a reload can apply is declared per setting (keys.go); a change to
+// What a reload can apply is declared per setting (pkg/config); a change to
 // a setting read only at start is logged as one warning naming the keys,
 // and the running value is kept (so the next reload warns again). Sockets
 // are not touched, so no query is dropped.
-func (a *agent) reload() {
+func (a *Agent) reload() {
 	old := a.running()
-	cfg, res, err := load(a.args, false, nil)
+	cfg, res, err := config.Parse(a.args, false, nil)
 	if err == nil {
-		err = res.err()
+		err = res.Err()
 	}
-	for _, w := range res.warnings {
+	for _, w := range res.Warnings {
 		a.log.Warn(w) // each names the file
 	}
 	if err != nil {
-		a.log.Error("config reload rejected; keeping the running configuration", "file", old.path, "err", err)
+		a.log.Error("config reload rejected; keeping the running configuration", "file", old.Path(), "err", err)
 		a.reloads.failed(err)
 		return
 	}
 	var live, restart, overridden []string
 	var todo []*applier
-	for _, s := range settings {
-		if s.fromFlagsChanged(old, &cfg) {
-			overridden = append(overridden, s.key)
+	for _, s := range config.Settings() {
+		if s.OverriddenChange(old, &cfg) {
+			overridden = append(overridden, s.Key())
 		}
-		if !s.differs(old, &cfg) {
+		if !s.Differs(old, &cfg) {
 			continue
 		}
-		if !s.live() {
-			restart = append(restart, s.key)
-			s.copyFrom(&cfg, old)
+		if !s.Live() {
+			restart = append(restart, s.Key())
+			s.CopyFrom(&cfg, old)
 			continue
 		}
-		live = append(live, s.key)
-		for _, ap := range s.apply {
-			if !containsApplier(todo, ap) {
+		live = append(live, s.Key())
+		for _, class := range s.Applies() {
+			if ap := applierOf(class); !containsApplier(todo, ap) {
 				todo = append(todo, ap)
 			}
 		}
@@ -257,7 +271,7 @@ func (a *agent) reload() {
 		}
 		commit, err := ap.prepare(a, &cfg)
 		if err != nil {
-			a.log.Error("config reload rejected; keeping the running configuration", "file", old.path, "applying", ap.name, "err", err)
+			a.log.Error("config reload rejected; keeping the running configuration", "file", old.Path(), "applying", string(ap.class), "err", err)
 			a.reloads.failed(err)
 			return
 		}
@@ -267,7 +281,7 @@ func (a *agent) reload() {
 		if err := commit(); err != nil {
 			// Only the first commit can fail (applierOrder): nothing was
 			// applied.
-			a.log.Error("config reload rejected; keeping the running configuration", "file", old.path, "err", err)
+			a.log.Error("config reload rejected; keeping the running configuration", "file", old.Path(), "err", err)
 			a.reloads.failed(err)
 			if i > 0 {
 				a.log.Error("config reload partly applied", "keys", live)
@@ -277,19 +291,13 @@ func (a *agent) reload() {
 	}
 	a.live.Store(&cfg)
 	if len(overridden) > 0 {
-		a.log.Warn("config file changes overridden by command-line flags", "file", cfg.path, "keys", strings.Join(overridden, ","))
+		a.log.Warn("config file changes overridden by command-line flags", "file", cfg.Path(), "keys", strings.Join(overridden, ","))
 	}
 	if len(restart) > 0 {
-		a.log.Warn("config changes need a restart to take effect; running with the old values", "file", cfg.path, "keys", strings.Join(restart, ","))
+		a.log.Warn("config changes need a restart to take effect; running with the old values", "file", cfg.Path(), "keys", strings.Join(restart, ","))
 	}
-	a.log.Info("configuration reloaded", "file", cfg.path, "applied", strings.Join(live, ","))
+	a.log.Info("configuration reloaded", "file", cfg.Path(), "applied", strings.Join(live, ","))
 	a.reloads.succeeded(restart)
-}
-
-// fromFlagsChanged reports whether the file changed the setting while a
-// command-line flag overrides it (so the change has no effect).
-func (s *setting) fromFlagsChanged(old, cfg *Config) bool {
-	return cfg.fromFlags[s.key] && !bytes.Equal(old.file[s.key], cfg.file[s.key])
 }
 
 func containsApplier(list []*applier, ap *applier) bool {
@@ -303,11 +311,11 @@ func containsApplier(list []*applier, ap *applier) bool {
 
 // running is the configuration in effect: the start configuration, as
 // replaced by each reload (restart-only settings keep their start values).
-func (a *agent) running() *Config { return a.live.Load() }
+func (a *Agent) running() *config.Config { return a.live.Load() }
 
 // swapForwarder makes fwd the upstream; the old forwarder keeps probing
 // until the exchanges it carries are past their budget, then stops.
-func (a *agent) swapForwarder(fwd *upstream.Forwarder) {
+func (a *Agent) swapForwarder(fwd *upstream.Forwarder) {
 	ctx, cancel := context.WithCancel(a.runCtx)
 	go fwd.Run(ctx)
 	a.cache.SetExchanger(fwd)
@@ -315,18 +323,6 @@ func (a *agent) swapForwarder(fwd *upstream.Forwarder) {
 	time.AfterFunc(upstreamBudget, a.stopFwd)
 	a.stopFwd = cancel
 	a.log.Info("upstreams replaced", "servers", len(fwd.Servers()))
-}
-
-// restartOnly lists the settings that differ between a and b and apply
-// only at start.
-func restartOnly(a, b Config) []string {
-	var out []string
-	for _, s := range settings {
-		if !s.live() && s.differs(&a, &b) {
-			out = append(out, s.key)
-		}
-	}
-	return out
 }
 
 // reloadStats are the reload figures: nodedns_config_reloads_total{result}

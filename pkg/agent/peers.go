@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -22,9 +22,9 @@ var peersRecheck = 5 * time.Second
 // checkPeers looks for other processes serving our DNS addresses
 // (pkg/node/peers), keeps the report for /ready, /stats and metrics, and logs
 // what changed since the last check.
-func (a *agent) checkPeers(ctx context.Context) {
+func (a *Agent) checkPeers(ctx context.Context) {
 	var addrs []netip.AddrPort
-	for _, l := range listenAddrs(a.cfg) {
+	for _, l := range a.cfg.ListenAddrs() {
 		addrs = append(addrs, netip.MustParseAddrPort(l)) // validated
 	}
 	rep, err := peers.Check(ctx, peers.Config{Addrs: addrs})
@@ -73,7 +73,7 @@ func serversOf(r *peers.Report, k peers.Kind) []peers.Server {
 // watchPeers repeats checkPeers every --sync-interval, and every
 // peersRecheck while something other than nodedns shares our addresses,
 // until ctx is done.
-func (a *agent) watchPeers(ctx context.Context) {
+func (a *Agent) watchPeers(ctx context.Context) {
 	for {
 		wait := time.Duration(a.cfg.SyncInterval)
 		if r := a.peers.Load(); r != nil && (r.Count(peers.Foreign) > 0 || r.Count(peers.Unidentified) > 0) {
@@ -93,7 +93,7 @@ func (a *agent) watchPeers(ctx context.Context) {
 
 // peersReady is the /ready condition: no foreign DNS server shares our
 // addresses. Pods' queries would otherwise be split between it and us.
-func (a *agent) peersReady() admin.Check {
+func (a *Agent) peersReady() admin.Check {
 	return admin.Check{Name: "foreign DNS servers", Fn: func() error {
 		r := a.peers.Load()
 		if r == nil {
@@ -111,7 +111,7 @@ func (a *agent) peersReady() admin.Check {
 }
 
 // peerFigures is the report for /stats and metrics.
-func (a *agent) peerFigures() metrics.PeerFigures {
+func (a *Agent) peerFigures() metrics.PeerFigures {
 	r := a.peers.Load()
 	if r == nil {
 		return metrics.PeerFigures{}

@@ -1,9 +1,8 @@
-package main
+package agent
 
 import (
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -12,18 +11,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/config"
 	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 	"github.com/nodedns/nodedns/pkg/query/zoneroute"
-)
-
-// Values of --cluster-zone and --cluster-dns-protocol.
-const (
-	clusterZoneLocal   = "local"
-	clusterZoneForward = "forward"
-	protoTCP           = "tcp"
-	protoUDP           = "udp"
 )
 
 // reverseZones go to the cluster DNS in forward mode, as NodeLocal
@@ -42,9 +34,9 @@ func (f forwardedZone) Lookup(string, uint16) (server.ClusterResult, bool) {
 func (f forwardedZone) Zone() string { return f.zone }
 
 // clusterDNSForwarder is the forwarder to --cluster-dns.
-func clusterDNSForwarder(cfg Config, log *slog.Logger) (*upstream.Forwarder, error) {
+func clusterDNSForwarder(cfg config.Config, log *slog.Logger) (*upstream.Forwarder, error) {
 	fwd, err := upstream.New(upstream.Config{Servers: []string{cfg.ClusterDNS}, Policy: upstream.Sequential,
-		ForceTCP: cfg.ClusterDNSProtocol == protoTCP, Logger: log})
+		ForceTCP: cfg.ClusterDNSProtocol == config.ProtoTCP, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("--cluster-dns: %w", err)
 	}
@@ -56,7 +48,7 @@ func clusterDNSForwarder(cfg Config, log *slog.Logger) (*upstream.Forwarder, err
 // that a change in the cluster shows as soon as with the local index
 // (--cluster-ttl 0: nothing is kept past the reply, except to be served
 // stale when the cluster DNS fails).
-func clusterCacheConfig(cfg Config, log *slog.Logger) cache.Config {
+func clusterCacheConfig(cfg config.Config, log *slog.Logger) cache.Config {
 	cc := cacheConfig(cfg, log)
 	ttl := time.Duration(cfg.ClusterTTL)
 	if ttl <= 0 {
@@ -67,7 +59,7 @@ func clusterCacheConfig(cfg Config, log *slog.Logger) cache.Config {
 }
 
 // clusterZones are the cluster domains as lower-case FQDNs, primary first.
-func clusterZones(cfg Config) []string {
+func clusterZones(cfg config.Config) []string {
 	out := make([]string, 0, len(cfg.ClusterDomain))
 	for _, z := range cfg.ClusterDomain {
 		out = append(out, strings.ToLower(dns.Fqdn(z)))
@@ -82,7 +74,7 @@ func clusterZones(cfg Config) []string {
 // Nothing of the zone is answered from the API server; only this node's
 // pods are watched (when a kubeconfig is at hand), so the search-path walk
 // still runs here, asking the forwarded zone for each step.
-func (a *agent) wireForward(scfg *server.Config) error {
+func (a *Agent) wireForward(scfg *server.Config) error {
 	fwd, err := clusterDNSForwarder(a.cfg, a.upLog)
 	if err != nil {
 		return err
@@ -125,7 +117,7 @@ func (a *agent) wireForward(scfg *server.Config) error {
 		a.log.Warn("no --kubeconfig and not running in a pod: this node's pods are unknown, search-path walk off")
 		return nil
 	}
-	rc.UserAgent = "nodedns/" + version
+	rc.UserAgent = "nodedns/" + a.version
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("creating Kubernetes client: %w", err)
@@ -138,41 +130,10 @@ func (a *agent) wireForward(scfg *server.Config) error {
 	return nil
 }
 
-// validateForward checks --cluster-zone and what it needs.
-func (c *Config) validateForward() error {
-	switch c.ClusterZone {
-	case clusterZoneLocal, clusterZoneForward:
-	default:
-		return fmt.Errorf("--cluster-zone %q: want local or forward", c.ClusterZone)
-	}
-	switch c.ClusterDNSProtocol {
-	case protoTCP, protoUDP:
-	default:
-		return fmt.Errorf("--cluster-dns-protocol %q: want tcp or udp", c.ClusterDNSProtocol)
-	}
-	if c.ClusterZone == clusterZoneForward && c.ClusterDNS == "" {
-		return fmt.Errorf("--cluster-zone forward needs --cluster-dns (the central cluster DNS, e.g. a kube-dns-upstream Service's ClusterIP)")
-	}
-	if c.ClusterDNS == "" {
-		return nil
-	}
-	n, err := upstream.NormalizeAddr(c.ClusterDNS)
-	if err != nil {
-		return fmt.Errorf("--cluster-dns: %w", err)
-	}
-	ap := netip.MustParseAddrPort(n)
-	for _, l := range listenAddrs(*c) {
-		if netip.MustParseAddrPort(l) == ap {
-			return fmt.Errorf("--cluster-dns %s is one of this agent's own addresses: that is a forwarding loop (point it at a Service with kube-dns's endpoints but its own ClusterIP, as NodeLocal DNSCache's kube-dns-upstream)", c.ClusterDNS)
-		}
-	}
-	return nil
-}
-
 // localOnlyOptions lists the cluster zone options set away from their
 // defaults, which only the local index applies.
-func localOnlyOptions(cfg Config) []string {
-	def := defaultConfig()
+func localOnlyOptions(cfg config.Config) []string {
+	def := config.Default()
 	var out []string
 	for _, o := range []struct {
 		name string
@@ -194,7 +155,7 @@ func localOnlyOptions(cfg Config) []string {
 }
 
 // stubZones are the zones of the stub domains.
-func stubZones(cfg Config) []string {
+func stubZones(cfg config.Config) []string {
 	out := make([]string, 0, len(cfg.Stubs))
 	for z := range cfg.Stubs {
 		out = append(out, z)

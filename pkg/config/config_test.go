@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"io"
@@ -19,7 +19,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 	if err := os.WriteFile(file, []byte("listen: [127.0.0.1:5353]\ncache-size: 500\nmax-ttl: 10m\nupstream: 192.0.2.1,192.0.2.2\nstub-domains:\n  corp.example: [192.0.2.53]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := loadConfig([]string{"--config", file, "--cache-size", "700"}, io.Discard)
+	cfg, err := Load([]string{"--config", file, "--cache-size", "700"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,9 +55,9 @@ func TestLoadConfigErrorsNameTheValue(t *testing.T) {
 		{[]string{"--config", filepath.Join(dir, "missing.yaml")}, "missing.yaml"},
 	}
 	for _, c := range cases {
-		_, err := loadConfig(c.args, io.Discard)
+		_, err := Load(c.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("loadConfig(%q) = %v, want an error containing %q", c.args, err, c.want)
+			t.Errorf("Load(%q) = %v, want an error containing %q", c.args, err, c.want)
 		}
 	}
 }
@@ -86,9 +86,9 @@ func TestDaemonSetConfigLoads(t *testing.T) {
 		if err := os.WriteFile(file, []byte(obj.Data["config.yaml"]), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cfg, res, err := load([]string{"--config", file}, true, nil)
+		cfg, res, err := Parse([]string{"--config", file}, true, nil)
 		if err == nil {
-			err = res.err()
+			err = res.Err()
 		}
 		if err != nil {
 			t.Fatalf("shipped config does not pass `nodedns config validate`: %v", err)
@@ -98,28 +98,13 @@ func TestDaemonSetConfigLoads(t *testing.T) {
 		}
 		// Keys shown commented out, for an operator to enable, exist.
 		for _, m := range regexp.MustCompile(`(?m)^# ([a-z][a-z-]*):( |$)`).FindAllStringSubmatch(obj.Data["config.yaml"], -1) {
-			if settingByKey(m[1]) == nil {
+			if SettingByKey(m[1]) == nil {
 				t.Errorf("the shipped config shows an unknown key commented out: %q", m[0])
 			}
 		}
 	}
 	if !found {
 		t.Fatal("no ConfigMap in deploy/daemonset.yaml")
-	}
-}
-
-func TestRunVersionAndUnknown(t *testing.T) {
-	var out, errb strings.Builder
-	if code := run([]string{"version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "nodedns ") {
-		t.Fatalf("version: %d %q", code, out.String())
-	}
-	if code := run([]string{"frobnicate"}, &out, &errb); code != 2 {
-		t.Fatalf("unknown command exit %d", code)
-	}
-	errb.Reset()
-	if code := run([]string{"serve", "--cache-size", "-1", "--listen", "127.0.0.1:1"}, &out, &errb); code != 1 ||
-		strings.Count(strings.TrimSpace(errb.String()), "\n") != 0 {
-		t.Fatalf("bad flag: exit %d, message %q (want one line)", code, errb.String())
 	}
 }
 
@@ -145,11 +130,11 @@ func TestSchedulerProcs(t *testing.T) {
 		} else {
 			os.Unsetenv("GOMAXPROCS")
 		}
-		cfg, err := loadConfig(c.args, io.Discard)
+		cfg, err := Load(c.args, io.Discard)
 		if err != nil {
 			t.Fatalf("%q: %v", c.args, err)
 		}
-		if got := cfg.schedulerProcs(); got != c.want {
+		if got := cfg.SchedulerProcs(); got != c.want {
 			t.Errorf("%q with GOMAXPROCS=%q: %d Ps, want %d", c.args, c.env, got, c.want)
 		}
 	}
@@ -171,7 +156,7 @@ func writeFile(t *testing.T, body string) string {
 func TestUnknownKey(t *testing.T) {
 	file := writeFile(t, "listen: [127.0.0.1:5353]\ncahce-size: 5\nfancy-new-setting: {a: 1}\n")
 	var warn strings.Builder
-	cfg, err := loadConfig([]string{"--config", file}, &warn)
+	cfg, err := Load([]string{"--config", file}, &warn)
 	if err != nil {
 		t.Fatalf("unknown keys stop the agent: %v", err)
 	}
@@ -183,9 +168,9 @@ func TestUnknownKey(t *testing.T) {
 		strings.Count(w, "\n") != 2 {
 		t.Errorf("warnings:\n%s", w)
 	}
-	_, res, err := load([]string{"--config", file}, true, nil)
-	if err != nil || len(res.problems) != 2 || !strings.Contains(res.problems[0], "cahce-size") {
-		t.Errorf("strict: %v %q", err, res.problems)
+	_, res, err := Parse([]string{"--config", file}, true, nil)
+	if err != nil || len(res.Problems) != 2 || !strings.Contains(res.Problems[0], "cahce-size") {
+		t.Errorf("strict: %v %q", err, res.Problems)
 	}
 }
 
@@ -207,7 +192,7 @@ func TestConfigHeaders(t *testing.T) {
 	} {
 		file := writeFile(t, c.head+"listen: [127.0.0.1:5353]\n")
 		var warn strings.Builder
-		_, err := loadConfig([]string{"--config", file}, &warn)
+		_, err := Load([]string{"--config", file}, &warn)
 		switch {
 		case c.problem != "":
 			if err == nil || !strings.Contains(err.Error(), c.problem) {
@@ -219,8 +204,8 @@ func TestConfigHeaders(t *testing.T) {
 		case c.warn == "" && warn.Len() > 0 || c.warn != "" && !strings.Contains(warn.String(), c.warn):
 			t.Errorf("%q: warnings %q, want %q", c.head, warn.String(), c.warn)
 		}
-		_, res, _ := load([]string{"--config", file}, true, nil)
-		if got := strings.Join(res.problems, "; "); c.strict == "" && got != "" || !strings.Contains(got, c.strict) {
+		_, res, _ := Parse([]string{"--config", file}, true, nil)
+		if got := strings.Join(res.Problems, "; "); c.strict == "" && got != "" || !strings.Contains(got, c.strict) {
 			t.Errorf("%q strict: %q, want %q", c.head, got, c.strict)
 		}
 	}
@@ -230,37 +215,37 @@ func TestConfigHeaders(t *testing.T) {
 // not only the first.
 func TestEveryProblemReported(t *testing.T) {
 	file := writeFile(t, "listen: [127.0.0.1:5353, nope]\ncache-size: zero\nmax-ttl: 30\npods: all\nupstream: [dns.example.com]\nmin-ttl: 2h\nlog-queries: 2\nlocal-ip: [127.0.0.1]\ninterface: much-too-long-name\n")
-	_, res, err := load([]string{"--config", file}, true, nil)
+	_, res, err := Parse([]string{"--config", file}, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{`"cache-size"`, `"max-ttl"`, `listen "nope"`, `pods "all"`, `upstream "dns.example.com"`, `--min-ttl 2h0m0s is above --max-ttl 1h0m0s`,
 		`log-queries 2`, `local-ip "127.0.0.1"`, `interface "much-too-long-name"`} {
 		found := false
-		for _, p := range res.problems {
+		for _, p := range res.Problems {
 			found = found || strings.Contains(p, want)
 		}
 		if !found {
-			t.Errorf("no problem mentions %s:\n%s", want, strings.Join(res.problems, "\n"))
+			t.Errorf("no problem mentions %s:\n%s", want, strings.Join(res.Problems, "\n"))
 		}
 	}
-	for _, p := range res.problems {
+	for _, p := range res.Problems {
 		if strings.Contains(p, "\n") {
 			t.Errorf("problem on several lines: %q", p)
 		}
 	}
-	if !strings.Contains(strings.Join(res.problems, "\n"), "want an integer") {
-		t.Errorf("type error not explained: %q", res.problems)
+	if !strings.Contains(strings.Join(res.Problems, "\n"), "want an integer") {
+		t.Errorf("type error not explained: %q", res.Problems)
 	}
-	if len(res.problems) != 9 {
-		t.Errorf("%d problems, want 9 (one each):\n%s", len(res.problems), strings.Join(res.problems, "\n"))
+	if len(res.Problems) != 9 {
+		t.Errorf("%d problems, want 9 (one each):\n%s", len(res.Problems), strings.Join(res.Problems, "\n"))
 	}
 }
 
 // TestSettingsTable keeps the table the one declaration of each setting:
 // every exported Config field has exactly one entry, keys and flags are
-// unique, defaults parse, help is there, and a reload either applies a
-// setting or reports it restart-only.
+// unique, defaults parse and help is there. (That the agent has an
+// applier for every apply class is pkg/agent's TestEveryApplyClassApplied.)
 func TestSettingsTable(t *testing.T) {
 	var c Config
 	fields := map[uintptr]string{}
@@ -294,18 +279,13 @@ func TestSettingsTable(t *testing.T) {
 		if s.flagName() != "" || s.def != "" || s.env != "" {
 			_ = s.value(&c) // panics on a type without a flag.Value
 		}
-		for _, ap := range s.apply {
-			if !containsApplier(applierOrder, ap) {
-				t.Errorf("%s: applier %q not in applierOrder", s.key, ap.name)
-			}
-		}
 	}
 	for _, name := range fields {
 		if !covered[name] {
 			t.Errorf("Config.%s has no entry in the settings table", name)
 		}
 	}
-	_ = defaultConfig() // panics on a default that does not parse
+	_ = Default() // panics on a default that does not parse
 }
 
 // TestConfigDocFlagTable keeps the flag table of docs/configuration.md in

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/config"
 	"github.com/nodedns/nodedns/pkg/observe/admin"
 	"github.com/nodedns/nodedns/pkg/query/server"
 )
@@ -26,8 +27,8 @@ func (c clusterIndex) Lookup(name string, qtype uint16) (server.ClusterResult, b
 // wireCluster connects the Kubernetes index when a kubeconfig (or the
 // in-cluster config) is available; without one the agent is a plain caching
 // forwarder and says so.
-func (a *agent) wireCluster(scfg *server.Config) error {
-	if a.cfg.ClusterZone == clusterZoneForward {
+func (a *Agent) wireCluster(scfg *server.Config) error {
+	if a.cfg.ClusterZone == config.ClusterZoneForward {
 		return a.wireForward(scfg)
 	}
 	rc, err := k8s.RESTConfig(a.cfg.Kubeconfig)
@@ -38,12 +39,12 @@ func (a *agent) wireCluster(scfg *server.Config) error {
 		a.log.Warn("no --kubeconfig and not running in a pod: cluster zone off, forwarding everything")
 		return nil
 	}
-	rc.UserAgent = "nodedns/" + version
+	rc.UserAgent = "nodedns/" + a.version
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("creating Kubernetes client: %w", err)
 	}
-	kc := clusterConfig(a.cfg)
+	kc := a.cfg.ClusterSettings()
 	kc.Logger = a.log
 	a.ix, err = k8s.New(client, kc)
 	if err != nil {
@@ -69,26 +70,6 @@ func (a *agent) wireCluster(scfg *server.Config) error {
 	return nil
 }
 
-// clusterConfig maps cfg onto the cluster index's settings.
-func clusterConfig(cfg Config) k8s.Config {
-	fall := []string(cfg.Fallthrough)
-	if fall == nil {
-		fall = []string{} // emptied on purpose: no fallthrough at all
-	}
-	return k8s.Config{
-		Zones:              cfg.ClusterDomain,
-		TTL:                uint32(time.Duration(cfg.ClusterTTL) / time.Second),
-		Pods:               k8s.PodMode(cfg.Pods),
-		NodeName:           cfg.NodeName,
-		EndpointPodNames:   cfg.EndpointPodNames,
-		IgnoreEmptyService: cfg.IgnoreEmptyService,
-		NoEndpoints:        cfg.NoEndpoints,
-		Namespaces:         cfg.Namespaces,
-		NamespaceLabels:    cfg.NamespaceLabels,
-		Fallthrough:        fall,
-	}
-}
-
 // startCluster runs the informers until ctx is done.
 //
 // Until the index has synced the Go GC runs at GOGC 50 instead of 100: the
@@ -99,7 +80,7 @@ func clusterConfig(cfg Config) k8s.Config {
 // Services and 100,000 addresses: 57-58 MiB instead of 59-62, for some 50
 // ms more to sync; bench/RESULTS.md). A GOGC given in the environment is
 // left alone.
-func (a *agent) startCluster(ctx context.Context) {
+func (a *Agent) startCluster(ctx context.Context) {
 	if a.ix == nil {
 		return
 	}
@@ -131,13 +112,13 @@ func (a *agent) startCluster(ctx context.Context) {
 //     (CoreDNS's kubernetes plugin also delays serving up to 5 s), then
 //     serve external names and answer cluster names SERVFAIL (or from
 //     --cluster-dns) until the sync.
-func (a *agent) awaitClusterSync(ctx context.Context) {
-	if a.ix == nil || a.ix.Synced() || a.cfg.ClusterZone == clusterZoneForward {
+func (a *Agent) awaitClusterSync(ctx context.Context) {
+	if a.ix == nil || a.ix.Synced() || a.cfg.ClusterZone == config.ClusterZoneForward {
 		// Forwarded, the zone's answers need nothing from the API server.
 		return
 	}
 	start := time.Now()
-	other, busy := server.Answering(ctx, listenAddrs(a.cfg), 300*time.Millisecond)
+	other, busy := server.Answering(ctx, a.cfg.ListenAddrs(), 300*time.Millisecond)
 	limit := time.Duration(a.cfg.ClusterSyncWait)
 	if busy {
 		a.log.Info("another DNS server answers on our address: waiting for the cluster index before sharing its traffic", "addr", other)
@@ -170,9 +151,9 @@ func (a *agent) awaitClusterSync(ctx context.Context) {
 // It stays true through a later API-server outage: the agent keeps
 // answering from the last known state, which is what pods need; turning
 // not-ready would only take a working DNS server out of rotation.
-func (a *agent) clusterReady() admin.Check {
+func (a *Agent) clusterReady() admin.Check {
 	return admin.Check{Name: "informers", Fn: func() error {
-		if a.ix == nil || a.ix.Synced() || a.cfg.ClusterZone == clusterZoneForward {
+		if a.ix == nil || a.ix.Synced() || a.cfg.ClusterZone == config.ClusterZoneForward {
 			return nil
 		}
 		return fmt.Errorf("cluster index not synced yet")

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
+	"github.com/nodedns/nodedns/pkg/config"
 )
 
 // This file checks what /metrics exports after mixed traffic through a
@@ -216,19 +217,18 @@ func runMixedTraffic(t *testing.T) (*scrape, error) {
 	admin := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
 	args := []string{"--listen", v4 + "," + v6, "--upstream", up.Addr, "--stub-domain", "dead.example=" + dead.Addr,
 		"--admin", admin, "--loop-check=false", "--lameduck=0s", "--prefetch=0"}
-	cfg, err := loadConfig(args, io.Discard)
+	cfg, err := config.Load(args, io.Discard)
 	if err != nil {
 		return nil, err
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := build(cfg, log)
+	a, err := Build(cfg, Options{Log: log, Args: args})
 	if err != nil {
 		return nil, err
 	}
-	a.args, a.level = args, new(slog.LevelVar)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- a.run(ctx) }()
+	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done

@@ -1,0 +1,331 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/signal"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/config"
+	"github.com/nodedns/nodedns/pkg/node/intercept"
+	"github.com/nodedns/nodedns/pkg/node/peers"
+	"github.com/nodedns/nodedns/pkg/observe/admin"
+	"github.com/nodedns/nodedns/pkg/observe/errlog"
+	"github.com/nodedns/nodedns/pkg/observe/metrics"
+	"github.com/nodedns/nodedns/pkg/observe/recovery"
+	"github.com/nodedns/nodedns/pkg/query/cache"
+	"github.com/nodedns/nodedns/pkg/query/hosts"
+	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/query/zoneroute"
+)
+
+// Options are what the agent takes besides its configuration.
+type Options struct {
+	// Log is the agent's logger (default: slog's); Level, when set, is
+	// its level, which a reload of log-level changes.
+	Log   *slog.Logger
+	Level *slog.LevelVar
+	// Args is the command line the configuration was loaded from: a
+	// reload reads the --config file again and applies these flags over
+	// it, as at start.
+	Args []string
+	// Version names the build in the log, the metrics and the user agent
+	// the API server sees.
+	Version string
+}
+
+// Agent holds the wired parts of an agent: Build wires them, Run runs
+// them until its context is done.
+type Agent struct {
+	cfg      config.Config
+	args     []string // the command line, re-applied over the file on reload
+	version  string
+	log      *slog.Logger
+	level    *slog.LevelVar
+	fwd      atomic.Pointer[upstream.Forwarder]
+	cache    *cache.Cache
+	srv      *server.Server
+	admin    *admin.Server
+	ix       *k8s.Index
+	rec      *metrics.Recorder
+	ic       interceptor // nil: no interception
+	icfg     intercept.Config
+	started  time.Time
+	draining atomic.Bool
+	// panics is the one count of recovered panics: server, cache and
+	// forwarder (a reload's new forwarder too) share it.
+	panics *recovery.Counter
+	// live is the running configuration: cfg as replaced by each reload
+	// (see running); reloads counts them.
+	live    atomic.Pointer[config.Config]
+	reloads *reloadStats
+	// peers is the last report of other processes serving our
+	// addresses (peers.go).
+	peers atomic.Pointer[peers.Report]
+	// runCtx is run's context; stopFwd stops the current forwarder's
+	// probes (both used by the reload goroutine only, after Run set them).
+	runCtx  context.Context
+	stopFwd context.CancelFunc
+	// failures limits the warn lines written for failures (SERVFAILs sent,
+	// upstream exchanges failed); upLog is the logger upstream forwarders
+	// get, limited per message by it.
+	failures *errlog.Limiter
+	upLog    *slog.Logger
+	// hosts holds the static records (none when the key is absent); a
+	// reload replaces them.
+	hosts *hosts.Hosts
+	// clusterFwd asks --cluster-dns; clusterCache keeps its answers in
+	// forward mode (forward.go). Both nil when unused.
+	clusterFwd   *upstream.Forwarder
+	clusterCache *cache.Cache
+	router       *zoneroute.Router
+	// kd is the kube-dns ConfigMap directory's state (kubedns.go).
+	kd *kubeDNSState
+}
+
+// Serve is `nodedns serve` once the configuration is loaded and the
+// logger made: it sets the scheduler's Ps, builds the agent and runs it
+// until SIGINT or SIGTERM (lameduck, drain, teardown) or a fatal error.
+func Serve(cfg config.Config, opts Options) error {
+	// The runtime's own choice honours a container CPU limit; the agent's
+	// does not lower Ps to it (Config.SchedulerProcs says why). Both are
+	// logged.
+	runtimeDefault := runtime.GOMAXPROCS(0)
+	if n := cfg.SchedulerProcs(); n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	a, err := Build(cfg, opts)
+	if err != nil {
+		return err
+	}
+	a.log.Info("scheduler", "gomaxprocs", runtime.GOMAXPROCS(0), "runtimeDefault", runtimeDefault, "cpus", runtime.NumCPU())
+	return a.Run(ctx)
+}
+
+// Build wires the agent of cfg: the forwarder, cache, static records,
+// rewrites, cluster zone, metrics, server and interception. Nothing is
+// bound or changed on the host until Run.
+func Build(cfg config.Config, opts Options) (*Agent, error) {
+	log := opts.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	level := opts.Level
+	if level == nil {
+		level = new(slog.LevelVar)
+	}
+	a := &Agent{cfg: cfg, args: opts.Args, version: opts.Version, log: log, level: level, started: time.Now(),
+		reloads: newReloadStats(), panics: new(recovery.Counter), kd: newKubeDNSState(cfg.KubeDNSConfig)}
+	a.live.Store(&cfg)
+	a.failures = errlog.New(log, errlog.Config{})
+	a.upLog = slog.New(a.failures.Handler(log.Handler()))
+	kd, _ := a.kd.poll(cfg, log)
+	fwd, err := a.newForwarder(cfg, kd)
+	if err != nil {
+		if kd.Empty() {
+			return nil, err
+		}
+		log.Warn("kube-dns config not applied; starting without it", "dir", cfg.KubeDNSConfig, "err", err)
+		if fwd, err = a.newForwarder(cfg, kubedns.Config{}); err != nil {
+			return nil, err
+		}
+		kd = kubedns.Config{}
+	}
+	a.kd.applied = kd
+	a.fwd.Store(fwd)
+	ccfg := cacheConfig(cfg, log)
+	ccfg.Panics = a.panics
+	a.cache, err = cache.New(ccfg, fwd)
+	if err != nil {
+		return nil, err
+	}
+	hc := cfg.HostsSettings()
+	hc.Logger = log
+	if a.hosts, err = hosts.New(hc); err != nil {
+		return nil, err
+	}
+	rw, err := cfg.Rewriter()
+	if err != nil {
+		return nil, err
+	}
+	listen := cfg.ListenAddrs()
+	scfg := server.Config{Panics: a.panics, Failures: a.failures, Hosts: a.hosts, LoadBalance: cfg.LoadBalance == config.LoadBalanceRoundRobin, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
+		MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.SocketsPerAddr(), Logger: log}
+	if err := a.wireCluster(&scfg); err != nil {
+		return nil, err
+	}
+	// After wireCluster: the plugins the recorder reports depend on it.
+	if a.rec, err = a.newRecorder(); err != nil {
+		return nil, err
+	}
+	for _, c := range a.reloads.collectors() {
+		if err := a.rec.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	scfg.Observer = a.rec
+	if rw != nil {
+		scfg.Rewriter = rw
+	}
+	if a.ix == nil && config.HasNamedServers(cfg.Upstream) {
+		return nil, fmt.Errorf("--upstream names a server of the cluster zone, which needs the cluster index (--kubeconfig, or running in a pod)")
+	}
+	for _, z := range cfg.Stubs.SortedZones() {
+		if a.ix == nil && config.HasNamedServers(cfg.Stubs[z].Servers) {
+			return nil, fmt.Errorf("stub domain %q names a server of the cluster zone, which needs the cluster index (--kubeconfig, or running in a pod)", z)
+		}
+	}
+	a.srv, err = server.New(scfg)
+	if err != nil {
+		return nil, err
+	}
+	if icfg, ok := interceptConfig(cfg, log); ok {
+		a.icfg = icfg
+		ic, err := intercept.New(icfg)
+		if err != nil {
+			return nil, err
+		}
+		a.ic = ic
+	}
+	return a, nil
+}
+
+// Run starts the agent and serves until ctx is done (then it drains:
+// lameduck, sockets closed, interception torn down when it should be) or
+// a fatal error, returned. A start that fails once the interception may be
+// in place removes it, unless another agent serves the addresses.
+func (a *Agent) Run(ctx context.Context) (err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	a.runCtx = ctx
+	fctx, fcancel := context.WithCancel(ctx)
+	a.stopFwd = fcancel
+	go a.fwd.Load().Run(fctx)
+	defer a.cache.Close()
+	hup, stopHUP := notifyHUP()
+	defer stopHUP()
+	go a.watchConfig(ctx, hup)
+	go a.rec.Run(ctx)
+	go a.failures.Run(ctx)
+	go a.hosts.Run(ctx)
+	if a.clusterFwd != nil {
+		go a.clusterFwd.Run(ctx)
+	}
+	if a.clusterCache != nil {
+		defer a.clusterCache.Close()
+	}
+	a.startCluster(ctx)
+
+	// Until the agent serves, a failure removes the interception it put
+	// in place (undoIntercept).
+	serving := false
+	defer func() {
+		if err != nil && !serving {
+			a.undoIntercept(err)
+		}
+	}()
+	// The link first (the addresses must exist to be bound), then the
+	// listeners, and only then the rules that send traffic to them.
+	if a.ic != nil {
+		if err := a.ic.EnsureLink(); err != nil {
+			return err
+		}
+	}
+	a.awaitClusterSync(ctx)
+	if err := a.srv.Listen(); err != nil {
+		return err
+	}
+	a.srv.Serve()
+	// Who else serves our addresses, before /ready can say yes.
+	a.checkPeers(ctx)
+	if a.ic != nil {
+		if err := a.ic.EnsureRules(); err != nil {
+			_ = a.srv.Shutdown(context.Background())
+			return err
+		}
+	}
+	if a.cfg.Admin != "" || a.cfg.AdminSocket != "" {
+		var err error
+		a.admin, err = admin.New(admin.Config{Addr: a.cfg.Admin, Socket: a.cfg.AdminSocket, Pprof: a.cfg.Pprof, Health: a.healthChecks(), Ready: a.readyChecks(), Logger: a.log,
+			Stats: func() any { return a.rec.Stats() }, Metrics: a.rec.Handler()}, a.draining.Load)
+		if err != nil {
+			_ = a.srv.Shutdown(context.Background())
+			return err
+		}
+		go func() {
+			if err := a.admin.Serve(); err != nil {
+				a.log.Error("admin endpoint stopped", "err", err)
+			}
+		}()
+	}
+	serving = true
+	if a.ic != nil {
+		go a.ic.Run(ctx)
+	}
+	go a.watchPeers(ctx)
+	a.log.Info("serving DNS", "listen", a.cfg.ListenAddrs(), "upstreams", len(a.fwd.Load().Servers()), "version", a.version)
+	if a.cfg.LoopCheck {
+		go func() {
+			if err := a.srv.CheckLoop(ctx, 3*time.Second); err != nil {
+				cancel(err)
+			}
+		}()
+	}
+
+	<-ctx.Done()
+	cause := context.Cause(ctx)
+	if errors.Is(cause, context.Canceled) {
+		cause = nil
+	}
+	a.shutdown(cause == nil)
+	return cause
+}
+
+// shutdown drains: /ready goes false at once, queries are still answered
+// for the lameduck period (so that endpoints and a surge pod can take
+// over), then the sockets close.
+func (a *Agent) shutdown(lameduck bool) {
+	a.draining.Store(true)
+	// Read now: a reload may have changed it since the start.
+	if d := a.running().Lameduck; lameduck && d > 0 {
+		a.log.Info("lameduck: not ready, still answering", "for", d.String())
+		time.Sleep(time.Duration(d))
+	}
+	// Let the sockets' queues empty before they close (see Server.Drain).
+	a.srv.Drain(200 * time.Millisecond)
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.srv.Shutdown(sctx); err != nil {
+		a.log.Warn("server shutdown", "err", err)
+	}
+	if a.admin != nil {
+		_ = a.admin.Shutdown(sctx)
+	}
+	a.teardownIntercept()
+	a.log.Info("stopped")
+}
+
+// healthChecks are the liveness conditions: what the agent cannot repair
+// by itself, so that kubelet restarts it.
+func (a *Agent) healthChecks() []admin.Check {
+	return []admin.Check{{Name: "udp readers", Fn: a.srv.ReadersHealthy}}
+}
+
+func (a *Agent) readyChecks() []admin.Check {
+	return []admin.Check{{Name: "listeners", Fn: func() error {
+		if !a.srv.Bound() {
+			return errors.New("not bound")
+		}
+		return nil
+	}}, a.clusterReady(), a.interceptReady(), a.peersReady()}
+}

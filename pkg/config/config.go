@@ -1,0 +1,216 @@
+package config
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+)
+
+// Config is everything `nodedns serve` can be told, by flag or by the YAML
+// file named with --config. Every field is declared once, in the settings
+// table (keys.go): its key and flag, default, help, and whether and how a
+// reload applies it. Precedence: built-in defaults, then the file, then
+// flags given on the command line.
+type Config struct {
+	Listen      List
+	Upstream    List
+	ResolvConf  string
+	Admin       string
+	AdminSocket string
+	Policy      string
+	Stubs       StubsMap
+	// Upstream transport: force-tcp and prefer-udp apply to --upstream;
+	// upstream-ca verifies tls:// upstreams.
+	ForceTCP   bool
+	PreferUDP  bool
+	UpstreamCA string
+	// KubeDNSConfig is the mounted kube-dns ConfigMap, merged under the
+	// upstream settings by the agent.
+	KubeDNSConfig string
+
+	CacheSize      int
+	CacheMaxBytes  Bytes
+	MinTTL         Duration
+	MaxTTL         Duration
+	MaxNegativeTTL Duration
+	ServeStale     Duration
+	Prefetch       int
+
+	MaxInflight int
+	// MaxClientInflight: 0 is the server's default share, negative none.
+	MaxClientInflight int
+	MaxTCPConns       int
+	MaxUDPSize        int
+	UDPReaders        string
+	UDPSockets        int
+	GoMaxProcs        int
+	LoopCheck         bool
+
+	Kubeconfig string
+	// ClusterDomain lists the cluster's zones, the primary first: a
+	// string or a list in the file, a repeatable flag.
+	ClusterDomain List
+	ClusterTTL    Duration
+	Pods          string
+	ClusterDNS    string
+	// ClusterZone is local (answered from the API server) or forward
+	// (sent to ClusterDNS, as NodeLocal DNSCache does).
+	ClusterZone        string
+	ClusterDNSProtocol string
+	NodeName           string
+	Autopath           bool
+	// Drop-in features of CoreDNS plugins (dropin.go). hosts and rewrite
+	// are file keys only.
+	Hosts       *HostsConfig
+	Rewrite     []RewriteRule
+	LoadBalance string
+	// ClusterSyncWait bounds how long the listeners wait for the cluster
+	// index at start when no other agent serves our addresses.
+	ClusterSyncWait Duration
+	Search          List
+
+	// Cluster zone options of CoreDNS's kubernetes plugin (pkg/cluster/k8s.Config).
+	EndpointPodNames   bool
+	IgnoreEmptyService bool
+	NoEndpoints        bool
+	Namespaces         List
+	NamespaceLabels    string
+	// Fallthrough: an empty list (`--fallthrough=`, `fallthrough: []`)
+	// means none; the default is the reverse zones.
+	Fallthrough List
+
+	LocalIP        List
+	Interface      string
+	SetupInterface bool
+	SetupIptables  bool
+	SyncInterval   Duration
+	Teardown       bool
+	Lameduck       Duration
+
+	LogLevel  string
+	LogFormat string
+	// Pprof serves /debug/pprof on the admin socket (never on --admin).
+	Pprof      bool
+	LogQueries float64
+	// LogQueriesClass limits the query log to these reply classes.
+	LogQueriesClass List
+
+	// MetricsCompat picks the compatibility series /metrics exports
+	// besides nodedns_*: coredns (CoreDNS 1.15 and node-cache names) or
+	// none.
+	MetricsCompat string
+
+	// path is the --config file, watched for live reload.
+	path string
+	// given records the keys set by the file or a flag: some defaults are
+	// "derived" (--search: "take them from resolv.conf"), which an empty
+	// value given on purpose must not mean.
+	given map[string]bool
+	// fromFlags records the keys set on the command line (they win over
+	// the file, on reload too); file holds the file's raw values by key.
+	fromFlags map[string]bool
+	file      map[string]json.RawMessage
+	// fileBytes is the file's content as loaded.
+	fileBytes []byte
+}
+
+// IsGiven reports whether key was set by the file or a flag.
+func (c *Config) IsGiven(key string) bool { return c.given[key] }
+
+// Path is the --config file ("" when none): the file a reload reads.
+func (c *Config) Path() string { return c.path }
+
+// FileBytes is the content of the --config file as loaded.
+func (c *Config) FileBytes() []byte { return c.fileBytes }
+
+// Given marks key as set (on purpose, even to its default), as the file or
+// a flag does. A Config built in code (`nodedns migrate`) says so for the
+// keys it sets; Render can then write only those.
+func (c *Config) Given(key string) {
+	if c.given == nil {
+		c.given = map[string]bool{}
+	}
+	c.given[key] = true
+}
+
+// SchedulerProcs is the GOMAXPROCS the agent runs with: --gomaxprocs when
+// given; else $GOMAXPROCS when set (0: leave it); else one P for each UDP
+// thread reader, which blocks holding its P (pkg/query/server/udpthread_linux.go),
+// plus one for the rest of the agent, whatever the machine's cores and the
+// container's CPU limit. bench/RESULTS.md ("GOMAXPROCS") has the
+// comparison on the pod workload, plain, under an informer event storm and
+// under a 1-CPU limit, on 2 cores: this policy (3 Ps with two listen
+// addresses) was within the runs' noise (about 15 %) of 2 and 4 Ps per
+// query and as good or better at p99, and 1 P (what the runtime picks
+// itself under a 1-CPU limit) cost 14-44 % more CPU per query and 1.5-6x
+// the p99 in every case. A blocked reader's P uses no
+// CPU, so a limit below the Ps is no reason to drop the readers' Ps; the
+// kernel enforces the limit all the same. More Ps than this on large nodes
+// are not measured and not taken.
+func (c *Config) SchedulerProcs() int {
+	switch {
+	case c.GoMaxProcs > 0:
+		return c.GoMaxProcs
+	case os.Getenv("GOMAXPROCS") != "":
+		return 0
+	case c.UDPReaders == "threads":
+		return c.SocketsPerAddr()*len(c.ListenAddrs()) + 1
+	}
+	return 1
+}
+
+// SocketsPerAddr is the number of UDP sockets (and readers) per listen
+// address.
+func (c *Config) SocketsPerAddr() int {
+	if c.UDPSockets > 0 {
+		return c.UDPSockets
+	}
+	return 1
+}
+
+// ListenAddrs is --listen, or port 53 of every --local-ip.
+func (c *Config) ListenAddrs() []string {
+	if len(c.Listen) > 0 {
+		return c.Listen
+	}
+	var out []string
+	for _, ip := range c.LocalIP {
+		out = append(out, netip.AddrPortFrom(netip.MustParseAddr(ip), 53).String())
+	}
+	return out
+}
+
+// Default is the configuration before the file and the flags: every
+// setting's default from the table.
+func Default() Config {
+	var c Config
+	for _, s := range settings {
+		def := s.def
+		if s.env != "" {
+			if v, ok := os.LookupEnv(s.env); ok {
+				def = v
+			}
+		}
+		if def == "" {
+			continue
+		}
+		if err := s.value(&c).Set(def); err != nil {
+			panic(fmt.Sprintf("setting %s: default %q: %v", s.key, def, err)) // a bad table entry: TestSettingsTable catches it
+		}
+	}
+	return c
+}
+
+// bind registers every serve flag on fs, writing into c; the current values
+// of c are the flags' defaults.
+func (c *Config) bind(fs *flag.FlagSet, configPath *string) {
+	fs.StringVar(configPath, "config", *configPath, "YAML file with the same settings (keys are flag names) plus stub-domains; flags override it; re-read when it changes")
+	for _, s := range settings {
+		if s.flagName() == "" {
+			continue
+		}
+		fs.Var(s.value(c), s.flagName(), s.help)
+	}
+}
