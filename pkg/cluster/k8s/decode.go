@@ -204,7 +204,7 @@ func decodeService(b []byte) (any, error) {
 			for sp.next() {
 				switch {
 				case sp.is(1, 2):
-					p, err := readServicePort(sp.data)
+					p, err := readPort(sp.data, 0)
 					if err != nil {
 						return nil, err
 					}
@@ -230,10 +230,14 @@ func decodeService(b []byte) (any, error) {
 	return buildService(m.name, m.namespace, typ, cip, cips, externalName, ports), nil
 }
 
-// readServicePort reads a ServicePort: name 1, protocol 2, port 3.
-func readServicePort(data []byte) (port, error) {
+// readPort reads a ServicePort or an EndpointPort, which share their
+// first fields: name 1, protocol 2, port 3. absent is the port when field
+// 3 is missing: 0 for a ServicePort, whose port is required; -1 for an
+// EndpointPort, whose port is optional (CoreDNS's sentinel, as
+// newEndpointSlice has it).
+func readPort(data []byte, absent int32) (port, error) {
 	it := pbIter{b: data}
-	var p port
+	p := port{port: absent}
 	for it.next() {
 		switch {
 		case it.is(1, 2):
@@ -285,7 +289,7 @@ func decodeEndpointSlice(b []byte, podNames bool) (any, error) {
 				hosts = hosts || ep.hasLabel()
 			}
 		case it.is(3, 2):
-			p, err := readEndpointPort(it.data)
+			p, err := readPort(it.data, -1)
 			if err != nil {
 				return nil, err
 			}
@@ -309,14 +313,7 @@ func decodeEndpointSlice(b []byte, podNames bool) (any, error) {
 	if n == 0 {
 		return e, nil
 	}
-	size := 4
-	if e.v6 {
-		size = 16
-	}
-	e.ips = make([]byte, 0, n*size)
-	if hosts {
-		e.hosts = make([]string, 0, n)
-	}
+	e.reserve(n, hosts)
 	it = pbIter{b: b}
 	for it.next() {
 		if !it.is(2, 2) {
@@ -332,22 +329,8 @@ func decodeEndpointSlice(b []byte, podNames bool) (any, error) {
 			if !addrs.is(1, 2) {
 				continue
 			}
-			ip, ok := parseAddr(addrs.data)
-			if !ok || ip.Zone() != "" {
-				continue
-			}
-			if e.v6 {
-				a := ip.As16()
-				e.ips = append(e.ips, a[:]...)
-			} else {
-				if ip = ip.Unmap(); !ip.Is4() {
-					continue
-				}
-				a := ip.As4()
-				e.ips = append(e.ips, a[:]...)
-			}
-			if hosts {
-				e.hosts = append(e.hosts, host)
+			if ip, ok := parseAddr(addrs.data); ok {
+				e.add(ip, host)
 			}
 		}
 	}
@@ -429,24 +412,6 @@ func (f endpointFields) label() string {
 		return string(f.podName)
 	}
 	return ""
-}
-
-// readEndpointPort reads an EndpointPort: name 1, protocol 2, port 3; the
-// port is -1 when absent (CoreDNS's sentinel), as newEndpointSlice has it.
-func readEndpointPort(data []byte) (port, error) {
-	it := pbIter{b: data}
-	p := port{port: -1}
-	for it.next() {
-		switch {
-		case it.is(1, 2):
-			p.name = strings.ToLower(string(it.data))
-		case it.is(2, 2):
-			p.proto = protoName(string(it.data))
-		case it.is(3, 0):
-			p.port = int32(it.v)
-		}
-	}
-	return p, it.err
 }
 
 // namespaceDecoder returns the decoder of v1.Namespaces matching

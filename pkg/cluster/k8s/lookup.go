@@ -505,21 +505,11 @@ func parseDashIPv4(label string) (netip.Addr, bool) {
 		if i < 3 {
 			part, label = label[:j], label[j+1:]
 		}
-		if len(part) == 0 || len(part) > 3 || (len(part) > 1 && part[0] == '0') {
+		v, ok := dnsname.Octet(part)
+		if !ok {
 			return netip.Addr{}, false
 		}
-		n := 0
-		for k := 0; k < len(part); k++ {
-			c := part[k]
-			if c < '0' || c > '9' {
-				return netip.Addr{}, false
-			}
-			n = n*10 + int(c-'0')
-		}
-		if n > 255 {
-			return netip.Addr{}, false
-		}
-		b[i] = byte(n)
+		b[i] = v
 	}
 	return netip.AddrFrom4(b), true
 }

@@ -317,6 +317,24 @@ func newEndpointSlice(o *discoveryv1.EndpointSlice, podNames bool) *endpointSlic
 	if n == 0 {
 		return e
 	}
+	e.reserve(n, hosts)
+	for _, ep := range o.Endpoints {
+		if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+			continue
+		}
+		host := endpointLabel(&ep, podNames)
+		for _, a := range ep.Addresses {
+			if ip, err := netip.ParseAddr(a); err == nil {
+				e.add(ip, host)
+			}
+		}
+	}
+	return e
+}
+
+// reserve makes room for n ready addresses, and for their name labels
+// when one of them has a label (hosts). n is not 0.
+func (e *endpointSlice) reserve(n int, hosts bool) {
 	size := 4
 	if e.v6 {
 		size = 16
@@ -325,32 +343,28 @@ func newEndpointSlice(o *discoveryv1.EndpointSlice, podNames bool) *endpointSlic
 	if hosts {
 		e.hosts = make([]string, 0, n)
 	}
-	for _, ep := range o.Endpoints {
-		if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
-			continue
-		}
-		host := endpointLabel(&ep, podNames)
-		for _, a := range ep.Addresses {
-			ip, err := netip.ParseAddr(a)
-			if err != nil || ip.Zone() != "" {
-				continue
-			}
-			if e.v6 {
-				b := ip.As16()
-				e.ips = append(e.ips, b[:]...)
-			} else {
-				if ip = ip.Unmap(); !ip.Is4() {
-					continue // not an IPv4 address in an IPv4 slice
-				}
-				b := ip.As4()
-				e.ips = append(e.ips, b[:]...)
-			}
-			if hosts {
-				e.hosts = append(e.hosts, host)
-			}
-		}
+}
+
+// add appends a ready address, and its name label when the slice keeps
+// labels (reserve). An address with a zone, or not of the slice's family,
+// is skipped.
+func (e *endpointSlice) add(ip netip.Addr, host string) {
+	if ip.Zone() != "" {
+		return
 	}
-	return e
+	if e.v6 {
+		b := ip.As16()
+		e.ips = append(e.ips, b[:]...)
+	} else {
+		if ip = ip.Unmap(); !ip.Is4() {
+			return // not an IPv4 address in an IPv4 slice
+		}
+		b := ip.As4()
+		e.ips = append(e.ips, b[:]...)
+	}
+	if e.hosts != nil {
+		e.hosts = append(e.hosts, host)
+	}
 }
 
 func (e *endpointSlice) equal(o *endpointSlice) bool {

@@ -140,20 +140,7 @@ func (ix *Index) buildView(s *service, sl []*endpointSlice, prev *svcView) *svcV
 				vz.a, vz.aaaa = pz.a, pz.aaaa
 				continue
 			}
-			var a, aaaa []dns.RR
-			for _, ip := range s.ips {
-				if ip.Is4() {
-					a = append(a, ix.addrRR(vz.fqdn, ip))
-				} else {
-					aaaa = append(aaaa, ix.addrRR(vz.fqdn, ip))
-				}
-			}
-			if len(a) > 0 {
-				vz.a = ix.answer(a, nil)
-			}
-			if len(aaaa) > 0 {
-				vz.aaaa = ix.answer(aaaa, nil)
-			}
+			vz.a, vz.aaaa = ix.addrAnswers(vz.fqdn, s.ips)
 		}
 	case kindHeadless:
 		v.exists = ready
@@ -172,20 +159,7 @@ func (ix *Index) buildView(s *service, sl []*endpointSlice, prev *svcView) *svcV
 		}
 		for zi := range ix.zones {
 			vz := v.in(zi)
-			var a, aaaa []dns.RR
-			for _, ip := range ips {
-				if ip.Is4() {
-					a = append(a, ix.addrRR(vz.fqdn, ip))
-				} else {
-					aaaa = append(aaaa, ix.addrRR(vz.fqdn, ip))
-				}
-			}
-			if len(a) > 0 {
-				vz.a = ix.answer(a, nil)
-			}
-			if len(aaaa) > 0 {
-				vz.aaaa = ix.answer(aaaa, nil)
-			}
+			vz.a, vz.aaaa = ix.addrAnswers(vz.fqdn, ips)
 		}
 	}
 	return v
@@ -209,6 +183,26 @@ func (ix *Index) addrRR(name string, ip netip.Addr) dns.RR {
 // answer returns an authoritative NOERROR message.
 func (ix *Index) answer(ans, extra []dns.RR) *dns.Msg {
 	return &dns.Msg{MsgHdr: dns.MsgHdr{Authoritative: true}, Answer: ans, Extra: extra}
+}
+
+// addrAnswers returns the A and the AAAA answer of owner for ips, in
+// their order; nil for a family without addresses (NODATA).
+func (ix *Index) addrAnswers(owner string, ips []netip.Addr) (a, aaaa *dns.Msg) {
+	var ra, raaaa []dns.RR
+	for _, ip := range ips {
+		if ip.Is4() {
+			ra = append(ra, ix.addrRR(owner, ip))
+		} else {
+			raaaa = append(raaaa, ix.addrRR(owner, ip))
+		}
+	}
+	if len(ra) > 0 {
+		a = ix.answer(ra, nil)
+	}
+	if len(raaaa) > 0 {
+		aaaa = ix.answer(raaaa, nil)
+	}
+	return a, aaaa
 }
 
 // srvEntry is one (target, address, port) triple, the unit CoreDNS counts

@@ -87,21 +87,11 @@ func (ix *Index) buildZoneMsgs(zone string, idx int, serial uint32) *zoneMsgs {
 		target, addrs = s.name+"."+s.namespace+".svc."+zone, s.ips
 	}
 	ns := &dns.NS{Hdr: ix.hdr(zone, dns.TypeNS), Ns: target}
-	var glue, a, aaaa []dns.RR
+	var glue []dns.RR
 	for _, ip := range addrs {
 		glue = append(glue, ix.addrRR(target, ip))
-		if ip.Is4() {
-			a = append(a, ix.addrRR("ns.dns."+zone, ip))
-		} else {
-			aaaa = append(aaaa, ix.addrRR("ns.dns."+zone, ip))
-		}
 	}
 	zm.ns = ix.answer([]dns.RR{ns}, glue)
-	if len(a) > 0 {
-		zm.nsA = ix.answer(a, nil)
-	}
-	if len(aaaa) > 0 {
-		zm.nsAAAA = ix.answer(aaaa, nil)
-	}
+	zm.nsA, zm.nsAAAA = ix.addrAnswers("ns.dns."+zone, addrs)
 	return zm
 }

@@ -78,7 +78,7 @@ func ParseReverse(name string) (netip.Addr, bool) {
 			case i > 0:
 				label, s = s[:j], s[j+1:]
 			}
-			v, ok := octet(label)
+			v, ok := Octet(label)
 			if !ok {
 				return netip.Addr{}, false
 			}
@@ -118,8 +118,10 @@ func ParseReverse(name string) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// octet reads a decimal 0-255 without leading zeros.
-func octet(s string) (byte, bool) {
+// Octet reads a decimal 0-255 without leading zeros, a byte of an IPv4
+// address as names spell it (reverse names, Kubernetes pod names): netip,
+// and CoreDNS's net.ParseIP, refuse leading zeros too.
+func Octet(s string) (byte, bool) {
 	if len(s) == 0 || len(s) > 3 || len(s) > 1 && s[0] == '0' {
 		return 0, false
 	}

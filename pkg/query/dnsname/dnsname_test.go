@@ -72,6 +72,22 @@ func TestCanonical(t *testing.T) {
 	}
 }
 
+func TestOctet(t *testing.T) {
+	for s, want := range map[string]int{
+		"0": 0, "7": 7, "10": 10, "99": 99, "100": 100, "255": 255,
+		"": -1, "256": -1, "999": -1, "00": -1, "01": -1, "010": -1, "1000": -1, "-1": -1, "1a": -1, " 1": -1,
+	} {
+		v, ok := Octet(s)
+		got := int(v)
+		if !ok {
+			got = -1
+		}
+		if got != want {
+			t.Errorf("Octet(%q) = %d, want %d", s, got, want)
+		}
+	}
+}
+
 func TestParseReverse(t *testing.T) {
 	for _, c := range []struct {
 		in   string
