@@ -20,6 +20,8 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+
+	"github.com/nodedns/nodedns/pkg/config"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -48,7 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "probe":
 		err = probe(args[1:], stdout, stderr)
 	case "config":
-		err = configCmd(args[1:], stdout, stderr)
+		err = config.Command(args[1:], stdout, stderr)
 	case "migrate":
 		err = migrateCmd(args[1:], stdout, stderr)
 	case "uninstall":
@@ -66,7 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
-	if errors.Is(err, errReported) {
+	if errors.Is(err, errReported) || errors.Is(err, config.ErrInvalid) {
 		return 1
 	}
 	var ee *exitError

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nodedns/nodedns/pkg/observe/admin"
 )
 
 // pprofCmd is `nodedns pprof [--socket S] WHAT`: it fetches
@@ -38,7 +40,7 @@ func pprofCmd(args []string, stdout, stderr io.Writer) error {
 	if s, err := strconv.Atoi(u.Query().Get("seconds")); err == nil && s > 0 {
 		timeout += time.Duration(s) * time.Second
 	}
-	c, _ := adminClient(*socket, "", timeout)
+	c, _ := admin.NewClient(*socket, "", timeout)
 	resp, err := c.Get(u.String())
 	if err != nil {
 		return fmt.Errorf("no agent answering on %s: %w", *socket, err)

@@ -1,29 +1,15 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"time"
-)
 
-// adminClient returns an HTTP client and base URL for the agent's admin
-// endpoint: the unix socket when one is given (each pod has its own, so it
-// always reaches this pod's agent), else the TCP address.
-func adminClient(socket, addr string, timeout time.Duration) (*http.Client, string) {
-	if socket == "" {
-		return &http.Client{Timeout: timeout}, "http://" + addr
-	}
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", socket)
-	}}
-	return &http.Client{Timeout: timeout, Transport: tr}, "http://nodedns"
-}
+	"github.com/nodedns/nodedns/pkg/observe/admin"
+)
 
 // probe is `nodedns probe health|ready`: exit 0 when the agent says so. The
 // DaemonSet's liveness and readiness probes run it through the pod's own
@@ -41,7 +27,7 @@ func probe(args []string, stdout, stderr io.Writer) error {
 	if what != "health" && what != "ready" || fs.NArg() != 1 {
 		return fmt.Errorf("want exactly one of: health, ready")
 	}
-	c, base := adminClient(*socket, *addr, *timeout)
+	c, base := admin.NewClient(*socket, *addr, *timeout)
 	resp, err := c.Get(base + "/" + what)
 	if err != nil {
 		return fmt.Errorf("no agent answering: %w", err)

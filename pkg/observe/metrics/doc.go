@@ -1,8 +1,9 @@
 // Package metrics owns the agent's figures: the Prometheus collectors behind
 // /metrics (nodedns_* series, and CoreDNS-compatible coredns_* series so
 // that dashboards and alerts written for CoreDNS and NodeLocal DNSCache
-// work unchanged; see coredns.go), the JSON document behind /stats (read
-// by `nodedns stats`), and the sampled query log.
+// work unchanged; see coredns.go), the JSON document behind /stats and the
+// readable report `nodedns stats` prints of it (report.go), and the
+// sampled query log.
 //
 // A Recorder is the server's Observer: it is told about every answered query
 // and keeps what it needs in fixed arrays of atomic counters (answers by

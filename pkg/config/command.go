@@ -1,17 +1,19 @@
-package main
+package config
 
 import (
 	"errors"
 	"fmt"
 	"io"
 	"strings"
-
-	"github.com/nodedns/nodedns/pkg/config"
 )
 
-// configCmd is `nodedns config validate FILE [flags]` and `nodedns config
-// print [flags]`.
-func configCmd(args []string, stdout, stderr io.Writer) error {
+// ErrInvalid is returned by Command when `config validate` found problems;
+// they are written to stderr already, one line each.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Command is `nodedns config validate FILE [serve flags]` and `nodedns
+// config print [serve flags]`.
+func Command(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return errors.New("want a subcommand: validate FILE, or print [serve flags]")
 	}
@@ -52,7 +54,7 @@ func configValidate(args []string, stdout, stderr io.Writer) error {
 		return errors.New("validate: want FILE first, then any serve flags")
 	}
 	file := args[0]
-	_, res, err := config.Parse(append([]string{"--config", file}, args[1:]...), true, stderr)
+	_, res, err := Parse(append([]string{"--config", file}, args[1:]...), true, stderr)
 	if err != nil {
 		return fmt.Errorf("validate: %w", err)
 	}
@@ -60,7 +62,7 @@ func configValidate(args []string, stdout, stderr io.Writer) error {
 		for _, p := range all {
 			fmt.Fprintln(stderr, p)
 		}
-		return errReported
+		return ErrInvalid
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", file)
 	return nil
@@ -68,7 +70,7 @@ func configValidate(args []string, stdout, stderr io.Writer) error {
 
 // configPrint writes the effective configuration as YAML.
 func configPrint(args []string, stdout, stderr io.Writer) error {
-	cfg, res, err := config.Parse(args, false, stderr)
+	cfg, res, err := Parse(args, false, stderr)
 	if err != nil {
 		return fmt.Errorf("print: %w", err)
 	}
@@ -81,7 +83,7 @@ func configPrint(args []string, stdout, stderr io.Writer) error {
 	for _, p := range res.Incomplete {
 		fmt.Fprintf(stderr, "note: 'nodedns serve' refuses this configuration as it is: %s\n", p)
 	}
-	b, err := config.Render(&cfg, "nodedns serve "+strings.Join(args, " "))
+	b, err := Render(&cfg, "nodedns serve "+strings.Join(args, " "))
 	if err != nil {
 		return fmt.Errorf("print: %w", err)
 	}
