@@ -17,7 +17,9 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/observe/admin"
 	"github.com/nodedns/nodedns/pkg/observe/metrics"
+	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
 func sampleDocument() metrics.Document {
@@ -35,10 +37,10 @@ func sampleDocument() metrics.Document {
 			"upstream": {"SERVFAIL": 3, "REFUSED": 2},
 			"autopath": {"NOERROR": 10},
 		},
-		Cache: &metrics.CacheStats{CacheFigures: metrics.CacheFigures{Entries: 120, Capacity: 10000, Hits: 900, Misses: 100,
+		Cache: &metrics.CacheStats{Stats: cache.Stats{Entries: 120, Capacity: 10000, Hits: 900, Misses: 100,
 			Evictions: 7, StaleServed: 3, Prefetches: 11}, HitRatio: 0.9},
 		Autopath: metrics.AutopathStats{Shortcuts: 10, Steps: 31, Saved: 25},
-		Upstreams: []metrics.UpstreamFigures{
+		Upstreams: []upstream.ServerStats{
 			{Addr: "169.254.0.53:53", Up: true, Requests: 100, Failures: 2, P50ms: 1.41, P99ms: 22.6},
 			{Addr: "[fd00::53]:53", Up: false, Requests: 9, Failures: 9, LastError: "reading from [fd00::53]:53: i/o timeout"},
 		},
@@ -247,8 +249,8 @@ func TestStatsWatch(t *testing.T) {
 // endpoint, wired the way serve wires them.
 func TestStatsFromAgentEndpoint(t *testing.T) {
 	rec, err := metrics.New(metrics.Config{Version: "v9", TopSample: 1, Sources: metrics.Sources{
-		Cache: func() metrics.CacheFigures {
-			return metrics.CacheFigures{Entries: 1, Capacity: 100, Hits: 3, Misses: 1}
+		Cache: func() cache.Stats {
+			return cache.Stats{Entries: 1, Capacity: 100, Hits: 3, Misses: 1}
 		},
 	}})
 	if err != nil {

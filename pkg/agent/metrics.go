@@ -6,7 +6,9 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/config"
 	"github.com/nodedns/nodedns/pkg/observe/metrics"
+	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
 // newRecorder wires the agent's figures into pkg/observe/metrics. Every source is
@@ -17,16 +19,16 @@ func (a *Agent) newRecorder() (*metrics.Recorder, error) {
 	return metrics.New(metrics.Config{Version: a.version, Revision: vcsRevision(), LogQueries: a.cfg.LogQueries, LogClasses: a.cfg.LogQueriesClass, Logger: a.log,
 		Compat: metrics.Compat(a.cfg.MetricsCompat), Listeners: a.cfg.ListenAddrs(), Zones: metricZones(a.cfg), Plugins: a.plugins(),
 		Sources: metrics.Sources{
-			Cache: func() metrics.CacheFigures { return metrics.CacheFigures(a.cache.Stats()) },
-			Upstreams: func() []metrics.UpstreamFigures {
-				var out []metrics.UpstreamFigures
+			Cache: func() cache.Stats { return a.cache.Stats() },
+			Upstreams: func() []upstream.ServerStats {
+				var out []upstream.ServerStats
 				for _, s := range a.fwd.Load().Servers() {
-					out = append(out, metrics.UpstreamFigures(s.Stats()))
+					out = append(out, s.Stats())
 				}
 				if a.clusterFwd != nil { // --cluster-dns, unless also an upstream
 					for _, s := range a.clusterFwd.Servers() {
-						if !slices.ContainsFunc(out, func(f metrics.UpstreamFigures) bool { return f.Addr == s.Addr }) {
-							out = append(out, metrics.UpstreamFigures(s.Stats()))
+						if !slices.ContainsFunc(out, func(f upstream.ServerStats) bool { return f.Addr == s.Addr }) {
+							out = append(out, s.Stats())
 						}
 					}
 				}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/observe/hist"
 	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
 // This file exports CoreDNS 1.15's series (names, label names and
@@ -510,7 +511,7 @@ func (cc *corednsCollector) Collect(ch chan<- prometheus.Metric) {
 
 // uniqueUpstreams drops repeated addresses: the same server may sit in
 // several groups (default and stub domains) and must be one series.
-func uniqueUpstreams(us []UpstreamFigures) []UpstreamFigures {
+func uniqueUpstreams(us []upstream.ServerStats) []upstream.ServerStats {
 	seen := map[string]bool{}
 	out := us[:0:0]
 	for _, u := range us {

@@ -21,9 +21,12 @@
 //
 // Figures owned by other packages (cache, upstreams, interception,
 // informers, the server's own counters) are read at scrape time through the
-// funcs in Sources, as plain structs defined here; this package imports none
-// of those packages except pkg/query/server, whose Event and Stats it reads, and
-// pkg/observe/hist, whose snapshots upstream latencies come as.
+// funcs in Sources. The query path's stages hand theirs over as they keep
+// them (cache.Stats, upstream.ServerStats, server.Stats: one type each,
+// whose JSON names are the /stats document's); the node's and the control
+// plane's come as plain structs defined here (InterceptFigures,
+// InformerFigures, PeerFigures), so that this package imports none of
+// pkg/node and pkg/cluster.
 //
 // Limits: the QPS windows count whole seconds before the current one (the
 // figure lags by up to a second); top-k counts are estimates (over-counted by

@@ -6,7 +6,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
 // Document is the /stats JSON document, read by `nodedns stats`. Sections
@@ -24,14 +26,14 @@ type Document struct {
 	Total   uint64                       `json:"total"`
 	Answers map[string]map[string]uint64 `json:"answers"`
 
-	Cache     *CacheStats       `json:"cache,omitempty"`
-	Autopath  AutopathStats     `json:"autopath"`
-	Upstreams []UpstreamFigures `json:"upstreams,omitempty"`
-	Forwarder *ForwarderFigures `json:"forwarder,omitempty"`
-	Intercept *InterceptFigures `json:"intercept,omitempty"`
-	Informers *InformerFigures  `json:"informers,omitempty"`
-	Peers     *PeerFigures      `json:"peers,omitempty"`
-	Server    *server.Stats     `json:"server,omitempty"`
+	Cache     *CacheStats            `json:"cache,omitempty"`
+	Autopath  AutopathStats          `json:"autopath"`
+	Upstreams []upstream.ServerStats `json:"upstreams,omitempty"`
+	Forwarder *ForwarderFigures      `json:"forwarder,omitempty"`
+	Intercept *InterceptFigures      `json:"intercept,omitempty"`
+	Informers *InformerFigures       `json:"informers,omitempty"`
+	Peers     *PeerFigures           `json:"peers,omitempty"`
+	Server    *server.Stats          `json:"server,omitempty"`
 
 	// TopNames and TopClients are estimates from one answer in TopSample,
 	// scaled back up, with counts halved every minute: recent loudness,
@@ -51,7 +53,7 @@ type QPS struct {
 // CacheStats are the cache's figures with the hit ratio worked out
 // (hits / (hits + misses); 0 before any lookup).
 type CacheStats struct {
-	CacheFigures
+	cache.Stats
 	HitRatio float64 `json:"hit_ratio"`
 }
 
@@ -101,7 +103,7 @@ func (r *Recorder) Stats() Document {
 	src := r.cfg.Sources
 	if src.Cache != nil {
 		cf := src.Cache()
-		cs := CacheStats{CacheFigures: cf}
+		cs := CacheStats{Stats: cf}
 		if n := cf.Hits + cf.Misses; n > 0 {
 			cs.HitRatio = float64(cf.Hits) / float64(n)
 		}

@@ -22,7 +22,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/nodedns/nodedns/pkg/observe/hist"
+	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
 // fakeClock is a clock tests move by hand.
@@ -298,12 +300,12 @@ func upstreamLatency() map[int]hist.Snapshot {
 
 func fullSources() Sources {
 	return Sources{
-		Cache: func() CacheFigures {
-			return CacheFigures{Entries: 120, Capacity: 10000, Hits: 900, Misses: 100, Evictions: 7, StaleServed: 3, Prefetches: 11,
+		Cache: func() cache.Stats {
+			return cache.Stats{Entries: 120, Capacity: 10000, Hits: 900, Misses: 100, Evictions: 7, StaleServed: 3, Prefetches: 11,
 				Bytes: 30000, MaxBytes: 1 << 25, TooLarge: 6, DenialEntries: 20, DenialHits: 90, DenialEvictions: 1}
 		},
-		Upstreams: func() []UpstreamFigures {
-			return []UpstreamFigures{
+		Upstreams: func() []upstream.ServerStats {
+			return []upstream.ServerStats{
 				{Addr: "169.254.0.53:53", Up: true, Requests: 100, Failures: 2, P50ms: 1.4, P99ms: 22.6, Latency: upstreamLatency()},
 				{Addr: "[fd00::53]:53", Up: false, Requests: 9, Failures: 9, LastError: "reading from [fd00::53]:53: i/o timeout", ProbeFailures: 5},
 				{Addr: "169.254.0.53:53", Up: true}, // also a stub domain's: reported once

@@ -14,8 +14,9 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nodedns/nodedns/pkg/observe/hist"
+	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
 // Config configures a Recorder. Zero values take the defaults named.
@@ -65,8 +66,8 @@ type Config struct {
 // scraped or /stats is served (never on the query path). Each must be
 // safe for concurrent use; a nil func leaves its figures out.
 type Sources struct {
-	Cache     func() CacheFigures
-	Upstreams func() []UpstreamFigures
+	Cache     func() cache.Stats
+	Upstreams func() []upstream.ServerStats
 	Server    func() server.Stats
 	Intercept func() InterceptFigures
 	Informers func() InformerFigures
@@ -75,42 +76,6 @@ type Sources struct {
 	// ConfigErrors counts configuration reloads rejected since start.
 	ConfigErrors func() uint64
 	Peers        func() PeerFigures
-}
-
-// CacheFigures are the cache's counters. The fields match cache.Stats, so
-// that a conversion metrics.CacheFigures(c.Stats()) compiles while they do.
-type CacheFigures struct {
-	Entries     int    `json:"entries"`
-	Capacity    int    `json:"capacity"`
-	Bytes       int64  `json:"bytes"`
-	MaxBytes    int64  `json:"max_bytes"`
-	TooLarge    uint64 `json:"too_large"`
-	Hits        uint64 `json:"hits"`
-	Misses      uint64 `json:"misses"`
-	Evictions   uint64 `json:"evictions"`
-	StaleServed uint64 `json:"stale_served"`
-	Prefetches  uint64 `json:"prefetches"`
-	// The denial part of Entries, Hits and Evictions (NXDOMAIN, NODATA,
-	// cached SERVFAIL): CoreDNS's cache type "denial".
-	DenialEntries   int    `json:"denial_entries"`
-	DenialHits      uint64 `json:"denial_hits"`
-	DenialEvictions uint64 `json:"denial_evictions"`
-}
-
-// UpstreamFigures are one upstream server's figures. The fields match
-// upstream.ServerStats (convertible the same way).
-type UpstreamFigures struct {
-	Addr          string  `json:"addr"`
-	Up            bool    `json:"up"`
-	Requests      uint64  `json:"requests"`
-	Failures      uint64  `json:"failures"`
-	LastError     string  `json:"last_error,omitempty"`
-	P50ms         float64 `json:"p50_ms"`
-	P99ms         float64 `json:"p99_ms"`
-	ProbeFailures uint64  `json:"probe_failures"`
-	// Latency are the durations of exchanges that got a reply, by the
-	// reply's rcode (-1: rcodes above 23). Not in /stats.
-	Latency map[int]hist.Snapshot `json:"-"`
 }
 
 // ForwarderFigures are the upstream forwarder's own counters: queries

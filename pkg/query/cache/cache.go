@@ -176,7 +176,9 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// Stats are the cache's counters.
+// Stats are the cache's counters. pkg/observe/metrics reports them as
+// they are: the JSON names are the /stats document's (read by `nodedns
+// stats --json`), so fields are added, never renamed.
 type Stats struct {
 	Entries  int `json:"entries"`
 	Capacity int `json:"capacity"`

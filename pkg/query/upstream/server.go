@@ -72,7 +72,9 @@ const maxRcode = 23
 // OtherRcode keys the replies with an rcode above 23 in ServerStats.Latency.
 const OtherRcode = -1
 
-// ServerStats is a snapshot of one server's figures.
+// ServerStats is a snapshot of one server's figures. pkg/observe/metrics
+// reports them as they are: the JSON names are the /stats document's (read
+// by `nodedns stats --json`), so fields are added, never renamed.
 type ServerStats struct {
 	Addr string `json:"addr"`
 	Up   bool   `json:"up"`
