@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
 func sampleDocument() Document {
@@ -24,10 +26,10 @@ func sampleDocument() Document {
 			"upstream": {"SERVFAIL": 3, "REFUSED": 2},
 			"autopath": {"NOERROR": 10},
 		},
-		Cache: &CacheStats{CacheFigures: CacheFigures{Entries: 120, Capacity: 10000, Hits: 900, Misses: 100,
+		Cache: &CacheStats{Stats: cache.Stats{Entries: 120, Capacity: 10000, Hits: 900, Misses: 100,
 			Evictions: 7, StaleServed: 3, Prefetches: 11}, HitRatio: 0.9},
 		Autopath: AutopathStats{Shortcuts: 10, Steps: 31, Saved: 25},
-		Upstreams: []UpstreamFigures{
+		Upstreams: []upstream.ServerStats{
 			{Addr: "169.254.0.53:53", Up: true, Requests: 100, Failures: 2, P50ms: 1.41, P99ms: 22.6},
 			{Addr: "[fd00::53]:53", Up: false, Requests: 9, Failures: 9, LastError: "reading from [fd00::53]:53: i/o timeout"},
 		},
