@@ -13,7 +13,8 @@
 //
 // Limits: snippets and imports are not expanded (each is a note); one
 // cluster index, one cache and one set of listen addresses serve every
-// zone; the output is written for the nodedns keys agreed in issue 15.
+// zone; the output uses this version's config keys (pkg/config), and an
+// older agent warns about the keys it does not know and ignores them.
 package migrate
 
 import (

@@ -9,7 +9,8 @@ import (
 	"testing"
 )
 
-// TestClusterZoneOptions checks the cluster zone options of issue 15 as
+// TestClusterZoneOptions checks the cluster zone options (CoreDNS's
+// kubernetes plugin options, for clusters that configured them there) as
 // flags and as config keys, and what they become for pkg/cluster/k8s.
 func TestClusterZoneOptions(t *testing.T) {
 	dir := t.TempDir()

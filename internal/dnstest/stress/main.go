@@ -1,5 +1,7 @@
-// Command stress drives a running nodedns for the bounds measurements of
-// issue 8 (scripts/bounds.sh runs it):
+// Command stress drives a running nodedns to measure how it holds up under
+// hostile load (scripts/bounds.sh runs it): whether its memory stays
+// bounded while every name misses, and whether well-behaved clients keep
+// their latency while another client floods:
 //
 //   - sweep: N distinct random names (every one a cache miss resolved
 //     upstream), sampling the agent's RSS (/proc), cache size (/stats) and
