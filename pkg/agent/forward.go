@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
-	"github.com/miekg/dns"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodedns/nodedns/pkg/cluster/k8s"
@@ -58,15 +56,6 @@ func clusterCacheConfig(cfg config.Config, log *slog.Logger) cache.Config {
 	return cc
 }
 
-// clusterZones are the cluster domains as lower-case FQDNs, primary first.
-func clusterZones(cfg config.Config) []string {
-	out := make([]string, 0, len(cfg.ClusterDomain))
-	for _, z := range cfg.ClusterDomain {
-		out = append(out, strings.ToLower(dns.Fqdn(z)))
-	}
-	return out
-}
-
 // wireForward is --cluster-zone forward, NodeLocal DNSCache's arrangement:
 // the cluster's zones and the reverse zones go to --cluster-dns (over TCP
 // unless --cluster-dns-protocol udp) through a cache of their own capped
@@ -83,7 +72,7 @@ func (a *Agent) wireForward(scfg *server.Config) error {
 	if a.clusterCache, err = cache.New(clusterCacheConfig(a.cfg, a.log), fwd); err != nil {
 		return fmt.Errorf("cluster zone cache: %w", err)
 	}
-	zones := clusterZones(a.cfg)
+	zones := a.cfg.ClusterZones()
 	router, err := zoneroute.New(append(append([]string(nil), zones...), reverseZones...), a.clusterCache, a.cache)
 	if err != nil {
 		return err

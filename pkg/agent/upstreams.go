@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"strings"
 	"time"
 
 	"github.com/miekg/dns"
@@ -15,6 +14,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/node/resolvconf"
 	"github.com/nodedns/nodedns/pkg/query/autopath"
 	"github.com/nodedns/nodedns/pkg/query/cache"
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
@@ -156,10 +156,10 @@ func forwarderConfig(cfg config.Config, ups []string, kd kubedns.Config, res ups
 		sd := cfg.Stubs[z]
 		stubs[z] = sd.Servers
 		opts[z] = upstream.GroupOptions{ForceTCP: sd.ForceTCP, PreferUDP: sd.PreferUDP, Policy: upstream.Policy(sd.Policy)}
-		own[strings.ToLower(dns.Fqdn(z))] = true
+		own[dnsname.Canonical(z)] = true
 	}
 	for _, z := range kd.Zones() {
-		if own[strings.ToLower(dns.Fqdn(z))] {
+		if own[dnsname.Canonical(z)] {
 			continue
 		}
 		stubs[z] = kd.StubDomains[z]

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
@@ -19,6 +20,15 @@ const (
 	ProtoTCP           = "tcp"
 	ProtoUDP           = "udp"
 )
+
+// ClusterZones are the cluster domains as lower-case FQDNs, primary first.
+func (c *Config) ClusterZones() []string {
+	out := make([]string, 0, len(c.ClusterDomain))
+	for _, z := range c.ClusterDomain {
+		out = append(out, dnsname.Canonical(z))
+	}
+	return out
+}
 
 // ClusterSettings maps c onto the cluster index's settings.
 func (c *Config) ClusterSettings() k8s.Config {

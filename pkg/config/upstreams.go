@@ -11,6 +11,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
@@ -66,16 +67,13 @@ func (m StubsMap) SortedZones() []string {
 // validateUpstreams checks upstream, stub-domains, force-tcp, prefer-udp
 // and upstream-ca.
 func (c *Config) validateUpstreams() error {
-	zones := make([]string, 0, len(c.ClusterDomain))
-	for _, z := range c.ClusterDomain {
-		zones = append(zones, strings.ToLower(dns.Fqdn(z)))
-	}
+	zones := c.ClusterZones()
 	check := func(what, s string) error {
 		sp, err := upstream.ParseServer(s)
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		if sp.ByName() && !under(sp.Name, zones) {
+		if sp.ByName() && !dnsname.InZones(sp.Name, zones) {
 			return fmt.Errorf("%s %q: a server given by name must be in the cluster zone (%s); elsewhere DNS would be needed to reach DNS", what, s, strings.Join(c.ClusterDomain, ", "))
 		}
 		return nil
@@ -91,7 +89,7 @@ func (c *Config) validateUpstreams() error {
 	for _, z := range c.Stubs.SortedZones() {
 		sd := c.Stubs[z]
 		what := fmt.Sprintf("stub domain %q", z)
-		fq := strings.ToLower(dns.Fqdn(z))
+		fq := dnsname.Canonical(z)
 		if _, ok := dns.IsDomainName(fq); !ok || fq == "." {
 			return fmt.Errorf("%s: not a domain name", what)
 		}
@@ -120,15 +118,6 @@ func (c *Config) validateUpstreams() error {
 	return nil
 }
 
-func under(name string, zones []string) bool {
-	for _, z := range zones {
-		if dns.IsSubDomain(z, name) {
-			return true
-		}
-	}
-	return false
-}
-
 // HasNamedServers reports whether any of servers is given by name (a
 // Service of the cluster zone), which needs the cluster index to resolve.
 func HasNamedServers(servers []string) bool {
@@ -143,17 +132,14 @@ func HasNamedServers(servers []string) bool {
 // CheckKubeDNS validates the kube-dns ConfigMap's servers as the forwarder
 // will take them under c: names must be in the cluster zone.
 func (c *Config) CheckKubeDNS(kd kubedns.Config) error {
-	zones := make([]string, 0, len(c.ClusterDomain))
-	for _, z := range c.ClusterDomain {
-		zones = append(zones, strings.ToLower(dns.Fqdn(z)))
-	}
+	zones := c.ClusterZones()
 	for _, z := range kd.Zones() {
 		for _, s := range kd.StubDomains[z] {
 			sp, err := upstream.ParseServer(s)
 			if err != nil {
 				return fmt.Errorf("%s: stub domain %q: %w", kubedns.StubDomainsKey, z, err)
 			}
-			if sp.ByName() && !under(sp.Name, zones) {
+			if sp.ByName() && !dnsname.InZones(sp.Name, zones) {
 				return fmt.Errorf("%s: stub domain %q: nameserver %q: nodedns resolves names of the cluster zone (%s) only",
 					kubedns.StubDomainsKey, z, s, strings.Join(c.ClusterDomain, ", "))
 			}
