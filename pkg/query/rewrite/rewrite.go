@@ -327,7 +327,10 @@ func (rv *Revert) rr(rr dns.RR) dns.RR {
 		return rr
 	}
 	owner := rv.Name(rr.Header().Name)
-	val := value(rr)
+	var val string
+	if f := nameField(rr); f != nil {
+		val = *f
+	}
 	newVal := val
 	if val != "" {
 		newVal = rv.Name(val)
@@ -338,54 +341,33 @@ func (rv *Revert) rr(rr dns.RR) dns.RR {
 	c := dns.Copy(rr)
 	c.Header().Name = owner
 	if newVal != val {
-		setValue(c, newVal)
+		*nameField(c) = newVal
 	}
 	return c
 }
 
-// value returns the domain name a record carries in its data ("" for
-// types that carry none).
-func value(rr dns.RR) string {
+// nameField points at the domain name a record carries in its data, in
+// rr itself; nil for types that carry none.
+func nameField(rr dns.RR) *string {
 	switch r := rr.(type) {
 	case *dns.CNAME:
-		return r.Target
+		return &r.Target
 	case *dns.DNAME:
-		return r.Target
+		return &r.Target
 	case *dns.NS:
-		return r.Ns
+		return &r.Ns
 	case *dns.PTR:
-		return r.Ptr
+		return &r.Ptr
 	case *dns.MX:
-		return r.Mx
+		return &r.Mx
 	case *dns.SRV:
-		return r.Target
+		return &r.Target
 	case *dns.NAPTR:
-		return r.Replacement
+		return &r.Replacement
 	case *dns.SOA:
-		return r.Ns
+		return &r.Ns
 	}
-	return ""
-}
-
-func setValue(rr dns.RR, s string) {
-	switch r := rr.(type) {
-	case *dns.CNAME:
-		r.Target = s
-	case *dns.DNAME:
-		r.Target = s
-	case *dns.NS:
-		r.Ns = s
-	case *dns.PTR:
-		r.Ptr = s
-	case *dns.MX:
-		r.Mx = s
-	case *dns.SRV:
-		r.Target = s
-	case *dns.NAPTR:
-		r.Replacement = s
-	case *dns.SOA:
-		r.Ns = s
-	}
+	return nil
 }
 
 // requiredLiteral returns the longest literal that every match of pattern
