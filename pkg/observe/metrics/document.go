@@ -112,30 +112,25 @@ func (r *Recorder) Stats() Document {
 	if src.Upstreams != nil {
 		d.Upstreams = src.Upstreams()
 	}
-	if src.Forwarder != nil {
-		fw := src.Forwarder()
-		d.Forwarder = &fw
-	}
-	if src.Intercept != nil {
-		ic := src.Intercept()
-		d.Intercept = &ic
-	}
-	if src.Informers != nil {
-		inf := src.Informers()
-		d.Informers = &inf
-	}
-	if src.Peers != nil {
-		p := src.Peers()
-		d.Peers = &p
-	}
-	if src.Server != nil {
-		st := src.Server()
-		d.Server = &st
-	}
+	d.Forwarder = section(src.Forwarder)
+	d.Intercept = section(src.Intercept)
+	d.Informers = section(src.Informers)
+	d.Peers = section(src.Peers)
+	d.Server = section(src.Server)
 	scale := uint64(r.cfg.TopSample)
 	d.TopNames = topEntries(r.names.snapshot(sec), r.cfg.TopK, scale, func(k string) string { return k })
 	d.TopClients = topEntries(r.clients.snapshot(sec), r.cfg.TopK, scale, func(k netip.Addr) string { return k.String() })
 	return d
+}
+
+// section returns what source reports, nil when it is not wired: a section
+// of the document left out.
+func section[T any](source func() T) *T {
+	if source == nil {
+		return nil
+	}
+	v := source()
+	return &v
 }
 
 func topEntries[K comparable](items []topItem[K], n int, scale uint64, str func(K) string) []TopEntry {
