@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 )
 
 // Upstream address forms (ParseServer):
@@ -108,7 +110,7 @@ func ParseServer(s string) (Spec, error) {
 	if strings.ContainsAny(name, ":[]/ ") {
 		return Spec{}, fmt.Errorf("upstream %q: want an IP address or a name, with an optional :port", raw)
 	}
-	fq := strings.ToLower(dns.Fqdn(name))
+	fq := dnsname.Canonical(name)
 	if _, ok := dns.IsDomainName(fq); !ok || fq == "." || strings.HasPrefix(fq, ".") || strings.Contains(fq, "..") {
 		return Spec{}, fmt.Errorf("upstream %q: want an IP address or a name, with an optional :port", raw)
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
+	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/origin"
 )
 
@@ -179,8 +180,10 @@ type Forwarder struct {
 	reg   registry  // every server by its canonical form (groups.go)
 	ca    *caBundle // roots of TLS upstreams
 
-	mu       sync.Mutex
-	inflight map[flightKey]*flight
+	mu sync.Mutex
+	// inflight holds the exchanges under way by the cache's key of their
+	// query: queries the cache would answer alike share one exchange.
+	inflight map[cache.Key]*flight
 	// byClient and byNamespace count the exchanges in flight started for
 	// each client and namespace (under mu); entries exist only while some
 	// are, so their size is bounded by MaxInflight.
@@ -216,7 +219,7 @@ func New(cfg Config) (*Forwarder, error) {
 		cfg:         cfg,
 		log:         cfg.Logger.With("component", "upstream"),
 		sem:         make(chan struct{}, cfg.MaxInflight),
-		inflight:    make(map[flightKey]*flight),
+		inflight:    make(map[cache.Key]*flight),
 		byClient:    make(map[netip.Addr]int),
 		byNamespace: make(map[string]int),
 		reg:         registry{by: map[string]*Server{}},
@@ -350,7 +353,7 @@ func (f *Forwarder) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) 
 	if len(q.Question) != 1 {
 		return nil, fmt.Errorf("upstream: query has %d questions, want 1", len(q.Question))
 	}
-	key := keyOf(q)
+	key := cache.KeyOf(q)
 	o, hasOrigin := origin.From(ctx)
 	f.mu.Lock()
 	if fl, ok := f.inflight[key]; ok {
@@ -500,24 +503,10 @@ func withID(m *dns.Msg, id uint16) *dns.Msg {
 	return c
 }
 
-type flightKey struct {
-	name          string
-	qtype, qclass uint16
-	do, cd        bool
-}
-
 type flight struct {
 	done  chan struct{}
 	reply *dns.Msg
 	err   error
-}
-
-func keyOf(q *dns.Msg) flightKey {
-	k := flightKey{name: strings.ToLower(q.Question[0].Name), qtype: q.Question[0].Qtype, qclass: q.Question[0].Qclass, cd: q.CheckingDisabled}
-	if o := q.IsEdns0(); o != nil {
-		k.do = o.Do()
-	}
-	return k
 }
 
 // exchange tries servers in policy order, at most 2 x servers attempts,
