@@ -6,12 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/config"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of testdata/")
@@ -181,8 +184,8 @@ func TestKubeDNSMerge(t *testing.T) {
 	if got := fmt.Sprint(m["upstream"]); got != "[8.8.8.8 8.8.4.4]" {
 		t.Errorf("upstream %s, want the ConfigMap's", got)
 	}
-	stubs, _ := m["stub-domains"].(map[string]any)
-	if fmt.Sprint(stubs["acme.local"]) != "[1.2.3.4 1.2.3.5:5353]" {
+	stubs := res.Config.Stubs
+	if fmt.Sprint(stubs["acme.local"].Servers) != "[1.2.3.4 1.2.3.5:5353]" {
 		t.Errorf("stub domains %v", stubs)
 	}
 	// node-cache's Corefile forwards the cluster zone: nodedns then has no
@@ -200,8 +203,8 @@ func TestKubeDNSMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stubs, _ = keys(t, r1)["stub-domains"].(map[string]any)
-	if fmt.Sprint(stubs["consul.local"]) != "[dns.consul.svc.cluster.local]" {
+	stubs = r1.Config.Stubs
+	if fmt.Sprint(stubs["consul.local"].Servers) != "[dns.consul.svc.cluster.local]" {
 		t.Errorf("stub server named in the cluster zone: %v", stubs)
 	}
 
@@ -211,10 +214,9 @@ func TestKubeDNSMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m = keys(t, r2)
-	stubs, _ = m["stub-domains"].(map[string]any)
-	if fmt.Sprint(m["upstream"]) != "[9.9.9.9]" || fmt.Sprint(stubs["acme.local"]) != "[10.0.0.1]" {
-		t.Errorf("Corefile's own settings: upstream %v, acme.local %v", m["upstream"], stubs["acme.local"])
+	stubs = r2.Config.Stubs
+	if fmt.Sprint(r2.Config.Upstream) != "[9.9.9.9]" || fmt.Sprint(stubs["acme.local"].Servers) != "[10.0.0.1]" {
+		t.Errorf("Corefile's own settings: upstream %v, acme.local %v", r2.Config.Upstream, stubs["acme.local"])
 	}
 	d := droppedText(r2)
 	if !strings.Contains(d, "upstreamNameservers 8.8.8.8 8.8.4.4: not used") || !strings.Contains(d, "stub domain acme.local") {
@@ -279,13 +281,13 @@ func TestCarried(t *testing.T) {
 		{".:53 {\n  forward . 10.0.0.1 {\n    force_tcp\n    prefer_udp\n  }\n}\n",
 			map[string]any{"force-tcp": true, "prefer-udp": nil}},
 		{".:53 {\n  forward . 10.0.0.1\n}\nsvc.example:53 {\n  forward . dns.tools.svc.cluster.local:5353\n}\n",
-			map[string]any{"stub-domains": map[string]any{"svc.example": []any{"dns.tools.svc.cluster.local:5353"}}}},
+			map[string]any{"stub-domains": map[string]any{"svc.example": map[string]any{"servers": []any{"dns.tools.svc.cluster.local:5353"}}}}},
 		{".:53 {\n  forward example.org 10.0.0.1 10.0.0.2 {\n    policy round_robin\n  }\n}\n",
 			map[string]any{"stub-domains": map[string]any{"example.org": map[string]any{"servers": []any{"10.0.0.1", "10.0.0.2"}, "policy": "round_robin"}}}},
 		{"10.0.0.0/16 {\n  forward . 10.0.0.53\n}\n",
-			map[string]any{"stub-domains": map[string]any{"0.10.in-addr.arpa": []any{"10.0.0.53"}}}},
+			map[string]any{"stub-domains": map[string]any{"0.10.in-addr.arpa": map[string]any{"servers": []any{"10.0.0.53"}}}}},
 		{".:53 {\n  cache 600 {\n    success 5000\n    denial 1000 60\n    prefetch 3 1m 10%\n    serve_stale\n  }\n}\n",
-			map[string]any{"cache-size": float64(6000), "max-ttl": "10m", "max-negative-ttl": "1m", "prefetch": float64(3), "serve-stale": "1h"}},
+			map[string]any{"cache-size": float64(6000), "max-ttl": "10m0s", "max-negative-ttl": "1m0s", "prefetch": float64(3), "serve-stale": "1h0m0s"}},
 		{".:53 {\n  hosts /etc/custom.hosts example.org {\n    10.0.0.9 a.example.org\n    reload 10s\n  }\n}\n",
 			map[string]any{"hosts": map[string]any{"file": "/etc/custom.hosts", "zones": []any{"example.org"}, "entries": []any{"10.0.0.9 a.example.org"}, "reload": "10s"}}},
 		{".:53 {\n  rewrite stop {\n    name regex (.*)\\.a\\.example {1}.b.example\n    answer name (.*)\\.b\\.example {1}.a.example\n  }\n}\n",
@@ -293,7 +295,7 @@ func TestCarried(t *testing.T) {
 		{".:53 {\n  kubernetes cluster.local {\n    pods verified\n    noendpoints\n    namespace_labels env in (prod)\n    startup_timeout 10s\n    kubeconfig /etc/kubeconfig\n  }\n}\n",
 			map[string]any{"pods": "verified", "no-endpoints": true, "namespace-labels": "env in (prod)", "cluster-sync-wait": "10s", "kubeconfig": "/etc/kubeconfig", "fallthrough": []any{}}},
 		{"cluster.local:53 {\n  errors\n  kubernetes {\n    pods verified\n  }\n  cache 30\n}\nin-addr.arpa:53 ip6.arpa:53 {\n  kubernetes\n}\n.:53 {\n  errors\n  forward . 9.9.9.9\n  cache 300\n}\n",
-			map[string]any{"cluster-domain": []any{"cluster.local"}, "pods": "verified", "upstream": []any{"9.9.9.9"}, "max-ttl": "5m", "cluster-zone": nil, "stub-domains": nil}},
+			map[string]any{"cluster-domain": []any{"cluster.local"}, "pods": "verified", "upstream": []any{"9.9.9.9"}, "max-ttl": "5m0s", "cluster-zone": nil, "stub-domains": nil}},
 		{"in-addr.arpa ip6.arpa {\n  kubernetes\n}\ncluster.local {\n  kubernetes {\n    pods verified\n  }\n}\n",
 			map[string]any{"cluster-domain": []any{"cluster.local"}, "pods": "verified"}},
 		{".:53 {\n  bufsize 1232\n  any\n  cancel\n  errors {\n    consolidate 5m \".*\"\n  }\n  log\n}\n",
@@ -308,5 +310,49 @@ func TestCarried(t *testing.T) {
 			t.Errorf("%q: dropped %s", tc.src, droppedText(res))
 		}
 		expect(t, keys(t, res), tc.want)
+	}
+}
+
+// TestOutputReadsBack: the file migrate writes is its typed configuration:
+// read back by the agent's loader (strictly, as `config validate` does) it
+// is the same configuration, setting by setting, with the keys it set
+// given and no others.
+func TestOutputReadsBack(t *testing.T) {
+	ca := dnstest.NewCA(t).File(t)
+	fixtures, err := filepath.Glob("testdata/*.corefile")
+	if err != nil || len(fixtures) == 0 {
+		t.Fatalf("fixtures: %v %v", fixtures, err)
+	}
+	for _, f := range fixtures {
+		name := strings.TrimSuffix(filepath.Base(f), ".corefile")
+		for _, kd := range []*kubedns.Config{nil, &fixtureKubeDNS} {
+			res := migrateFixture(t, name, kd)
+			want := res.Config
+			out := string(res.YAML)
+			if want.UpstreamCA != "" { // the fixture's path does not exist here
+				out = strings.ReplaceAll(out, "upstream-ca: "+want.UpstreamCA+"\n", "upstream-ca: "+ca+"\n")
+				want.UpstreamCA = ca
+			}
+			p := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(p, []byte(out), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got, r, err := config.Parse([]string{"--config", p}, true, nil)
+			if err == nil {
+				err = r.Err()
+			}
+			if err != nil {
+				t.Errorf("%s: the written file does not validate: %v\n%s", name, err, out)
+				continue
+			}
+			for _, s := range config.Settings() {
+				if s.Differs(&want, &got) {
+					t.Errorf("%s: %s built as %#v, read back as %#v", name, s.Key(), s.Get(&want), s.Get(&got))
+				}
+				if got.IsGiven(s.Key()) != slices.Contains(res.Keys, s.Key()) {
+					t.Errorf("%s: %s given %v in the file, set %v by the migration", name, s.Key(), got.IsGiven(s.Key()), slices.Contains(res.Keys, s.Key()))
+				}
+			}
+		}
 	}
 }

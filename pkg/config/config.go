@@ -125,16 +125,6 @@ func (c *Config) Path() string { return c.path }
 // FileBytes is the content of the --config file as loaded.
 func (c *Config) FileBytes() []byte { return c.fileBytes }
 
-// Given marks key as set (on purpose, even to its default), as the file or
-// a flag does. A Config built in code (`nodedns migrate`) says so for the
-// keys it sets; Render can then write only those.
-func (c *Config) Given(key string) {
-	if c.given == nil {
-		c.given = map[string]bool{}
-	}
-	c.given[key] = true
-}
-
 // SchedulerProcs is the GOMAXPROCS the agent runs with: --gomaxprocs when
 // given; else $GOMAXPROCS when set (0: leave it); else one P for each UDP
 // thread reader, which blocks holding its P (pkg/query/server/udpthread_linux.go),

@@ -12,25 +12,28 @@ import (
 
 // HostsConfig is the `hosts:` key: static records answered before the
 // cluster zone and the cache, as CoreDNS's hosts plugin (pkg/query/hosts).
+// A written file leaves out the fields at their zero value.
 type HostsConfig struct {
 	// Entries are hosts(5) lines ("IP name [alias...]").
-	Entries []string `json:"entries"`
+	Entries []string `json:"entries,omitempty"`
 	// File is a hosts(5) file, re-read when it changes.
-	File string `json:"file"`
+	File string `json:"file,omitempty"`
 	// TTL of the records; default 3600s.
-	TTL Duration `json:"ttl"`
+	TTL Duration `json:"ttl,omitzero"`
 	// NoReverse: no PTR records for the addresses.
-	NoReverse bool `json:"no-reverse"`
+	NoReverse bool `json:"no-reverse,omitempty"`
 	// Zones the records are answered in; default every name.
-	Zones List `json:"zones"`
+	Zones List `json:"zones,omitempty"`
 	// Fallthrough: where a name without records goes on to the cluster
-	// zone, cache and upstream (absent: nowhere; empty: everywhere).
-	Fallthrough ZoneList `json:"fallthrough"`
+	// zone, cache and upstream (absent: nowhere; empty: everywhere). Left
+	// out of a written file when absent: null would read back as
+	// everywhere.
+	Fallthrough ZoneList `json:"fallthrough,omitzero"`
 	// FallthroughUnsupported: other types than A/AAAA/PTR of a known
 	// name go on too (where Fallthrough covers it).
-	FallthroughUnsupported bool `json:"fallthrough-unsupported"`
+	FallthroughUnsupported bool `json:"fallthrough-unsupported,omitempty"`
 	// Reload is how often File is checked; default 5s; 0s: never.
-	Reload *Duration `json:"reload"`
+	Reload *Duration `json:"reload,omitempty"`
 }
 
 // HostsSettings maps the `hosts:` key onto pkg/query/hosts; the zero
@@ -99,12 +102,12 @@ func (z ZoneList) String() string {
 // [stop|continue] name TYPE FROM TO answer auto` (pkg/query/rewrite).
 type RewriteRule struct {
 	// Type is exact (default), prefix, suffix, substring or regex.
-	Type string `json:"type"`
+	Type string `json:"type,omitempty"`
 	From string `json:"from"`
 	// To may use {0}, {1}.. captures of a regex From.
 	To string `json:"to"`
 	// Mode is stop (default: a match ends the list) or continue.
-	Mode string `json:"mode"`
+	Mode string `json:"mode,omitempty"`
 }
 
 // Rewriter builds the rules of the `rewrite:` key; nil when there are

@@ -497,6 +497,18 @@ var settingIndex = func() map[string]*Setting {
 	return m
 }()
 
+// SettingOf returns the setting whose field in c is at p, a pointer into
+// c (&c.MaxTTL), or nil: code that builds a Config (`nodedns migrate`)
+// names a setting by its field, not by a key string.
+func SettingOf(c *Config, p any) *Setting {
+	for _, s := range settings {
+		if s.field(c) == p {
+			return s
+		}
+	}
+	return nil
+}
+
 // SettingByKey returns the setting of a file key, or nil.
 func SettingByKey(key string) *Setting { return settingIndex[key] }
 
