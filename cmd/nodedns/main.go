@@ -10,7 +10,9 @@
 //	nodedns pprof WHAT        a Go profile from the agent's admin socket
 //	nodedns version           print the version
 //
-// main only parses, wires and waits: every behaviour lives in pkg/.
+// main parses the command line, builds the configuration and calls the
+// packages: the behaviour lives in pkg/ (and, for code only the commands
+// use, internal/).
 package main
 
 import (
@@ -106,13 +108,23 @@ Run 'nodedns <command> -h' for the command's flags.
 
 func versionString() string {
 	v := version
+	if r := revision(); len(r) >= 12 {
+		v += " (" + r[:12] + ")"
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += " (" + s.Value[:12] + ")"
-			}
-		}
 		return fmt.Sprintf("nodedns %s %s", v, bi.GoVersion)
 	}
 	return "nodedns " + v
+}
+
+// revision is the VCS revision the binary was built from, if known.
+func revision() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return ""
 }

@@ -34,7 +34,7 @@ func serve(args []string, stderr io.Writer) error {
 	for _, w := range res.Warnings {
 		log.Warn(w) // each names the file
 	}
-	if err := agent.Serve(cfg, agent.Options{Log: log, Level: level, Args: args, Version: version}); err != nil {
+	if err := agent.Serve(cfg, agent.Options{Log: log, Level: level, Args: args, Version: version, Revision: revision()}); err != nil {
 		log.Error("nodedns serve exiting", "err", err)
 		return reportedError{err}
 	}

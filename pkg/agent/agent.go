@@ -38,8 +38,9 @@ type Options struct {
 	// it, as at start.
 	Args []string
 	// Version names the build in the log, the metrics and the user agent
-	// the API server sees.
-	Version string
+	// the API server sees; Revision is its VCS revision, in the metrics.
+	Version  string
+	Revision string
 }
 
 // Agent holds the wired parts of an agent: Build wires them, Run runs
@@ -48,6 +49,7 @@ type Agent struct {
 	cfg      config.Config
 	args     []string // the command line, re-applied over the file on reload
 	version  string
+	revision string
 	log      *slog.Logger
 	level    *slog.LevelVar
 	fwd      atomic.Pointer[upstream.Forwarder]
@@ -124,7 +126,7 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	if level == nil {
 		level = new(slog.LevelVar)
 	}
-	a := &Agent{cfg: cfg, args: opts.Args, version: opts.Version, log: log, level: level, started: time.Now(),
+	a := &Agent{cfg: cfg, args: opts.Args, version: opts.Version, revision: opts.Revision, log: log, level: level, started: time.Now(),
 		reloads: newReloadStats(), panics: new(recovery.Counter), kd: newKubeDNSState(cfg.KubeDNSConfig)}
 	a.live.Store(&cfg)
 	a.failures = errlog.New(log, errlog.Config{})

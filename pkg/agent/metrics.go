@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"runtime/debug"
 	"slices"
 
 	"github.com/nodedns/nodedns/pkg/config"
@@ -16,7 +15,7 @@ import (
 // a reload is the one reported. Call it after wireCluster: the plugins it
 // reports depend on whether the cluster zone is served.
 func (a *Agent) newRecorder() (*metrics.Recorder, error) {
-	return metrics.New(metrics.Config{Version: a.version, Revision: vcsRevision(), LogQueries: a.cfg.LogQueries, LogClasses: a.cfg.LogQueriesClass, Logger: a.log,
+	return metrics.New(metrics.Config{Version: a.version, Revision: a.revision, LogQueries: a.cfg.LogQueries, LogClasses: a.cfg.LogQueriesClass, Logger: a.log,
 		Compat: metrics.Compat(a.cfg.MetricsCompat), Listeners: a.cfg.ListenAddrs(), Zones: metricZones(a.cfg), Plugins: a.plugins(),
 		Sources: metrics.Sources{
 			Cache: func() cache.Stats { return a.cache.Stats() },
@@ -95,16 +94,4 @@ func (a *Agent) plugins() []string {
 	}
 	slices.Sort(p)
 	return p
-}
-
-// vcsRevision is the VCS revision the binary was built from, if known.
-func vcsRevision() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				return s.Value
-			}
-		}
-	}
-	return ""
 }
