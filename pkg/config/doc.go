@@ -5,7 +5,8 @@
 // YAML file named by --config (strict about its shape, apiVersion and
 // kind; an unknown key is a warning, or a problem for `nodedns config
 // validate`), the defaults, the checks, and the file a Config is written
-// back as (`nodedns config print`).
+// back as (Write: `nodedns config print`, and `nodedns migrate`, which
+// builds a Config from a Corefile).
 //
 // Precedence: built-in defaults, then the file, then the flags given on the
 // command line. Values are checked with the checks of the packages that

@@ -1,12 +1,14 @@
 package intercept
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fakeProc writes /proc/net-style files and a fake fd directory.
@@ -94,5 +96,21 @@ func TestShouldTeardown(t *testing.T) {
 	procNet, fd := fakeProc(t, map[string]string{"udp": udpHeader + udpLine(local4, 9)})
 	if ok, why := shouldTeardown(Config{LocalIPs: cfg.LocalIPs}, procNet, fd); ok {
 		t.Errorf("nothing set up: teardown = true (%s)", why)
+	}
+}
+
+// TestWaitNoAgentFree: with no process serving the addresses the wait
+// ends at once.
+func TestWaitNoAgentFree(t *testing.T) {
+	ip := netip.MustParseAddr("169.254.251.254")
+	if ok, why := ShouldTeardown(Config{LocalIPs: []netip.Addr{ip}, SetupInterface: true}); !ok {
+		t.Skipf("%s is served here: %s", ip, why)
+	}
+	start := time.Now()
+	if err := waitNoAgent(context.Background(), Config{LocalIPs: []netip.Addr{ip}}, 5*time.Second, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("waited %v with nothing serving", d)
 	}
 }
