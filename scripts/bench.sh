@@ -9,7 +9,7 @@
 # host's, and it adds no link, rule or port to the host's namespace.
 #
 #   scripts/bench.sh [-l SECONDS] [-r ROUNDS] [-Q QPS] [-o FILE] [-s SERVERS]
-#                    [-w WORKLOADS] [-n SERVICES] [-c] [-T THREADS]
+#                    [-w WORKLOADS] [-n SERVICES] [-c] [-z] [-T THREADS]
 #                    [-G 'GOMAXPROCS...'] [-C CPUS] [-S RATE]
 #
 #   -s  servers, any of: nodedns unbound dnsmasq nodedns-poller coredns
@@ -19,8 +19,12 @@
 #   -n  Services created for the cluster and pod workloads (default 1000)
 #   -c  add CoreDNS and, for the pod workloads, the node-cache arrangement
 #       (scripts/coredns.sh: `go install` at a pinned version into
-#       ${NODEDNS_CACHE:-/var/cache/nodedns}, built once; a failed build
-#       is reported and the run goes on without them)
+#       ${NODEDNS_CACHE:-/var/cache/nodedns}, built once). Like every
+#       server asked for, they must build and answer: a failed build or a
+#       server that does not answer ends the run with an error, never a
+#       table without them
+#   -z  no loss: the run fails when any dnsperf run lost a query, or a
+#       glibc lookup failed (lost queries are counted and printed always)
 #   -T  client threads of the glibc lookup loop (pod workload; default 4)
 #   -G  pod workloads: also run nodedns with each of these --gomaxprocs
 #       values (servers nodedns-gN), for the GOMAXPROCS comparison
@@ -95,17 +99,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-secs=10 rounds=2 qps=20000 out="" servers="nodedns unbound dnsmasq" workloads="hit nx cluster pod" nsvc=1000 with_coredns=0
+secs=10 rounds=2 qps=20000 out="" servers="nodedns unbound dnsmasq" workloads="hit nx cluster pod" nsvc=1000 with_coredns=0 zero_loss=0
 gai_threads=4 gmp_variants="" cpu_limit="" churn_rate=""
 usage() {
   echo "usage: $0 [-l secs] [-r rounds] [-Q qps] [-o file] [-s 'nodedns unbound dnsmasq nodedns-poller coredns node-cache']" \
-    "[-w 'hit nx cluster pod pod-shortcut pod-hit'] [-n services] [-c] [-T threads] [-G 'gomaxprocs...'] [-C cpus] [-S rate]" >&2
+    "[-w 'hit nx cluster pod pod-shortcut pod-hit'] [-n services] [-c] [-z] [-T threads] [-G 'gomaxprocs...'] [-C cpus] [-S rate]" >&2
   exit 2
 }
-while getopts "l:r:Q:o:s:w:n:cT:G:C:S:" opt; do
+while getopts "l:r:Q:o:s:w:n:czT:G:C:S:" opt; do
   case $opt in
     l) secs=$OPTARG ;; r) rounds=$OPTARG ;; Q) qps=$OPTARG ;; o) out=$OPTARG ;; s) servers=$OPTARG ;;
-    w) workloads=$OPTARG ;; n) nsvc=$OPTARG ;; c) with_coredns=1 ;;
+    w) workloads=$OPTARG ;; n) nsvc=$OPTARG ;; c) with_coredns=1 ;; z) zero_loss=1 ;;
     T) gai_threads=$OPTARG ;; G) gmp_variants=$OPTARG ;; C) cpu_limit=$OPTARG ;; S) churn_rate=$OPTARG ;;
     *) usage ;;
   esac
@@ -156,7 +160,9 @@ scripts/deps.sh
 if [[ -z ${NODEDNS_BENCH_NETNS:-} ]]; then
   go mod download
   if ((cluster)); then scripts/kube-apiserver.sh >/dev/null; fi
-  if has "$servers" coredns || has "$servers" node-cache; then scripts/coredns.sh >/dev/null || true; fi
+  if has "$servers" coredns || has "$servers" node-cache; then
+    scripts/coredns.sh >/dev/null || { echo "bench: building CoreDNS (scripts/coredns.sh) failed" >&2; exit 1; }
+  fi
   node_ns=nd-bench-$$
   ip netns add "$node_ns"
   trap 'ip netns del "$node_ns"' EXIT
@@ -229,11 +235,9 @@ if has "$servers" coredns || has "$servers" node-cache; then
   if coredns_bin=$(scripts/coredns.sh 2>"$work/coredns-build.log" | tail -n 1) && [[ -x $coredns_bin ]]; then
     :
   else
-    echo "bench: building CoreDNS failed; going on without it (and node-cache). Last lines of the build:" >&2
+    echo "bench: no CoreDNS binary (scripts/coredns.sh); last lines of its build:" >&2
     tail -n 20 "$work/coredns-build.log" >&2 || true
-    for x in coredns node-cache; do
-      servers=$(without "$servers" $x) lservers=$(without "$lservers" $x) pservers=$(without "$pservers" $x)
-    done
+    exit 1
   fi
 fi
 
@@ -522,20 +526,13 @@ answers() { [[ -n $(dig +time=1 +tries=1 @"${addr[$1]}" -p $PORT "$2" "$3" +shor
 last_svc="svc-$((nsvc - 1)).$(svc_ns $((nsvc - 1))).svc.cluster.local"
 # A non-headless Service; headless ones only answer once their slice is in.
 probe_svc="svc-0.bench-0.svc.cluster.local"
-# not_ready SERVER WHAT: CoreDNS and node-cache are left out of the run
-# (said so); any other server failing is the end of the run.
+# not_ready SERVER WHAT: a server asked for that does not answer is the
+# end of the run (a table that quietly lacks a server compares nothing).
 not_ready() {
   local s=$1
   echo "bench: $s does not answer $2" >&2
   tail -n 20 "$work/$s".* >&2 2>/dev/null || true
-  if [[ $s == coredns || $s == node-cache ]]; then
-    echo "bench: going on without $s" >&2
-    [[ -n ${pid[$s]:-} ]] && stop_all 5 "${pid[$s]}"
-    [[ -n ${ppid[$s]:-} ]] && stop_all 5 "${ppid[$s]}"
-    servers=$(without "$servers" "$s") lservers=$(without "$lservers" "$s") pservers=$(without "$pservers" "$s")
-  else
-    exit 1
-  fi
+  exit 1
 }
 declare -A ppid
 
@@ -555,7 +552,6 @@ if ((lcluster)); then
     fi
   done
 fi
-[[ -z $lwork || -n $lservers ]] || { echo "bench: no server left" >&2; exit 1; }
 
 # Query files: 1000 names x A/AAAA (hits once warm); 2000 NXDOMAIN names.
 for i in $(seq 1 1000); do echo "host$i.example.test A"; echo "host$i.example.test AAAA"; done >"$work/hit.txt"
@@ -596,16 +592,19 @@ for wl in $lwork; do
     done <<<"$samples"
   done
 done
-[[ -z $lwork || -n $lservers ]] || { echo "bench: no server left" >&2; exit 1; }
 
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 rss_kb() { awk '/VmRSS/{print $2}' "/proc/$1/status"; }
 tck=$(getconf CLK_TCK)
 
+# note_lost WHAT LOST: tallies the queries a run lost ("?" when dnsperf
+# printed no count) in $work/lost.txt, checked at the end.
+note_lost() { echo "${2:-?} $1" >>"$work/lost.txt"; }
 # maxqps ADDR PORT FILE -> prints QPS
 maxqps() {
-  "${run_in[@]}" dnsperf -s "$1" -p "$2" -d "$3" -l "$secs" -c 8 -T 2 -q 500 2>/dev/null |
-    awk '/Queries per second/{print int($4)}'
+  "${run_in[@]}" dnsperf -s "$1" -p "$2" -d "$3" -l "$secs" -c 8 -T 2 -q 500 >"$work/maxqps.out" 2>&1 || true
+  note_lost "unthrottled $1:$2 $(basename "$3")" "$(awk '/Queries lost/{print $3}' "$work/maxqps.out")"
+  awk '/Queries per second/{print int($4)}' "$work/maxqps.out"
 }
 # fixed PID ADDR PORT FILE -> prints "p50_us p99_us cpu_us_per_query lost"
 fixed() {
@@ -616,6 +615,7 @@ fixed() {
   local ndone lost
   ndone=$(awk '/Queries completed/{print $3}' "$work/fixed.out")
   lost=$(awk '/Queries lost/{print $3}' "$work/fixed.out")
+  note_lost "at $qps QPS $2:$3 $(basename "$4")" "$lost"
   awk '/^> /{printf "%.0f\n", $NF * 1e6}' "$work/fixed.out" | sort -n >"$work/lat.txt"
   awk -v cpu=$((after - before)) -v tck="$tck" -v done="$ndone" -v lost="$lost" '
     { lat[NR] = $1 }
@@ -675,7 +675,21 @@ if ((podwl)); then
   source scripts/bench-pod.sh
 fi
 
+# Lost queries, every dnsperf run's (and failed glibc lookups).
+lost_runs=0 lost_total=0 lost_unknown=0
+if [[ -s $work/lost.txt ]]; then
+  read -r lost_runs lost_total lost_unknown < <(awk '{ n++; if ($1 == "?") u++; else t += $1 } END { print n + 0, t + 0, u + 0 }' "$work/lost.txt")
+fi
+table+=$'\n'"Lost: $lost_total queries over $lost_runs dnsperf runs and glibc loops$( ((lost_unknown)) && echo ", $lost_unknown runs printed no count")."$'\n'
 echo "$table"
+if ((lost_total > 0 || lost_unknown > 0)); then
+  echo "bench: runs with lost queries (or no count):" >&2
+  awk '$1 != "0"' "$work/lost.txt" | sed 's/^/  /' >&2
+  if ((zero_loss)); then
+    echo "bench: -z: $lost_total queries lost, $lost_unknown runs without a count: failing" >&2
+    exit 1
+  fi
+fi
 if [[ -n $out ]]; then
   {
     echo

@@ -1,53 +1,87 @@
 #!/usr/bin/env bash
 # Runs every fuzz target of nodedns for a set time each (default 30 s):
 #
-#   scripts/fuzz.sh [SECONDS]
+#   scripts/fuzz.sh [SECONDS [REGEXP]]
 #
-# Targets: the request path through the server (FuzzServe), the request
-# decoder (FuzzParseQuery), the cache's hit path (FuzzAppendHit), the
-# upstream-reply validator (FuzzValidate), cluster record synthesis
-# (FuzzLookup), the resolv.conf reader (FuzzParse), the API server's list
-# responses as the agent streams them (FuzzListStream), decodes their
-# items (FuzzDecode, against the API types) and parses addresses
-# (FuzzParseAddr, against net/netip), the hosts(5) line parser
-# (FuzzParseLine), name rewrites and their revert (FuzzRewrite), the
-# wire-form address rotation (FuzzRotateAddrs) and the Corefile parser with
-# `nodedns migrate`'s mapping (FuzzParse). New interesting inputs stay in
-# Go's fuzz cache; a failing input is written to the package's
-# testdata/fuzz/<Target>/ by go test: commit it, and it runs as a
-# regression test with every plain `go test`.
+# REGEXP (grep -E) picks the targets whose "./package Name" matches.
+#
+# The targets are found in the tree (every `func FuzzXxx(f *testing.F)` of a
+# _test.go file), so a target that moves with its package, or a new one, is
+# fuzzed without editing this list; the run fails when it finds fewer than
+# NODEDNS_FUZZ_MIN_TARGETS (default 13, the count when this was written), so
+# a target cannot silently drop out either. Today they are the request path
+# through the server (FuzzServe), the request decoder (FuzzParseQuery), the
+# cache's hit path (FuzzAppendHit), the upstream-reply validator
+# (FuzzValidate), cluster record synthesis (FuzzLookup), the resolv.conf
+# reader (FuzzParse), the API server's list responses as the agent streams
+# them (FuzzListStream), decodes their items (FuzzDecode, against the API
+# types) and parses addresses (FuzzParseAddr, against net/netip), the
+# hosts(5) line parser (FuzzParseLine), name rewrites and their revert
+# (FuzzRewrite), the wire-form address rotation (FuzzRotateAddrs) and the
+# Corefile parser with `nodedns migrate`'s mapping (FuzzParse).
+#
+# An input that makes a target fail is kept by go test in the package's
+# testdata/fuzz/<Target>/ (the corpus): the script lists those files, prints
+# them, and exits non-zero. Commit them: from then on they run as regression
+# cases with every plain `go test`. New interesting inputs that pass stay in
+# Go's fuzz cache ($GOCACHE/fuzz) and seed the next run.
 # The first run builds instrumented test binaries, which takes minutes for
 # pkg/cluster/k8s (client-go); later runs reuse the build cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 secs=${1:-30}
-targets=(
-  "./pkg/query/server FuzzServe"
-  "./pkg/query/dnswire FuzzParseQuery"
-  "./pkg/query/cache FuzzAppendHit"
-  "./pkg/query/upstream FuzzValidate"
-  "./pkg/cluster/k8s FuzzLookup"
-  "./pkg/node/resolvconf FuzzParse"
-  "./pkg/cluster/k8s FuzzListStream"
-  "./pkg/cluster/k8s FuzzDecode"
-  "./pkg/cluster/k8s FuzzParseAddr"
-  "./pkg/query/hosts FuzzParseLine"
-  "./pkg/query/rewrite FuzzRewrite"
-  "./pkg/query/dnswire FuzzRotateAddrs"
-  "./internal/migrate FuzzParse"
+[[ $secs =~ ^[0-9]+$ ]] && ((secs > 0)) || {
+  echo "usage: scripts/fuzz.sh [SECONDS [REGEXP]]" >&2
+  exit 2
+}
+only=${2:-}
+min_targets=${NODEDNS_FUZZ_MIN_TARGETS:-13}
+[[ -z $only ]] || min_targets=1
+
+# "./dir FuzzName" for every target, sorted by package so that the targets
+# of one package reuse its instrumented build back to back.
+mapfile -t targets < <(
+  grep -rEo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*\(f \*testing\.F\)' cmd pkg internal 2>/dev/null |
+    sed -E 's|^(.*)/[^/]*_test\.go:func (Fuzz[A-Za-z0-9_]*)\(.*|./\1 \2|' | sort -u |
+    grep -E -- "${only:-.}"
 )
+echo "fuzz.sh: ${#targets[@]} targets, ${secs}s each"
+if ((${#targets[@]} < min_targets)); then
+  echo "fuzz.sh: found ${#targets[@]} fuzz targets, want at least ${min_targets} (NODEDNS_FUZZ_MIN_TARGETS):" >&2
+  printf '  %s\n' "${targets[@]}" >&2
+  exit 1
+fi
+
+# Corpus files present before the run: a finding is a file that was not.
+corpus_before=$(find . -path '*/testdata/fuzz/*' -type f 2>/dev/null | sort)
 failed=()
 for t in "${targets[@]}"; do
   read -r pkg name <<<"$t"
   echo "== $name ($pkg, ${secs}s)"
+  start=$(date +%s)
+  # go test's status, not its log, says whether the target found a bug;
+  # pipefail carries it through tail.
   if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "${secs}s" "$pkg" 2>&1 | tail -n 20; then
-    failed+=("$name")
+    failed+=("$name ($pkg)")
   fi
-  # pipefail carries go test's status through tail.
+  echo "   $name: $(($(date +%s) - start))s"
 done
+new=$(comm -13 <(echo "$corpus_before") <(find . -path '*/testdata/fuzz/*' -type f 2>/dev/null | sort) | sed '/^$/d')
+if [[ -n $new ]]; then
+  echo "fuzz.sh: inputs that failed, kept in the corpus (commit them: they become regression cases):" >&2
+  while IFS= read -r f; do
+    echo "--- $f" >&2
+    head -c 2000 "$f" >&2
+    echo >&2
+  done <<<"$new"
+fi
 if ((${#failed[@]})); then
-  echo "fuzz.sh: findings in ${failed[*]}: see testdata/fuzz/ of those packages" >&2
+  echo "fuzz.sh: findings in ${failed[*]}" >&2
   exit 1
 fi
-echo "fuzz.sh: no findings"
+if [[ -n $new ]]; then
+  echo "fuzz.sh: new corpus files although every target passed" >&2
+  exit 1
+fi
+echo "fuzz.sh: ${#targets[@]} targets fuzzed ${secs}s each, no findings"

@@ -1,58 +1,159 @@
 #!/usr/bin/env bash
 # Runs every test of nodedns on a fresh Debian machine with Go, as root:
 # installs the Debian packages it needs, builds (and caches) kube-apiserver
-# and CoreDNS, then runs go vet, staticcheck, the unit tests with -race,
-# promtool on the alert rules (scripts/check-rules.sh), the integration suite (real kube-apiserver + etcd on loopback, network
-# namespaces, iptables nft and legacy, real resolvers, CoreDNS as the
-# reference for the cluster zone; the Helm chart rendered by a pinned helm and
-# applied to the API server) and the end-to-end test on a real
-# single-node cluster (scripts/e2e.sh: the DaemonSet, kubelet, kube-proxy,
-# containerd, rolling updates under load).
+# and CoreDNS, then runs go vet (the scale tests' build tags included),
+# staticcheck, the unit tests with -race, promtool on the alert rules
+# (scripts/check-rules.sh), a compile of the scale tests, every fuzz target
+# for a bounded time (scripts/fuzz.sh), the integration suite (real
+# kube-apiserver + etcd on loopback, network namespaces, iptables nft and
+# legacy, real resolvers, CoreDNS as the reference for the cluster zone; the
+# Helm chart rendered by a pinned helm and applied to the API server), one
+# short round of the pod benchmark workloads with CoreDNS and the node-cache
+# arrangement, and on a real single-node cluster the end-to-end test in
+# both kube-proxy modes (scripts/e2e.sh: the DaemonSet, kubelet, kube-proxy
+# in iptables and then nftables mode, containerd, rolling updates under
+# load) and the Helm chart's (scripts/chart-e2e.sh: install, upgrade,
+# uninstall hooks).
 #
-#   scripts/test.sh            everything
-#   scripts/test.sh unit       vet, staticcheck and unit tests only
-#   scripts/test.sh integration
-#   scripts/test.sh e2e
+#   scripts/test.sh               everything
+#   scripts/test.sh unit          vet, staticcheck, unit tests, scale build
+#   scripts/test.sh fuzz          every fuzz target, NODEDNS_FUZZ_SECONDS each
+#   scripts/test.sh integration   the integration suite and the bench round
+#   scripts/test.sh e2e           e2e.sh in both kube-proxy modes, chart-e2e.sh
+#
+# A missing prerequisite is a failure whatever the environment says: the
+# script sets CI=true itself (tests that still read it fail instead of
+# skipping), the integration suite fails on a missing prerequisite, and
+# every `go test` stream goes through internal/tools/testsum, which fails
+# the run on any skipped test that is not on the allow-list below. The
+# script ends with the tests passed, failed and skipped (and why), and with
+# the time of each phase.
 #
 # The exit status is non-zero when any step fails (each step's own status,
 # not a search of its log). On a machine shared by several engineers,
-# NODEDNS_HOST_LOCK=/tmp/nodedns-host.lock runs the steps that change the
-# host (integration, e2e) under that flock(1) lock, and only those.
+# NODEDNS_HOST_LOCK=/tmp/nodedns-host.lock runs each step that changes the
+# host (integration, the bench round, each e2e) under that flock(1) lock,
+# and only those, one at a time: the lock is taken and released per step.
+#
+# Env: NODEDNS_CACHE (built binaries, default /var/cache/nodedns),
+#      NODEDNS_FUZZ_SECONDS (per fuzz target, default 20),
+#      NODEDNS_TEST_OUT (where the go test streams and logs are kept,
+#      default a new /tmp/nodedns-test.XXXXXX).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 what=${1:-all}
+case $what in all | unit | fuzz | integration | e2e) ;; *)
+  echo "usage: scripts/test.sh [all|unit|fuzz|integration|e2e]" >&2
+  exit 2
+  ;;
+esac
+# Set here, not expected from the runner: a test that still asks whether it
+# runs under CI fails on a missing prerequisite instead of skipping.
+export CI=true
 export NODEDNS_CACHE=${NODEDNS_CACHE:-/var/cache/nodedns}
 export PATH="$(go env GOPATH)/bin:$PATH"
 STATICCHECK_VERSION=v0.8.2
+FUZZ_SECONDS=${NODEDNS_FUZZ_SECONDS:-20}
+out=${NODEDNS_TEST_OUT:-$(mktemp -d /tmp/nodedns-test.XXXXXX)}
+mkdir -p "$out"
+
+# The skips allowed: PKG:TEST=WHY (internal/tools/testsum -allow). Every
+# other skip fails the run.
+ALLOW_SKIPS=(
+  "integration:TestSoak=the soak is opt-in (NODEDNS_SOAK=DURATION, scripts/soak.sh); it runs for hours"
+)
 
 # step TITLE: a phase header with the time since the start, so a CI log
-# says where the time went.
+# says where the time went; the phases and their times are printed again at
+# the end.
 T0=$(date +%s)
-step() { echo "== [+$(($(date +%s) - T0))s] $*"; }
-
-# locked CMD...: CMD under the host lock when NODEDNS_HOST_LOCK names one.
-locked() {
-  if [[ -n ${NODEDNS_HOST_LOCK:-} ]]; then
-    flock "$NODEDNS_HOST_LOCK" "$@"
-  else
-    "$@"
-  fi
+phases=()
+phase_name="" phase_t=$T0
+step() {
+  local now
+  now=$(date +%s)
+  [[ -z $phase_name ]] || phases+=("$(printf '%6ds  %s' $((now - phase_t)) "$phase_name")")
+  phase_name=$* phase_t=$now
+  echo "== [+$((now - T0))s] $*"
 }
 
+# locked CMD...: CMD (a command or a function of this script) under the
+# host lock when NODEDNS_HOST_LOCK names one, released as soon as CMD ends.
+locked() {
+  if [[ -z ${NODEDNS_HOST_LOCK:-} ]]; then
+    "$@"
+    return
+  fi
+  local fd rc=0
+  exec {fd}>>"$NODEDNS_HOST_LOCK"
+  flock "$fd"
+  "$@" || rc=$?
+  flock -u "$fd"
+  exec {fd}>&-
+  return "$rc"
+}
+
+testsum_bin="$out/testsum"
+allow_args=()
+for a in "${ALLOW_SKIPS[@]}"; do allow_args+=(-allow "$a"); done
+
+# gotest LABEL [-show REGEXP] -- GO-TEST-ARGS...: go test -json through
+# testsum, which prints progress, keeps the stream in $out/LABEL.json and
+# the text in $out/LABEL.log, and fails on a failed, unfinished or
+# disallowed skipped test. The step fails when go test or testsum does.
+gotest() {
+  local label=$1 show=()
+  shift
+  if [[ $1 == -show ]]; then show=(-show "$2"); shift 2; fi
+  [[ $1 == -- ]] && shift
+  local rc=0
+  go test -json "$@" 2>&1 | "$testsum_bin" -label "$label" -json "$out/$label.json" -log "$out/$label.log" \
+    "${show[@]}" "${allow_args[@]}" || rc=$?
+  if ((rc != 0)); then
+    echo "$label: go test or its skip check failed (exit $rc); full output: $out/$label.log"
+  fi
+  return "$rc"
+}
+
+# The end, passed or not: what every go test stream ran, skipped and why,
+# and the phases with their times.
+finish() {
+  local rc=$?
+  step "end"
+  local streams=("$out"/*.json)
+  if [[ -e ${streams[0]} && -x $testsum_bin ]]; then
+    echo "== tests, all steps (streams and logs in $out):"
+    "$testsum_bin" "${allow_args[@]}" "${streams[@]}" || rc=$((rc ? rc : 1))
+  fi
+  echo "== phases (seconds):"
+  printf '%s\n' "${phases[@]}"
+  printf '%6ds  total\n' $(($(date +%s) - T0))
+  if ((rc == 0)); then
+    echo "== all passed"
+  else
+    echo "== FAILED (exit $rc)"
+  fi
+  exit "$rc"
+}
+trap finish EXIT
+
+step "Debian packages (scripts/deps.sh)"
 scripts/deps.sh
+go build -o "$testsum_bin" ./internal/tools/testsum
 
 # helm at a pinned version (built with go install, cached): the chart's lint,
 # its rendering into deploy/daemonset.yaml and the chart tests (unit: deploy/;
 # integration: the rendering applied to a real API server).
-echo "== helm (cached in $NODEDNS_CACHE)"
+step "helm (cached in $NODEDNS_CACHE)"
 NODEDNS_HELM=$(scripts/helm.sh | tail -n 1)
 export NODEDNS_HELM
 
 if [[ $what == all || $what == unit ]]; then
-  step "go vet"
+  step "go vet (tags: none, integration, integration scale)"
   go vet ./...
   go vet -tags integration ./integration/
+  go vet -tags 'integration scale' ./integration/
   step "staticcheck $STATICCHECK_VERSION"
   if ! staticcheck -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
     go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
@@ -61,9 +162,19 @@ if [[ $what == all || $what == unit ]]; then
   step "deploy/daemonset.yaml is the chart's default rendering"
   scripts/render-manifest.sh --check
   step "unit tests (-race)"
-  go test -race -count=1 ./...
+  gotest unit -- -race -count=1 ./...
   step "alert rules (promtool check rules, promtool test rules)"
   scripts/check-rules.sh
+  # The scale tests (scripts/k8s-scale.sh) take a loaded API server and
+  # many minutes: CI compiles them, so that they still build when run.
+  step "scale tests compile (go test -c -tags 'integration scale')"
+  go test -c -tags 'integration scale' -o "$out/integration-scale.test" ./integration/
+  rm -f "$out/integration-scale.test"
+fi
+
+if [[ $what == all || $what == fuzz ]]; then
+  step "fuzz: every target ${FUZZ_SECONDS}s (scripts/fuzz.sh)"
+  scripts/fuzz.sh "$FUZZ_SECONDS"
 fi
 
 if [[ $what == all || $what == integration ]]; then
@@ -77,29 +188,25 @@ if [[ $what == all || $what == integration ]]; then
   NODEDNS_PROMETHEUS_CRDS=$(scripts/prometheus-crds.sh | tail -n 1)
   export NODEDNS_PROMETHEUS_CRDS
   step "integration tests"
-  log=/tmp/nodedns-integration.log
-  set +e
-  locked go test -tags integration -count=1 -timeout 40m -v ./integration/ 2>&1 | tee "$log" | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go:[0-9]+'
-  rc=${PIPESTATUS[0]}
-  set -e
-  if ((rc != 0)); then
-    echo "integration tests failed: go test exited $rc (full log: $log)"
-    tail -n 60 "$log"
-    exit "$rc"
-  fi
-fi
+  # Progress: each test's start and result, and its t.Log lines (the
+  # figures the suite reports).
+  locked gotest integration -show '^(=== RUN|\s+\S+_test\.go:[0-9]+:)' -- -tags integration -count=1 -timeout 40m ./integration/
 
-if [[ $what == all || $what == integration ]]; then
   # A short run of the pod workloads: the benchmark builds its pod (a
   # registered Pod's network namespace), every server answers what the pod
-  # sends, and the script cleans up; the figures of so short a run mean
-  # nothing and are not kept.
-  step "scripts/bench.sh pod workloads, one short round"
-  locked scripts/bench.sh -c -w 'pod pod-shortcut pod-hit' -l 1 -r 1 -n 100 -Q 2000 -T 2 >/dev/null
+  # sends (CoreDNS and the node-cache arrangement included: -c fails the
+  # run when they do not answer), no query is lost (-z), and the script
+  # cleans up; the figures of so short a run mean nothing and are not kept.
+  step "scripts/bench.sh pod workloads, one short round (with CoreDNS and node-cache, no loss)"
+  locked scripts/bench.sh -c -z -w 'pod pod-shortcut pod-hit' -l 1 -r 1 -n 100 -Q 2000 -T 2 >"$out/bench.txt"
+  tail -n 40 "$out/bench.txt"
 fi
 
 if [[ $what == all || $what == e2e ]]; then
-  step "end-to-end on a real single-node cluster (scripts/e2e.sh)"
-  locked scripts/e2e.sh
+  for mode in iptables nftables; do
+    step "end-to-end on a real single-node cluster, kube-proxy in $mode mode (scripts/e2e.sh)"
+    locked env KUBE_PROXY_MODE="$mode" scripts/e2e.sh
+  done
+  step "the Helm chart on a real single-node cluster (scripts/chart-e2e.sh)"
+  locked scripts/chart-e2e.sh
 fi
-step "all passed"
