@@ -132,10 +132,12 @@ func (r *run) add(e event, p *printer) {
 	if e.Test == "" {
 		switch e.Action {
 		case "output":
-			r.pkgOut[e.Package] = append(r.pkgOut[e.Package], e.Output)
 			if p != nil && (p.all || strings.HasPrefix(e.Output, "ok ") || strings.HasPrefix(e.Output, "FAIL") ||
 				strings.HasPrefix(e.Output, "panic") || (p.show != nil && p.show.MatchString(e.Output))) {
 				p.line(e.Output)
+			} else {
+				// Kept to be shown if the package fails.
+				r.pkgOut[e.Package] = append(r.pkgOut[e.Package], e.Output)
 			}
 		case "pass", "fail", "skip":
 			r.pkgs[e.Package] = e.Action
