@@ -164,9 +164,11 @@ k -n kube-system rollout status deployment/central-dns --timeout=120s >/dev/null
 k wait --for=condition=Ready pod/chart-e2e-client --timeout=120s >/dev/null || fail "client pod not ready"
 for i in $(seq 1 50); do
 	if [[ "$KUBE_PROXY_MODE" == nftables ]]; then
-		nft list table ip6 kube-proxy 2>/dev/null | grep -qF "$KUBE_DNS_IP" && break
+		# grep -c, not -q: with pipefail, the lister killed by SIGPIPE
+		# would fail a check that matched.
+		nft list table ip6 kube-proxy 2>/dev/null | grep -cF "$KUBE_DNS_IP" >/dev/null && break
 	else
-		ip6tables-nft-save -t nat | grep -q -- "-d ${KUBE_DNS_IP}/128 .*KUBE-SVC" && break
+		ip6tables-nft-save -t nat | grep -c -- "-d ${KUBE_DNS_IP}/128 .*KUBE-SVC" >/dev/null && break
 	fi
 	sleep 0.2
 done
@@ -218,10 +220,10 @@ ok "metrics on the node's IP [${NODE_IP6}]:9253 ($(grep -c '^nodedns_' <<<"$metr
 step "2. helm upgrade of a config value: applied live, no restart"
 h upgrade nodedns deploy/helm/nodedns --namespace kube-system --reuse-values --set config.log-level=debug --wait --timeout 3m >/dev/null ||
 	fail "helm upgrade (log-level)"
-k -n kube-system get configmap nodedns -o jsonpath='{.data.config\.yaml}' | grep -q '^log-level: debug$' || fail "ConfigMap not updated"
+k -n kube-system get configmap nodedns -o jsonpath='{.data.config\.yaml}' | grep -c '^log-level: debug$' >/dev/null || fail "ConfigMap not updated"
 reloaded=0
 for i in $(seq 1 90); do
-	if k -n kube-system logs "$pod" -c nodedns | grep -q 'configuration reloaded'; then
+	if k -n kube-system logs "$pod" -c nodedns | grep -c 'configuration reloaded' >/dev/null; then
 		reloaded=1
 		break
 	fi

@@ -160,7 +160,8 @@ stats_json() {
 
 # kube_proxy_rules: kube-proxy has programmed the node: its KUBE-SERVICES
 # chain (iptables mode) or its services chain in its own nftables tables
-# (nftables mode).
+# (nftables mode). (Listings are read whole, never piped to grep -q: with
+# pipefail, the lister killed by SIGPIPE would fail a check that matched.)
 kube_proxy_rules() {
 	if [[ "$KUBE_PROXY_MODE" == nftables ]]; then
 		nft list chain ip kube-proxy services >/dev/null 2>&1 && nft list chain ip6 kube-proxy services >/dev/null 2>&1
@@ -173,7 +174,7 @@ kube_proxy_rules() {
 # names it in its iptables nat table, or in its ip6 nftables table).
 kube_proxy_dnat() {
 	if [[ "$KUBE_PROXY_MODE" == nftables ]]; then
-		nft list table ip6 kube-proxy 2>/dev/null | grep -qF "$1"
+		nft list table ip6 kube-proxy 2>/dev/null | grep -cF "$1" >/dev/null
 	else
 		ip6tables-nft-save -t nat | grep -c -- "-d ${1}/128 .*KUBE-SVC" >/dev/null
 	fi
@@ -467,7 +468,10 @@ for i in $(seq 1 50); do
 	kube_proxy_dnat "$KUBE_DNS_IP" && break
 	sleep 0.2
 done
-kube_proxy_dnat "$KUBE_DNS_IP" || fail "kube-proxy (${KUBE_PROXY_MODE} mode) has no DNAT rule for ${KUBE_DNS_IP}"
+if ! kube_proxy_dnat "$KUBE_DNS_IP"; then
+	if [[ "$KUBE_PROXY_MODE" == nftables ]]; then nft list table ip6 kube-proxy >&2 || true; else ip6tables-nft-save -t nat >&2 || true; fi
+	fail "kube-proxy (${KUBE_PROXY_MODE} mode) has no DNAT rule for ${KUBE_DNS_IP} (its rules above)"
+fi
 ok "kube-proxy (${KUBE_PROXY_MODE} mode) DNATs ${KUBE_DNS_IP} to the kube-dns endpoints"
 k -n kube-system get configmap nodedns -o json |
 	jq --arg ip "$KUBE_DNS_IP" '.data["config.yaml"] |= sub("local-ip: \\[\"169.254.20.10\"\\]"; "local-ip: [\"169.254.20.10\", \"" + $ip + "\"]")' |
