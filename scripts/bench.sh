@@ -680,7 +680,9 @@ lost_runs=0 lost_total=0 lost_unknown=0
 if [[ -s $work/lost.txt ]]; then
   read -r lost_runs lost_total lost_unknown < <(awk '{ n++; if ($1 == "?") u++; else t += $1 } END { print n + 0, t + 0, u + 0 }' "$work/lost.txt")
 fi
-table+=$'\n'"Lost: $lost_total queries over $lost_runs dnsperf runs and glibc loops$( ((lost_unknown)) && echo ", $lost_unknown runs printed no count")."$'\n'
+lost_line="Lost: $lost_total queries over $lost_runs dnsperf runs and glibc loops"
+((lost_unknown == 0)) || lost_line+=", $lost_unknown runs printed no count"
+table+=$'\n'"$lost_line."$'\n'
 echo "$table"
 if ((lost_total > 0 || lost_unknown > 0)); then
   echo "bench: runs with lost queries (or no count):" >&2
