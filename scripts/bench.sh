@@ -23,8 +23,13 @@
 #       server asked for, they must build and answer: a failed build or a
 #       server that does not answer ends the run with an error, never a
 #       table without them
-#   -z  no loss: the run fails when any dnsperf run lost a query, or a
-#       glibc lookup failed (lost queries are counted and printed always)
+#   -z  no loss: the run fails when a fixed-rate dnsperf run (-Q) lost a
+#       query or a glibc lookup failed. Lost queries are counted and
+#       printed always, the unthrottled runs' too; those do not fail -z:
+#       they overload the server by design (dnsperf keeps 500 queries
+#       outstanding), and a server whose socket buffer holds fewer drops
+#       the rest of the first burst (CoreDNS, node-cache: ~300 per run,
+#       whatever the workload; nodedns: none)
 #   -T  client threads of the glibc lookup loop (pod workload; default 4)
 #   -G  pod workloads: also run nodedns with each of these --gomaxprocs
 #       values (servers nodedns-gN), for the GOMAXPROCS comparison
@@ -675,22 +680,29 @@ if ((podwl)); then
   source scripts/bench-pod.sh
 fi
 
-# Lost queries, every dnsperf run's (and failed glibc lookups).
-lost_runs=0 lost_total=0 lost_unknown=0
+# Lost queries: the fixed-rate runs' and failed glibc lookups (what -z
+# fails on), and the unthrottled runs' (overload, reported).
+lost_runs=0 lost_total=0 lost_unknown=0 lost_over=0
 if [[ -s $work/lost.txt ]]; then
-  read -r lost_runs lost_total lost_unknown < <(awk '{ n++; if ($1 == "?") u++; else t += $1 } END { print n + 0, t + 0, u + 0 }' "$work/lost.txt")
+  read -r lost_runs lost_total lost_unknown lost_over < <(awk '
+    { n++ }
+    $1 == "?" { u++; next }
+    $2 == "unthrottled" { o += $1; next }
+    { t += $1 }
+    END { print n + 0, t + 0, u + 0, o + 0 }' "$work/lost.txt")
 fi
-lost_line="Lost: $lost_total queries over $lost_runs dnsperf runs and glibc loops"
-((lost_unknown == 0)) || lost_line+=", $lost_unknown runs printed no count"
+lost_line="Lost: $lost_total queries in the fixed-rate runs and glibc lookups"
+((lost_unknown == 0)) || lost_line+=" ($lost_unknown runs printed no count)"
+lost_line+="; $lost_over in the unthrottled runs (overload by design); $lost_runs runs in all"
 table+=$'\n'"$lost_line."$'\n'
 echo "$table"
-if ((lost_total > 0 || lost_unknown > 0)); then
+if ((lost_total > 0 || lost_unknown > 0 || lost_over > 0)); then
   echo "bench: runs with lost queries (or no count):" >&2
   awk '$1 != "0"' "$work/lost.txt" | sed 's/^/  /' >&2
-  if ((zero_loss)); then
-    echo "bench: -z: $lost_total queries lost, $lost_unknown runs without a count: failing" >&2
-    exit 1
-  fi
+fi
+if ((zero_loss && (lost_total > 0 || lost_unknown > 0))); then
+  echo "bench: -z: $lost_total queries lost at a fixed rate or in glibc lookups, $lost_unknown runs without a count: failing" >&2
+  exit 1
 fi
 if [[ -n $out ]]; then
   {

@@ -195,8 +195,10 @@ if [[ $what == all || $what == integration ]]; then
   # A short run of the pod workloads: the benchmark builds its pod (a
   # registered Pod's network namespace), every server answers what the pod
   # sends (CoreDNS and the node-cache arrangement included: -c fails the
-  # run when they do not answer), no query is lost (-z), and the script
-  # cleans up; the figures of so short a run mean nothing and are not kept.
+  # run when they do not answer), no query is lost at the fixed rate and no
+  # glibc lookup fails (-z; the unthrottled runs' losses are reported), and
+  # the script cleans up; the figures of so short a run mean nothing and
+  # are not kept.
   step "scripts/bench.sh pod workloads, one short round (with CoreDNS and node-cache, no loss)"
   locked scripts/bench.sh -c -z -w 'pod pod-shortcut pod-hit' -l 1 -r 1 -n 100 -Q 2000 -T 2 >"$out/bench.txt"
   tail -n 40 "$out/bench.txt"
