@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodedns/nodedns/internal/migrate"
 	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/config"
 )
 
 // Exit statuses of `nodedns migrate`.
@@ -66,9 +67,10 @@ does not read or parse.
 		fs.Usage()
 		return &exitError{code: migrateBadInput, err: errors.New("--corefile is required")}
 	}
-	src, err := os.ReadFile(*corefile)
+	// A Corefile comes from a ConfigMap too: the --config file's bound.
+	src, err := config.ReadConfigMapFile("Corefile", *corefile)
 	if err != nil {
-		return &exitError{code: migrateBadInput, err: fmt.Errorf("reading the Corefile: %w", err)}
+		return &exitError{code: migrateBadInput, err: err}
 	}
 	opts := migrate.Options{ClusterDNS: *clusterDNS, LocalIP: *localIP, Source: *corefile}
 	if *kubeDNS != "" {

@@ -55,6 +55,15 @@ func TestMigrateCommand(t *testing.T) {
 	if code, _, errs := runMigrate(t, "--corefile", filepath.Join(dir, "missing")); code != 2 || !strings.Contains(errs, "missing") {
 		t.Errorf("missing file: exit %d, %q", code, errs)
 	}
+	// A Corefile is a ConfigMap key: over 1 MiB it is no Corefile, and it
+	// is refused without being read whole.
+	huge := filepath.Join(dir, "Corefile.huge")
+	if err := os.WriteFile(huge, []byte(".:53 {\n"+strings.Repeat("# padding\n", 110000)+"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := runMigrate(t, "--corefile", huge); code != 2 || out != "" || !strings.Contains(errs, huge) || !strings.Contains(errs, "1 MiB") {
+		t.Errorf("a 1.1 MB Corefile: exit %d, stdout %d bytes, stderr %q; want 2 naming the file and the bound", code, len(out), errs)
+	}
 	if code, _, errs := runMigrate(t); code != 2 || !strings.Contains(errs, "--corefile is required") {
 		t.Errorf("no --corefile: exit %d, %q", code, errs)
 	}

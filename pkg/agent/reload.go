@@ -1,8 +1,8 @@
 package agent
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"strings"
@@ -153,8 +153,9 @@ func applierOf(class config.Apply) *applier {
 // done. Without a file, SIGHUP is logged and ignored: it never stops the
 // agent, as an operator used to dnsmasq or unbound may send it.
 func (a *Agent) watchConfig(ctx context.Context, hup <-chan os.Signal) {
-	// The content loaded at start: a change made since is a change.
-	last := a.cfg.FileBytes()
+	// The content loaded at start: a change made since is a change. Only
+	// its digest is kept, so a large file costs no memory between polls.
+	last := a.cfg.FileSum()
 	t := time.NewTicker(reloadPoll)
 	defer t.Stop()
 	var lastErr string
@@ -180,23 +181,30 @@ func (a *Agent) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 		if a.cfg.Path() == "" {
 			continue
 		}
-		b, err := os.ReadFile(a.cfg.Path())
+		// Read with the file's size bound (config.ReadFile): a file over
+		// it is refused without being read whole.
+		b, err := config.ReadFile(a.cfg.Path())
 		if err != nil {
 			if err.Error() != lastErr || forced {
-				a.log.Warn("config file unreadable; keeping the running configuration", "file", a.cfg.Path(), "err", err)
+				if errors.Is(err, config.ErrTooLarge) {
+					a.log.Error("config reload rejected; keeping the running configuration", "file", a.cfg.Path(), "err", err)
+				} else {
+					a.log.Warn("config file unreadable; keeping the running configuration", "file", a.cfg.Path(), "err", err)
+				}
 				a.reloads.failed(err)
 				lastErr = err.Error()
 			}
 			continue
 		}
+		sum := config.SumOf(b)
 		// Readable again after an error: reload even if the content is
 		// what it was, so the figures stop saying the reload failed.
 		recovered := lastErr != ""
 		lastErr = ""
-		if bytes.Equal(b, last) && !recovered && !forced {
+		if sum == last && !recovered && !forced {
 			continue
 		}
-		last = b
+		last = sum
 		a.reload()
 	}
 }

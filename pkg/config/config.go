@@ -112,8 +112,9 @@ type Config struct {
 	// the file, on reload too); file holds the file's raw values by key.
 	fromFlags map[string]bool
 	file      map[string]json.RawMessage
-	// fileBytes is the file's content as loaded.
-	fileBytes []byte
+	// fileSum is the digest of the file's content as loaded (the content
+	// itself is not kept: a reload poll compares digests).
+	fileSum FileSum
 }
 
 // IsGiven reports whether key was set by the file or a flag.
@@ -122,8 +123,8 @@ func (c *Config) IsGiven(key string) bool { return c.given[key] }
 // Path is the --config file ("" when none): the file a reload reads.
 func (c *Config) Path() string { return c.path }
 
-// FileBytes is the content of the --config file as loaded.
-func (c *Config) FileBytes() []byte { return c.fileBytes }
+// FileSum is the digest of the --config file's content as loaded.
+func (c *Config) FileSum() FileSum { return c.fileSum }
 
 // SchedulerProcs is the GOMAXPROCS the agent runs with: --gomaxprocs when
 // given; else $GOMAXPROCS when set (0: leave it); else one P for each UDP

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -123,12 +122,12 @@ func Parse(args []string, strict bool, usage io.Writer) (Config, *Result, error)
 // is a warning (a key of a newer version, kept in the ConfigMap while a
 // rollback runs the older agent, must not crash-loop it) unless strict.
 func (c *Config) readFile(path string, strict bool, res *Result) bool {
-	b, err := os.ReadFile(path)
+	b, err := ReadFile(path)
 	if err != nil {
-		res.problem("reading config %s: %v", path, err)
+		res.problem("%v", err)
 		return false
 	}
-	c.fileBytes = b
+	c.fileSum = SumOf(b)
 	var doc any
 	// Strict only about duplicate keys: which of two would win is a guess.
 	if err := yaml.UnmarshalStrict(b, &doc); err != nil {
