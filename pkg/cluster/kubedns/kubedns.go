@@ -14,6 +14,10 @@
 // stub nameservers are IP, IP:port or a host name (kube-dns resolves those;
 // nodedns resolves names of the cluster zone from its index); upstream
 // nameservers are IP or IP:port.
+//
+// Bounds, each refused with an error naming the file: a file holds at most
+// 1 MiB (a ConfigMap's most), stubDomains at most MaxStubZones zones of at
+// most MaxStubServers nameservers each, upstreamNameservers at most three.
 package kubedns
 
 import (
@@ -49,6 +53,18 @@ const maxUpstreams = 3
 
 // maxFileBytes bounds one file (a ConfigMap holds at most 1 MiB).
 const maxFileBytes = 1 << 20
+
+// MaxStubZones bounds the stub domains: each is a forwarder group, found
+// by a walk of the zones on every cache miss, and some 20,000 fit in one
+// file. A thousand is far more than any cluster has (kube-dns set no
+// bound); pkg/config holds the agent's own stub domains and these together
+// to it.
+const MaxStubZones = 1000
+
+// MaxStubServers bounds the nameservers of one stub domain: each is an
+// upstream with its own health, sockets and figures, tried in turn within
+// one exchange's budget. CoreDNS's forward takes at most 15.
+const MaxStubServers = 15
 
 // Config is what the ConfigMap says.
 type Config struct {
@@ -161,7 +177,7 @@ func readFile(path string) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	if buf.Len() > maxFileBytes {
-		return nil, false, fmt.Errorf("larger than %d bytes", maxFileBytes)
+		return nil, false, fmt.Errorf("larger than 1 MiB (%d bytes), the most a ConfigMap holds", maxFileBytes)
 	}
 	if !utf8.Valid(buf.Bytes()) {
 		return nil, false, errors.New("not UTF-8")
@@ -174,6 +190,9 @@ func parseStubDomains(b []byte) (map[string][]string, error) {
 	if err := strictJSON(b, &raw); err != nil {
 		return nil, fmt.Errorf("want a JSON object of domain to a list of nameservers: %w", err)
 	}
+	if len(raw) > MaxStubZones {
+		return nil, fmt.Errorf("%d stub domains: want at most %d", len(raw), MaxStubZones)
+	}
 	out := make(map[string][]string, len(raw))
 	for zone, servers := range raw {
 		z := strings.ToLower(strings.TrimSuffix(strings.TrimSpace(zone), "."))
@@ -185,6 +204,9 @@ func parseStubDomains(b []byte) (map[string][]string, error) {
 		}
 		if len(servers) == 0 {
 			return nil, fmt.Errorf("stub domain %q: no nameservers", zone)
+		}
+		if len(servers) > MaxStubServers {
+			return nil, fmt.Errorf("stub domain %q: %d nameservers: want at most %d", zone, len(servers), MaxStubServers)
 		}
 		for _, s := range servers {
 			if err := checkStubServer(s); err != nil {
