@@ -75,7 +75,7 @@ func upstreams(cfg config.Config, listen []string, log *slog.Logger) ([]string, 
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no --upstream and %s names no usable nameserver (%d skipped as malformed, %d of this agent's own)",
-			cfg.ResolvConf, len(rc.Problems), len(rc.Nameservers))
+			cfg.ResolvConf, len(rc.Problems)+rc.MoreProblems, len(rc.Nameservers))
 	}
 	return out, nil
 }
@@ -89,6 +89,9 @@ func readResolvConf(path string, log *slog.Logger) (resolvconf.File, error) {
 	}
 	for _, p := range rc.Problems {
 		log.Warn("skipping a malformed line of resolv.conf", "file", path, "line", p.Line, "text", p.Text, "err", p.Err)
+	}
+	if rc.MoreProblems > 0 {
+		log.Warn("more malformed lines of resolv.conf skipped, not listed", "file", path, "count", rc.MoreProblems)
 	}
 	return rc, nil
 }

@@ -12,17 +12,25 @@
 // at the start of a line).
 //
 // Limits: glibc uses only the first three nameservers (MAXNS); the agent
-// forwards to all of them, as CoreDNS's forward plugin does. "domain" and
-// "search" follow glibc: the last of them in the file wins.
+// forwards to all of them up to MaxNameservers, as CoreDNS's forward plugin
+// does (it takes at most 15). "domain" and "search" follow glibc: the last
+// of them in the file wins. Search domains that are not domain names are
+// Problems; repeated ones are dropped; the list is cut to kubelet's bounds
+// for a pod's (MaxSearch domains, MaxSearchChars characters), since each
+// domain is a step of the search-path walk. Only the first MaxFileBytes of
+// a file are read, and only the first maxProblems problems are kept (the
+// rest are counted).
 package resolvconf
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -32,6 +40,22 @@ const DefaultPath = "/etc/resolv.conf"
 // maxLine bounds one line; a longer one is a Problem, not a failure.
 const maxLine = 64 << 10
 
+// Bounds of what is read and kept (see the package comment).
+const (
+	// MaxFileBytes: a resolv.conf is a few lines; 64 KiB is generous.
+	MaxFileBytes = 64 << 10
+	// MaxNameservers: each nameserver becomes an upstream; CoreDNS's
+	// forward takes at most 15 (as --upstream does).
+	MaxNameservers = 15
+	// MaxSearch and MaxSearchChars are kubelet's bounds on a pod's search
+	// list (MaxDNSSearchPaths, MaxDNSSearchListChars: the domains joined
+	// by spaces).
+	MaxSearch      = 32
+	MaxSearchChars = 2048
+	// maxProblems bounds the problems kept: each is logged.
+	maxProblems = 16
+)
+
 // File is what a resolv.conf says that the agent uses.
 type File struct {
 	// Nameservers in file order, duplicates removed. A link-local IPv6
@@ -40,8 +64,18 @@ type File struct {
 	// Search is the search list, in order (names as written, without a
 	// trailing dot).
 	Search []string
-	// Problems are the lines that were skipped, for the caller to log.
-	Problems []Problem
+	// Problems are the lines that were skipped, for the caller to log:
+	// the first maxProblems of them; MoreProblems counts the rest.
+	Problems     []Problem
+	MoreProblems int
+}
+
+func (f *File) problem(p Problem) {
+	if len(f.Problems) < maxProblems {
+		f.Problems = append(f.Problems, p)
+		return
+	}
+	f.MoreProblems++
 }
 
 // Problem is one line the parser skipped.
@@ -70,14 +104,24 @@ func ReadFile(path string) (File, error) {
 	return out, nil
 }
 
-// Parse reads a resolv.conf from r. The error is only for a failing
-// reader; bad lines are in File.Problems.
+// Parse reads a resolv.conf from r, at most MaxFileBytes of it. The error
+// is only for a failing reader; bad lines are in File.Problems.
 func Parse(r io.Reader) (File, error) {
 	var out File
+	data, err := io.ReadAll(io.LimitReader(r, MaxFileBytes+1))
+	if err != nil {
+		return out, err
+	}
+	cut := len(data) > MaxFileBytes
+	if cut {
+		// Up to the last whole line within the bound: a line cut in two
+		// could read as another nameserver.
+		data = data[:bytes.LastIndexByte(data[:MaxFileBytes], '\n')+1]
+	}
 	seen := map[netip.Addr]bool{}
-	sc := bufio.NewScanner(r)
+	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 4096), maxLine)
-	n := 0
+	n, dropped := 0, 0
 	for sc.Scan() {
 		n++
 		line := strings.TrimSpace(sc.Text())
@@ -90,7 +134,7 @@ func Parse(r io.Reader) (File, error) {
 			if len(text) > 200 {
 				text = text[:200]
 			}
-			out.Problems = append(out.Problems, Problem{Line: n, Text: text, Err: err})
+			out.problem(Problem{Line: n, Text: text, Err: err})
 		}
 		switch fields[0] {
 		case "nameserver":
@@ -103,33 +147,84 @@ func Parse(r io.Reader) (File, error) {
 				problem(err)
 				continue
 			}
-			if !seen[ip] {
-				seen[ip] = true
-				out.Nameservers = append(out.Nameservers, ip)
+			if seen[ip] {
+				continue
 			}
+			if len(out.Nameservers) == MaxNameservers {
+				dropped++
+				continue
+			}
+			seen[ip] = true
+			out.Nameservers = append(out.Nameservers, ip)
 		case "domain":
 			out.Search = nil
 			if len(fields) > 1 {
-				out.Search = []string{strings.TrimSuffix(fields[1], ".")}
+				out.Search = searchList(fields[1:2], problem)
 			}
 		case "search":
-			out.Search = out.Search[:0:0]
-			for _, d := range fields[1:] {
-				if d = strings.TrimSuffix(d, "."); d != "" {
-					out.Search = append(out.Search, d)
-				}
-			}
+			out.Search = searchList(fields[1:], problem)
 		}
+	}
+	if dropped > 0 {
+		out.problem(Problem{Line: n, Err: fmt.Errorf("%d more nameservers ignored: at most %d are used", dropped, MaxNameservers)})
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			problem := Problem{Line: n + 1, Err: fmt.Errorf("line longer than %d bytes; the rest of the file is ignored", maxLine)}
-			out.Problems = append(out.Problems, problem)
+			out.problem(Problem{Line: n + 1, Err: fmt.Errorf("line longer than %d bytes; the rest of the file is ignored", maxLine)})
 			return out, nil
 		}
 		return out, err
 	}
+	if cut {
+		out.problem(Problem{Line: n + 1, Err: fmt.Errorf("the file is larger than %d KiB; the rest is ignored", MaxFileBytes>>10)})
+	}
 	return out, nil
+}
+
+// searchList is the search list of a search (or domain) line: names
+// without a trailing dot, in order; a name that is not a domain name is a
+// problem, a repeated one is dropped, and the list is cut to MaxSearch
+// domains and MaxSearchChars characters.
+func searchList(names []string, problem func(error)) []string {
+	out := []string{}
+	chars := 0
+	for _, d := range names {
+		if d = strings.TrimSuffix(d, "."); d == "" {
+			continue
+		}
+		if !validDomain(d) {
+			problem(fmt.Errorf("search domain %q: not a domain name; skipped", d))
+			continue
+		}
+		if slices.Contains(out, d) {
+			continue
+		}
+		add := len(d)
+		if len(out) > 0 {
+			add++ // the separating space
+		}
+		if len(out) == MaxSearch || chars+add > MaxSearchChars {
+			problem(fmt.Errorf("search list longer than %d domains or %d characters; %q and those after it ignored", MaxSearch, MaxSearchChars, d))
+			break
+		}
+		chars += add
+		out = append(out, d)
+	}
+	return out
+}
+
+// validDomain reports whether d (without a trailing dot) is a domain name:
+// labels of 1 to 63 bytes, 253 in all.
+func validDomain(d string) bool {
+	if len(d) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(d, ".") {
+		if l == "" || len(l) > 63 {
+			return false
+		}
+	}
+	return true
 }
 
 // parseNameserver accepts what glibc's resolver accepts: an IPv4 or IPv6
