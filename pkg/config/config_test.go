@@ -214,12 +214,12 @@ func TestConfigHeaders(t *testing.T) {
 // TestEveryProblemReported: each bad key of a file is reported, by name,
 // not only the first.
 func TestEveryProblemReported(t *testing.T) {
-	file := writeFile(t, "listen: [127.0.0.1:5353, nope]\ncache-size: zero\nmax-ttl: 30\npods: all\nupstream: [dns.example.com]\nmin-ttl: 2h\nlog-queries: 2\nlocal-ip: [127.0.0.1]\ninterface: much-too-long-name\n")
+	file := writeFile(t, "listen: [127.0.0.1:5353, nope]\ncache-size: zero\nmax-ttl: 30\npods: all\nupstream: [dns.example.com]\nmin-ttl: 2h\nlog-queries: 2\nlocal-ip: [127.0.0.1]\ninterface: much-too-long-name\nlameduck: 10m\n")
 	_, res, err := Parse([]string{"--config", file}, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"cache-size"`, `"max-ttl"`, `listen "nope"`, `pods "all"`, `upstream "dns.example.com"`, `--min-ttl 2h0m0s is above --max-ttl 1h0m0s`,
+	for _, want := range []string{`"cache-size"`, `"max-ttl"`, `listen "nope"`, `pods "all"`, `upstream "dns.example.com"`, `min-ttl 2h0m0s: want 0s to 1h0m0s`, `lameduck 10m0s: want 0s to 5m0s`,
 		`log-queries 2`, `local-ip "127.0.0.1"`, `interface "much-too-long-name"`} {
 		found := false
 		for _, p := range res.Problems {
@@ -237,8 +237,8 @@ func TestEveryProblemReported(t *testing.T) {
 	if !strings.Contains(strings.Join(res.Problems, "\n"), "want an integer") {
 		t.Errorf("type error not explained: %q", res.Problems)
 	}
-	if len(res.Problems) != 9 {
-		t.Errorf("%d problems, want 9 (one each):\n%s", len(res.Problems), strings.Join(res.Problems, "\n"))
+	if len(res.Problems) != 10 {
+		t.Errorf("%d problems, want 10 (one each):\n%s", len(res.Problems), strings.Join(res.Problems, "\n"))
 	}
 }
 

@@ -11,7 +11,9 @@
 // Precedence: built-in defaults, then the file, then the flags given on the
 // command line. Values are checked with the checks of the packages that
 // will take them (pkg/query/upstream, pkg/query/hosts, pkg/cluster/k8s,
-// ...), so that a bad value is one line naming it before anything starts;
+// ...) and against the bounds of bounds.go (every number has a range,
+// every list a length), so that a bad value is one line naming it before
+// anything starts;
 // the mappings those checks need (ClusterSettings, HostsSettings,
 // Rewriter) live here too.
 //

@@ -161,14 +161,9 @@ func Settings() []*Setting { return settings }
 // settings is the table. Order: as `nodedns config print` shows them.
 var settings = []*Setting{
 	// Serving.
-	{key: "listen", help: "comma-separated ip:port to serve DNS on, UDP and TCP (default: port 53 of each --local-ip)",
+	{key: "listen", help: "comma-separated ip:port to serve DNS on, UDP and TCP (default: port 53 of each --local-ip); at most 16, none twice",
 		field: func(c *Config) any { return &c.Listen }, check: func(c *Config) error {
-			for _, a := range c.Listen {
-				if _, err := netip.ParseAddrPort(a); err != nil {
-					return fmt.Errorf("--listen %q: want ip:port", a)
-				}
-			}
-			return nil
+			return checkList("listen", "addresses", c.Listen, maxListen, canonAddrPort)
 		}},
 	{key: "admin", def: "127.0.0.1:9253", help: "ip:port of the HTTP admin endpoint (/health, /ready, /metrics; /stats only on a loopback address); empty disables it",
 		field: func(c *Config) any { return &c.Admin }, check: func(c *Config) error {
@@ -184,7 +179,7 @@ var settings = []*Setting{
 		field: func(c *Config) any { return &c.AdminSocket }},
 
 	// Upstreams.
-	{key: "upstream", help: "comma-separated upstream resolvers: ip[:port], tcp://ip[:port], tls://ip[:853][#server-name], or names of the cluster zone (default: nameservers in --resolv-conf, minus our own addresses); checked with the stub domains (validateUpstreams)",
+	{key: "upstream", help: "comma-separated upstream resolvers: ip[:port], tcp://ip[:port], tls://ip[:853][#server-name], or names of the cluster zone (default: nameservers in --resolv-conf, minus our own addresses); at most 15, none twice; checked with the stub domains (validateUpstreams)",
 		field: func(c *Config) any { return &c.Upstream }, apply: on(ApplyUpstreams)},
 	{key: "resolv-conf", def: resolvconf.DefaultPath, help: "resolver configuration whose nameservers are the default upstreams and whose search domains pods inherit",
 		field: func(c *Config) any { return &c.ResolvConf }, apply: on(ApplyUpstreams, ApplySearch), check: func(c *Config) error {
@@ -201,7 +196,7 @@ var settings = []*Setting{
 			}
 			return fmt.Errorf("--policy %q: want random, round_robin or sequential", c.Policy)
 		}},
-	{key: "stub-domains", flag: "stub-domain", help: "zone=server[,server...]; repeat for several zones (longest zone wins); servers as --upstream, or names of the cluster zone; in the file a map of zone to a list of servers or to {servers, force-tcp, prefer-udp, policy}",
+	{key: "stub-domains", flag: "stub-domain", help: "zone=server[,server...]; repeat for several zones (longest zone wins); servers as --upstream, or names of the cluster zone; in the file a map of zone to a list of servers or to {servers, force-tcp, prefer-udp, policy}; at most 1000 zones (with the kube-dns ConfigMap's) of at most 15 servers",
 		field: func(c *Config) any { return &c.Stubs }, apply: on(ApplyUpstreams)},
 	{key: "force-tcp", help: "ask the default upstreams over TCP only (pooled connections), as CoreDNS's force_tcp",
 		field: func(c *Config) any { return &c.ForceTCP }, apply: on(ApplyUpstreams)},
@@ -213,48 +208,53 @@ var settings = []*Setting{
 		field: func(c *Config) any { return &c.KubeDNSConfig }},
 
 	// Cache.
-	{key: "cache-size", def: "10000", help: "maximum cached answers (external names)",
+	{key: "cache-size", def: "10000", help: "maximum cached answers (external names); 1 to 1000000",
 		field: func(c *Config) any { return &c.CacheSize }, apply: on(ApplyCache), check: func(c *Config) error {
-			return atLeast("cache-size", c.CacheSize, 1)
+			return between("cache-size", c.CacheSize, 1, maxCacheSize)
 		}},
-	{key: "cache-max-bytes", def: "32Mi", help: "maximum bytes held by cached answers (e.g. 32Mi); replies over 1/16 of it, or 16Ki, are answered but not cached",
+	{key: "cache-max-bytes", def: "32Mi", help: "maximum bytes held by cached answers (e.g. 32Mi), 64Ki to 1Gi; replies over 1/16 of it, or 16Ki, are answered but not cached",
 		field: func(c *Config) any { return &c.CacheMaxBytes }, apply: on(ApplyCache), check: func(c *Config) error {
-			if c.CacheMaxBytes < 64<<10 {
-				return fmt.Errorf("--cache-max-bytes %s: want at least 64Ki", c.CacheMaxBytes)
+			if c.CacheMaxBytes < minCacheMaxBytes || c.CacheMaxBytes > maxCacheMaxBytes {
+				return fmt.Errorf("--cache-max-bytes %s: want %s to %s", c.CacheMaxBytes, minCacheMaxBytes, maxCacheMaxBytes)
 			}
 			return nil
 		}},
-	{key: "min-ttl", def: "0s", help: "lower bound on the lifetime of cached positive answers",
+	{key: "min-ttl", def: "0s", help: "lower bound on the lifetime of cached positive answers; 0s to 1h",
 		field: func(c *Config) any { return &c.MinTTL }, apply: on(ApplyCache), check: func(c *Config) error {
-			return notNegative("min-ttl", c.MinTTL)
+			return durationBetween("min-ttl", c.MinTTL, 0, maxMinTTL)
 		}},
-	{key: "max-ttl", def: "1h", help: "upper bound on the lifetime of cached positive answers",
+	{key: "max-ttl", def: "1h", help: "upper bound on the lifetime of cached positive answers; 0s to 168h (7 days, RFC 8767)",
 		field: func(c *Config) any { return &c.MaxTTL }, apply: on(ApplyCache), check: func(c *Config) error {
-			return notNegative("max-ttl", c.MaxTTL)
+			return durationBetween("max-ttl", c.MaxTTL, 0, maxMaxTTL)
 		}},
-	{key: "max-negative-ttl", def: "30m", help: "upper bound on cached NXDOMAIN/NODATA",
+	{key: "max-negative-ttl", def: "30m", help: "upper bound on cached NXDOMAIN/NODATA; 0s to 24h (RFC 2308)",
 		field: func(c *Config) any { return &c.MaxNegativeTTL }, apply: on(ApplyCache), check: func(c *Config) error {
-			return notNegative("max-negative-ttl", c.MaxNegativeTTL)
+			return durationBetween("max-negative-ttl", c.MaxNegativeTTL, 0, maxNegativeTTL)
 		}},
-	{key: "serve-stale", def: "1h", help: "how long past expiry an answer may be served when upstreams fail (0 disables)",
+	{key: "serve-stale", def: "1h", help: "how long past expiry an answer may be served when upstreams fail (0 disables); at most 72h (RFC 8767)",
 		field: func(c *Config) any { return &c.ServeStale }, apply: on(ApplyCache), check: func(c *Config) error {
-			return notNegative("serve-stale", c.ServeStale)
+			return durationBetween("serve-stale", c.ServeStale, 0, maxServeStale)
 		}},
-	{key: "prefetch", def: "2", help: "hits that make an entry popular enough to refresh before it expires (0 disables)",
+	{key: "prefetch", def: "2", help: "hits that make an entry popular enough to refresh before it expires (0 disables); at most 1000",
 		field: func(c *Config) any { return &c.Prefetch }, apply: on(ApplyCache), check: func(c *Config) error {
-			return atLeast("prefetch", c.Prefetch, 0)
+			return between("prefetch", c.Prefetch, 0, maxPrefetch)
 		}},
 
 	// Bounds and readers.
-	{key: "max-inflight", def: "2000", help: "queries resolved at once off the readers; beyond it: SERVFAIL at once",
+	{key: "max-inflight", def: "2000", help: "queries resolved at once off the readers; beyond it: SERVFAIL at once; 1 to 10000",
 		field: func(c *Config) any { return &c.MaxInflight }, check: func(c *Config) error {
-			return atLeast("max-inflight", c.MaxInflight, 1)
+			return between("max-inflight", c.MaxInflight, 1, maxInflight)
 		}},
-	{key: "max-client-inflight", def: "0", help: "of those, at most this many for one client address (0: max-inflight/8, at least 16; -1: no per-client bound)",
-		field: func(c *Config) any { return &c.MaxClientInflight }},
-	{key: "max-tcp-conns", def: "1000", help: "open TCP connections at most",
+	{key: "max-client-inflight", def: "0", help: "of those, at most this many for one client address (0: max-inflight/8, at least 16; -1: no per-client bound; else 1 to max-inflight)",
+		field: func(c *Config) any { return &c.MaxClientInflight }, check: func(c *Config) error {
+			if v := c.MaxClientInflight; v < -1 || v > c.MaxInflight {
+				return fmt.Errorf("--max-client-inflight %d: want -1 (no per-client bound), 0 (max-inflight/8) or 1 to max-inflight (%d)", v, c.MaxInflight)
+			}
+			return nil
+		}},
+	{key: "max-tcp-conns", def: "1000", help: "open TCP connections at most; 1 to 4096",
 		field: func(c *Config) any { return &c.MaxTCPConns }, check: func(c *Config) error {
-			return atLeast("max-tcp-conns", c.MaxTCPConns, 1)
+			return between("max-tcp-conns", c.MaxTCPConns, 1, maxTCPConns)
 		}},
 	{key: "max-udp-size", def: "1232", help: "largest UDP reply whatever the client advertises",
 		field: func(c *Config) any { return &c.MaxUDPSize }, check: func(c *Config) error {
@@ -267,13 +267,13 @@ var settings = []*Setting{
 		field: func(c *Config) any { return &c.UDPReaders }, check: func(c *Config) error {
 			return oneOf("udp-readers", c.UDPReaders, "threads", "poller")
 		}},
-	{key: "udp-sockets", def: "0", help: "SO_REUSEPORT UDP sockets (each with its own reader) per listen address; 0: 1 (one reader serves about one core's worth of queries)",
+	{key: "udp-sockets", def: "0", help: "SO_REUSEPORT UDP sockets (each with its own reader) per listen address; 0: 1 (one reader serves about one core's worth of queries); at most 64, and 256 readers over all listen addresses",
 		field: func(c *Config) any { return &c.UDPSockets }, check: func(c *Config) error {
-			return atLeast("udp-sockets", c.UDPSockets, 0)
+			return between("udp-sockets", c.UDPSockets, 0, maxUDPSockets)
 		}},
-	{key: "gomaxprocs", def: "0", help: "Go scheduler Ps (GOMAXPROCS); 0: $GOMAXPROCS when set, else one per UDP thread reader (sockets x listen addresses) plus one, also under a container CPU limit (bench/RESULTS.md, GOMAXPROCS)",
+	{key: "gomaxprocs", def: "0", help: "Go scheduler Ps (GOMAXPROCS), at most 256; 0: $GOMAXPROCS when set, else one per UDP thread reader (sockets x listen addresses) plus one, also under a container CPU limit (bench/RESULTS.md, GOMAXPROCS)",
 		field: func(c *Config) any { return &c.GoMaxProcs }, check: func(c *Config) error {
-			return atLeast("gomaxprocs", c.GoMaxProcs, 0)
+			return between("gomaxprocs", c.GoMaxProcs, 0, maxGoMaxProcs)
 		}},
 	{key: "loop-check", def: "true", help: "at start, send a probe through the upstream and exit if it comes back (forwarding loop)",
 		field: func(c *Config) any { return &c.LoopCheck }},
@@ -281,12 +281,12 @@ var settings = []*Setting{
 	// Cluster zone.
 	{key: "kubeconfig", help: "kubeconfig file (default: in-cluster config inside a pod, else no cluster zone)",
 		field: func(c *Config) any { return &c.Kubeconfig }},
-	{key: "cluster-domain", def: "cluster.local", repeat: true, help: "the cluster's DNS domain; repeat (or separate by commas) to answer several zones from one index, the first primary (PTR targets, search-path walk); in the file a string or a list",
+	{key: "cluster-domain", def: "cluster.local", repeat: true, help: "the cluster's DNS domain; repeat (or separate by commas) to answer several zones from one index, the first primary (PTR targets, search-path walk); in the file a string or a list; at most 8, none twice",
 		field: func(c *Config) any { return &c.ClusterDomain }, check: func(c *Config) error {
 			if len(c.ClusterDomain) == 0 {
 				return errors.New("--cluster-domain: want at least one domain")
 			}
-			return nil
+			return checkList("cluster-domain", "domains", c.ClusterDomain, maxClusterDomains, canonDomain)
 		}},
 	{key: "cluster-ttl", def: "5s", help: "TTL of cluster answers (0s-3600s)",
 		field: func(c *Config) any { return &c.ClusterTTL }, check: func(c *Config) error {
@@ -321,27 +321,33 @@ var settings = []*Setting{
 		field: func(c *Config) any { return &c.NodeName }},
 	{key: "autopath", def: "true", help: "walk pods' search lists on the server (one round trip instead of several)",
 		field: func(c *Config) any { return &c.Autopath }, apply: on(ApplySearch)},
-	{key: "cluster-sync-wait", def: "5s", help: "at start, how long to wait for the cluster index before serving when no other agent answers on our addresses (one that does keeps serving until we synced)",
+	{key: "cluster-sync-wait", def: "5s", help: "at start, how long to wait for the cluster index before serving when no other agent answers on our addresses (one that does keeps serving until we synced); 0s to 5m",
 		field: func(c *Config) any { return &c.ClusterSyncWait }, check: func(c *Config) error {
-			return notNegative("cluster-sync-wait", c.ClusterSyncWait)
+			return durationBetween("cluster-sync-wait", c.ClusterSyncWait, 0, maxClusterSyncWait)
 		}},
-	{key: "search", help: "comma-separated extra search domains pods inherit (default: those after the cluster's in --resolv-conf)",
-		field: func(c *Config) any { return &c.Search }, apply: on(ApplySearch)},
+	{key: "search", help: "comma-separated extra search domains pods inherit (default: those after the cluster's in --resolv-conf); kubelet's bounds: at most 32 domains and 2048 characters, none twice",
+		field: func(c *Config) any { return &c.Search }, apply: on(ApplySearch), check: func(c *Config) error {
+			return checkSearch("search", c.Search)
+		}},
 	{key: "endpoint-pod-names", help: "name endpoints without a hostname after their pod (targetRef) instead of their address, as CoreDNS endpoint_pod_names",
 		field: func(c *Config) any { return &c.EndpointPodNames }},
 	{key: "ignore-empty-service", help: "NXDOMAIN for a ClusterIP Service without ready endpoints, as CoreDNS `ignore empty_service`",
 		field: func(c *Config) any { return &c.IgnoreEmptyService }},
 	{key: "no-endpoints", help: "do not watch EndpointSlices: headless and endpoint names are NXDOMAIN, as CoreDNS noendpoints",
 		field: func(c *Config) any { return &c.NoEndpoints }},
-	{key: "namespaces", help: "comma-separated namespaces whose names exist; names in others are NXDOMAIN (default: all), as CoreDNS namespaces",
-		field: func(c *Config) any { return &c.Namespaces }},
+	{key: "namespaces", help: "comma-separated namespaces whose names exist; names in others are NXDOMAIN (default: all), as CoreDNS namespaces; at most 1000, none twice",
+		field: func(c *Config) any { return &c.Namespaces }, check: func(c *Config) error {
+			return checkList("namespaces", "namespaces", c.Namespaces, maxNamespaces, canonNamespace)
+		}},
 	{key: "namespace-labels", help: "label selector (kubectl -l syntax): only namespaces it matches are exposed, as CoreDNS namespace_labels",
 		field: func(c *Config) any { return &c.NamespaceLabels }},
-	{key: "fallthrough", def: "in-addr.arpa,ip6.arpa", help: "comma-separated zones (or CIDRs) where a cluster NXDOMAIN goes on to cache and upstream instead; '.' is every zone, empty none; replaces the default, as CoreDNS fallthrough",
-		field: func(c *Config) any { return &c.Fallthrough }},
+	{key: "fallthrough", def: "in-addr.arpa,ip6.arpa", help: "comma-separated zones (or CIDRs) where a cluster NXDOMAIN goes on to cache and upstream instead; '.' is every zone, empty none; replaces the default, as CoreDNS fallthrough; at most 64, none twice",
+		field: func(c *Config) any { return &c.Fallthrough }, check: func(c *Config) error {
+			return checkList("fallthrough", "zones", c.Fallthrough, maxFallthrough, canonLower)
+		}},
 
 	// Interception.
-	{key: "local-ip", help: "comma-separated addresses to intercept (e.g. 169.254.20.10 and the kube-dns ClusterIP); enables the link and rules",
+	{key: "local-ip", help: "comma-separated addresses to intercept (e.g. 169.254.20.10 and the kube-dns ClusterIP); enables the link and rules; at most 8, none twice",
 		field: func(c *Config) any { return &c.LocalIP }, check: func(c *Config) error {
 			for _, a := range c.LocalIP {
 				ip, err := netip.ParseAddr(a)
@@ -352,7 +358,9 @@ var settings = []*Setting{
 					return fmt.Errorf("--local-ip %q: unspecified, loopback and multicast addresses cannot be intercepted", a)
 				}
 			}
-			return nil
+			return checkList("local-ip", "addresses", c.LocalIP, maxLocalIPs, func(s string) (string, error) {
+				return netip.MustParseAddr(s).Unmap().String(), nil // parsed above
+			})
 		}},
 	{key: "interface", def: intercept.DefaultInterface, help: "link that holds the local IPs",
 		field: func(c *Config) any { return &c.Interface }, check: func(c *Config) error {
@@ -365,28 +373,31 @@ var settings = []*Setting{
 		field: func(c *Config) any { return &c.SetupInterface }},
 	{key: "setup-iptables", def: "true", help: "install and maintain NOTRACK/ACCEPT rules (with --local-ip)",
 		field: func(c *Config) any { return &c.SetupIptables }},
-	{key: "sync-interval", def: "60s", help: "how often the link and rules are checked and repaired (a Go duration)",
+	{key: "sync-interval", def: "60s", help: "how often the link and rules are checked and repaired (a Go duration); 1s to 1h",
 		field: func(c *Config) any { return &c.SyncInterval }, check: func(c *Config) error {
-			if c.SyncInterval <= 0 {
-				return fmt.Errorf("--sync-interval %s: want a positive duration", c.SyncInterval)
-			}
-			return nil
+			return durationBetween("sync-interval", c.SyncInterval, minSyncInterval, maxSyncInterval)
 		}},
 	{key: "teardown", def: "true", help: "remove rules and link on exit when no other agent serves the addresses",
 		field: func(c *Config) any { return &c.Teardown }, apply: on(ApplyAtExit)},
-	{key: "lameduck", def: "5s", help: "on SIGTERM: report not ready and keep answering this long before exiting",
+	{key: "lameduck", def: "5s", help: "on SIGTERM: report not ready and keep answering this long before exiting (a second SIGTERM or SIGINT ends it); 0s to 5m, and under the pod's grace period",
 		field: func(c *Config) any { return &c.Lameduck }, apply: on(ApplyAtExit), check: func(c *Config) error {
-			return notNegative("lameduck", c.Lameduck)
+			return durationBetween("lameduck", c.Lameduck, 0, maxLameduck)
 		}},
 
 	// Logs.
 	// Drop-in features of CoreDNS plugins (dropin.go).
-	{key: "hosts", flag: noFlag, help: "static records as CoreDNS's hosts plugin: entries (hosts(5) lines), file (re-read when it changes), ttl, no-reverse, zones, fallthrough",
+	{key: "hosts", flag: noFlag, help: "static records as CoreDNS's hosts plugin: entries (hosts(5) lines), file (re-read when it changes), ttl, no-reverse, zones, fallthrough (at most 64 zones each), reload (0s, or 1s to 1h)",
 		field: func(c *Config) any { return &c.Hosts }, apply: on(ApplyHosts), check: func(c *Config) error {
+			if err := c.checkHostsBounds(); err != nil {
+				return err
+			}
 			return hosts.Check(c.HostsSettings())
 		}},
-	{key: "rewrite", flag: noFlag, help: "name rewrites as CoreDNS's rewrite plugin (answer auto): a list of {type: exact|prefix|suffix|substring|regex, from, to}",
+	{key: "rewrite", flag: noFlag, help: "name rewrites as CoreDNS's rewrite plugin (answer auto): a list of {type: exact|prefix|suffix|substring|regex, from, to}; at most 64 rules",
 		field: func(c *Config) any { return &c.Rewrite }, apply: on(ApplyRewrite), check: func(c *Config) error {
+			if len(c.Rewrite) > maxRewriteRules {
+				return fmt.Errorf("rewrite: %d rules: want at most %d (every rule is tried on every query)", len(c.Rewrite), maxRewriteRules)
+			}
 			_, err := c.Rewriter()
 			return err
 		}},
@@ -413,7 +424,7 @@ var settings = []*Setting{
 			if err := metrics.CheckLogClasses(c.LogQueriesClass); err != nil {
 				return fmt.Errorf("--log-queries-class: %w", err)
 			}
-			return nil
+			return checkList("log-queries-class", "classes", c.LogQueriesClass, maxLogClasses, canonLower)
 		}},
 	{key: "log-queries", def: "0", help: "fraction of queries to log (0 to 1); 0 with --log-queries-class: every query of those classes",
 		field: func(c *Config) any { return &c.LogQueries }, apply: on(ApplyQueryLog), check: func(c *Config) error {
@@ -448,13 +459,16 @@ var crossChecks = []func(c *Config) error{
 		}
 		return nil
 	},
+	// UDP readers over all listen addresses (bounds.go).
+	func(c *Config) error { return c.checkReaders() },
 	// Upstreams and stub domains: server forms, names in the cluster
-	// zone, force-tcp against prefer-udp (upstreams.go).
+	// zone, force-tcp against prefer-udp, bounds (upstreams.go).
 	func(c *Config) error { return c.validateUpstreams() },
 	// --cluster-zone forward needs --cluster-dns, which must not be ourselves.
 	func(c *Config) error { return c.validateForward() },
 	func(c *Config) error {
-		if c.MinTTL > c.MaxTTL {
+		// (A min-ttl past its own bound is reported by its check.)
+		if c.MinTTL > c.MaxTTL && time.Duration(c.MinTTL) <= maxMinTTL {
 			return fmt.Errorf("--min-ttl %s is above --max-ttl %s", c.MinTTL, c.MaxTTL)
 		}
 		return nil
@@ -465,20 +479,6 @@ var crossChecks = []func(c *Config) error{
 // will; it runs only when every setting passed its own check, since it
 // would report some of them again.
 func clusterCheck(c *Config) error { return c.ClusterSettings().Validate() }
-
-func atLeast(key string, v, lo int) error {
-	if v < lo {
-		return fmt.Errorf("--%s %d: want at least %d", key, v, lo)
-	}
-	return nil
-}
-
-func notNegative(key string, d Duration) error {
-	if d < 0 {
-		return fmt.Errorf("--%s %s: want a duration >= 0", key, d)
-	}
-	return nil
-}
 
 func oneOf(key, v string, allowed ...string) error {
 	if slices.Contains(allowed, v) {

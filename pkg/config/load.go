@@ -205,6 +205,13 @@ func (c *Config) validate(res *Result) {
 		}
 	}
 	clean := len(res.Problems) == 0
+	if clean {
+		for _, a := range advice {
+			if w := a(c); w != "" {
+				res.warn("%s", w)
+			}
+		}
+	}
 	if err := completeCheck(c); err != nil {
 		res.Incomplete = append(res.Incomplete, err.Error())
 	}

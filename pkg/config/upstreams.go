@@ -78,28 +78,38 @@ func (c *Config) validateUpstreams() error {
 		}
 		return nil
 	}
-	for _, u := range c.Upstream {
-		if err := check("--upstream", u); err != nil {
-			return err
-		}
+	if len(c.Upstream) > maxUpstreams {
+		return fmt.Errorf("--upstream: %d servers: want at most %d", len(c.Upstream), maxUpstreams)
+	}
+	if err := checkServers("--upstream", c.Upstream, check); err != nil {
+		return err
 	}
 	if c.ForceTCP && c.PreferUDP {
 		return errors.New("--force-tcp and --prefer-udp: pick one")
 	}
+	if len(c.Stubs) > maxStubZones {
+		return fmt.Errorf("stub-domains: %d zones: want at most %d", len(c.Stubs), maxStubZones)
+	}
+	zoneOf := make(map[string]string, len(c.Stubs))
 	for _, z := range c.Stubs.SortedZones() {
 		sd := c.Stubs[z]
 		what := fmt.Sprintf("stub domain %q", z)
 		fq := dnsname.Canonical(z)
-		if _, ok := dns.IsDomainName(fq); !ok || fq == "." {
+		if _, ok := dns.IsDomainName(fq); !ok || fq == "." || strings.Contains(fq, "..") {
 			return fmt.Errorf("%s: not a domain name", what)
 		}
+		if other, dup := zoneOf[fq]; dup {
+			return fmt.Errorf("%s: the same zone as %q", what, other)
+		}
+		zoneOf[fq] = z
 		if len(sd.Servers) == 0 {
 			return fmt.Errorf("%s: no servers", what)
 		}
-		for _, s := range sd.Servers {
-			if err := check(what, s); err != nil {
-				return err
-			}
+		if len(sd.Servers) > maxStubServers {
+			return fmt.Errorf("%s: %d servers: want at most %d", what, len(sd.Servers), maxStubServers)
+		}
+		if err := checkServers(what, sd.Servers, check); err != nil {
+			return err
 		}
 		if sd.ForceTCP && sd.PreferUDP {
 			return fmt.Errorf("%s: force-tcp and prefer-udp: pick one", what)
@@ -114,6 +124,24 @@ func (c *Config) validateUpstreams() error {
 		if err := upstream.CheckCAFile(c.UpstreamCA); err != nil {
 			return fmt.Errorf("--upstream-ca: %w", err)
 		}
+	}
+	return nil
+}
+
+// checkServers checks each server of a group with check, and that none is
+// given twice (the same server in another spelling included): a repeated
+// server would only be tried twice.
+func checkServers(what string, servers []string, check func(what, s string) error) error {
+	seen := make(map[upstream.Spec]string, len(servers))
+	for _, s := range servers {
+		if err := check(what, s); err != nil {
+			return err
+		}
+		sp, _ := upstream.ParseServer(s) // check parsed it
+		if first, dup := seen[sp]; dup {
+			return fmt.Errorf("%s %q: the same server as %q, given twice", what, s, first)
+		}
+		seen[sp] = s
 	}
 	return nil
 }
@@ -133,6 +161,17 @@ func HasNamedServers(servers []string) bool {
 // will take them under c: names must be in the cluster zone.
 func (c *Config) CheckKubeDNS(kd kubedns.Config) error {
 	zones := c.ClusterZones()
+	// The stub zones of both together are the forwarder's groups.
+	all := make(map[string]bool, len(c.Stubs)+len(kd.StubDomains))
+	for _, z := range c.Stubs.SortedZones() {
+		all[dnsname.Canonical(z)] = true
+	}
+	for _, z := range kd.Zones() {
+		all[dnsname.Canonical(z)] = true
+	}
+	if len(all) > maxStubZones {
+		return fmt.Errorf("%s: %d stub domains with the %d of stub-domains: want at most %d together", kubedns.StubDomainsKey, len(kd.StubDomains), len(c.Stubs), maxStubZones)
+	}
 	for _, z := range kd.Zones() {
 		for _, s := range kd.StubDomains[z] {
 			sp, err := upstream.ParseServer(s)

@@ -11,7 +11,11 @@ import (
 )
 
 // List is a comma-separated flag, or a YAML list (or comma-separated
-// string) in the config file. Setting it replaces the value.
+// string) in the config file. Setting it replaces the value. An empty
+// string is the empty list (--fallthrough= means none); an empty item in
+// a list (",,", "a,,b", "" in a YAML list) is refused: dropping it would
+// turn a list meant to hold something into one meaning "default" or "all"
+// (--namespaces=,,).
 type List []string
 
 func (l *List) String() string { return strings.Join(*l, ",") }
@@ -19,10 +23,14 @@ func (l *List) String() string { return strings.Join(*l, ",") }
 // Set implements flag.Value.
 func (l *List) Set(s string) error {
 	*l = List{}
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			*l = append(*l, p)
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	for i, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			return fmt.Errorf("%q: item %d is empty", s, i+1)
 		}
+		*l = append(*l, p)
 	}
 	return nil
 }
@@ -32,7 +40,10 @@ func (l *List) UnmarshalJSON(b []byte) error {
 	var ss []string
 	if err := json.Unmarshal(b, &ss); err == nil {
 		*l = List{}
-		for _, s := range ss {
+		for i, s := range ss {
+			if strings.TrimSpace(s) == "" {
+				return fmt.Errorf("item %d is empty", i+1)
+			}
 			if err := l.append(s); err != nil {
 				return err
 			}

@@ -102,7 +102,7 @@ fallthrough: []
 		{append(listen, "--namespaces", "ns1", "--namespace-labels", "a=b"), "cannot both be set"},
 		{append(listen, "--fallthrough", "example.com"), `fallthrough "example.com"`},
 		{append(listen, "--fallthrough", "10.0.0.0/40"), `fallthrough "10.0.0.0/40"`},
-		{append(listen, "--cluster-domain", "cluster.local", "--cluster-domain", "a..b"), `zone "a..b"`},
+		{append(listen, "--cluster-domain", "cluster.local", "--cluster-domain", "a..b"), `--cluster-domain "a..b": not a domain name`},
 		{append(listen, "--cluster-domain", "cluster.local", "--cluster-domain", "cluster.local."), "given twice"},
 		{append(listen, "--cluster-domain="), "--cluster-domain: want at least one domain"},
 		{[]string{"--config", write("c.yaml", "no-endpoints: sometimes\n")}, `"no-endpoints"`},
