@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/signal"
 	"runtime"
 	"sync/atomic"
@@ -91,11 +92,18 @@ type Agent struct {
 	router       *zoneroute.Router
 	// kd is the kube-dns ConfigMap directory's state (kubedns.go).
 	kd *kubeDNSState
+	// hurry is closed when the lameduck is to end at once (a second
+	// SIGTERM or SIGINT, see Serve); nil: it always runs its course.
+	hurry <-chan struct{}
 }
 
 // Serve is `nodedns serve` once the configuration is loaded and the
 // logger made: it sets the scheduler's Ps, builds the agent and runs it
 // until SIGINT or SIGTERM (lameduck, drain, teardown) or a fatal error.
+// A second SIGINT or SIGTERM ends the lameduck at once (an operator, or a
+// kubelet whose grace period is shorter, should not have to wait it out or
+// SIGKILL the agent, which would skip the drain and the teardown); after
+// it, a third has the default action: the process ends at once.
 func Serve(cfg config.Config, opts Options) error {
 	// The runtime's own choice honours a container CPU limit; the agent's
 	// does not lower Ps to it (Config.SchedulerProcs says why). Both are
@@ -104,14 +112,44 @@ func Serve(cfg config.Config, opts Options) error {
 	if n := cfg.SchedulerProcs(); n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	// Caught from now on: a signal during Build waits in the channel.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	a, err := Build(cfg, opts)
 	if err != nil {
 		return err
 	}
 	a.log.Info("scheduler", "gomaxprocs", runtime.GOMAXPROCS(0), "runtimeDefault", runtimeDefault, "cpus", runtime.NumCPU())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hurry, done := make(chan struct{}), make(chan struct{})
+	defer close(done)
+	a.hurry = hurry
+	go a.watchSignals(sigs, cancel, hurry, done)
 	return a.Run(ctx)
+}
+
+// watchSignals turns the first SIGINT or SIGTERM into the end of Run
+// (cancel) and the second into the end of the lameduck (hurry), until done.
+func (a *Agent) watchSignals(sigs chan os.Signal, cancel context.CancelFunc, hurry chan<- struct{}, done <-chan struct{}) {
+	var first os.Signal
+	select {
+	case first = <-sigs:
+		a.log.Info("signal received: stopping", "signal", first.String())
+		cancel()
+	case <-done:
+		return
+	}
+	select {
+	case s := <-sigs:
+		// From now on the default action: a third signal ends the
+		// process at once.
+		signal.Stop(sigs)
+		a.log.Warn("second signal: lameduck cut short, draining and stopping now; a third signal ends the process at once", "signal", s.String())
+		close(hurry)
+	case <-done:
+	}
 }
 
 // Build wires the agent of cfg: the forwarder, cache, static records,
@@ -301,7 +339,13 @@ func (a *Agent) shutdown(lameduck bool) {
 	// Read now: a reload may have changed it since the start.
 	if d := a.running().Lameduck; lameduck && d > 0 {
 		a.log.Info("lameduck: not ready, still answering", "for", d.String())
-		time.Sleep(time.Duration(d))
+		t := time.NewTimer(time.Duration(d))
+		select {
+		case <-t.C:
+		case <-a.hurry:
+			t.Stop()
+			a.log.Info("lameduck cut short by a second signal")
+		}
 	}
 	// Let the sockets' queues empty before they close (see Server.Drain).
 	a.srv.Drain(200 * time.Millisecond)

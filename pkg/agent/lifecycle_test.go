@@ -164,6 +164,9 @@ func TestMain(m *testing.M) {
 	if addr := os.Getenv(foreignHelperEnv); addr != "" {
 		os.Exit(serveForeign(addr))
 	}
+	if args := os.Getenv(serveChildEnv); args != "" {
+		os.Exit(serveChild(strings.Fields(args)))
+	}
 	os.Exit(m.Run())
 }
 
