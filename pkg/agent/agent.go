@@ -302,6 +302,13 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 			_ = a.srv.Shutdown(context.Background())
 			return err
 		}
+		if a.cfg.Admin != "" {
+			for _, c := range adminCollectors(a.admin) {
+				if err := a.rec.Register(c); err != nil {
+					a.log.Warn("admin endpoint figures not exported", "err", err)
+				}
+			}
+		}
 		go func() {
 			if err := a.admin.Serve(); err != nil {
 				a.log.Error("admin endpoint stopped", "err", err)

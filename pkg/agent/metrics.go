@@ -3,7 +3,10 @@ package agent
 import (
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/nodedns/nodedns/pkg/config"
+	"github.com/nodedns/nodedns/pkg/observe/admin"
 	"github.com/nodedns/nodedns/pkg/observe/metrics"
 	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
@@ -94,4 +97,21 @@ func (a *Agent) plugins() []string {
 	}
 	slices.Sort(p)
 	return p
+}
+
+// adminCollectors report the admin endpoint's connection bounds (its TCP
+// address is reachable from the network: a refusal or an eviction there
+// is someone holding connections).
+func adminCollectors(s *admin.Server) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nodedns_admin_connections",
+			Help: "Open TCP connections of the admin endpoint (bounded in all and per client address)."},
+			func() float64 { return float64(s.ConnStats().Open) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "nodedns_admin_connections_refused_total",
+			Help: "TCP connections of the admin endpoint closed at once: their client address held its share, or the endpoint was full."},
+			func() float64 { return float64(s.ConnStats().Refused) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "nodedns_admin_connections_evicted_total",
+			Help: "TCP connections of the admin endpoint closed to make room, at the bound, for a client address holding fewer."},
+			func() float64 { return float64(s.ConnStats().Evicted) }),
+	}
 }

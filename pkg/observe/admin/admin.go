@@ -10,6 +10,12 @@
 // pods, so it is served only over the unix socket and on loopback
 // addresses; an endpoint bound to another address (the node's IP, for
 // Prometheus) serves metrics and probes there and answers 404 for /stats.
+//
+// The TCP address is bounded (limit.go): connections in total and per
+// client address, header bytes, and the time a request may take to arrive
+// and its reply to be written. The unix socket is not: only the pod itself
+// reaches it, and the DaemonSet's probes use it, so no TCP client can
+// starve them.
 package admin
 
 import (
@@ -24,7 +30,6 @@ import (
 	"net/netip"
 	"os"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -72,6 +77,8 @@ type Server struct {
 	// profile streams for as many seconds as asked. nil: srv serves it.
 	sock   *http.Server
 	sockLn net.Listener
+	// limit bounds the TCP address's connections; nil without one.
+	limit *limitListener
 }
 
 // New binds the admin address. notReady, when it returns true, turns /ready
@@ -87,7 +94,8 @@ func New(cfg Config, notReady func() bool) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("binding admin endpoint %s: %w", cfg.Addr, err)
 		}
-		s.lns = append(s.lns, ln)
+		s.limit = newLimitListener(ln, maxConns, maxConnsPerSource, cfg.Logger)
+		s.lns = append(s.lns, s.limit)
 		if ap, err := netip.ParseAddrPort(cfg.Addr); err == nil && !ap.Addr().Unmap().IsLoopback() && cfg.Stats != nil {
 			cfg.Logger.Warn("admin endpoint on a non-loopback address: it serves /metrics, /health and /ready there; /stats (top client addresses and query names) only on loopback and the admin socket",
 				"component", "admin", "addr", cfg.Addr)
@@ -139,7 +147,8 @@ func New(cfg Config, notReady func() bool) (*Server, error) {
 			}
 		})
 	}
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second}
+	s.srv = &http.Server{Handler: mux, MaxHeaderBytes: maxHeaderBytes, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
+		WriteTimeout: writeTimeout, IdleTimeout: idleTimeout}
 	if cfg.Pprof {
 		debug := http.NewServeMux()
 		debug.Handle("/", mux)
@@ -148,7 +157,7 @@ func New(cfg Config, notReady func() bool) (*Server, error) {
 		debug.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		debug.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		debug.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		s.sock = &http.Server{Handler: debug, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 60 * time.Second}
+		s.sock = &http.Server{Handler: debug, MaxHeaderBytes: maxHeaderBytes, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout}
 		s.sockLn = s.lns[len(s.lns)-1] // the socket is bound last
 	}
 	return s, nil
@@ -156,6 +165,15 @@ func New(cfg Config, notReady func() bool) (*Server, error) {
 
 // Addr is the first bound address.
 func (s *Server) Addr() net.Addr { return s.lns[0].Addr() }
+
+// ConnStats are the figures of the TCP address's connection bounds (zero
+// without a TCP address).
+func (s *Server) ConnStats() ConnStats {
+	if s.limit == nil {
+		return ConnStats{}
+	}
+	return s.limit.stats()
+}
 
 func (s *Server) closeAll() {
 	for _, ln := range s.lns {
