@@ -109,8 +109,9 @@ const (
 	// maxLogClasses: the classes there are.
 	maxLogClasses = 4
 	// minHostsReload, maxHostsReload: the hosts file is stat'ed every
-	// period (0s: never).
-	minHostsReload = time.Second
+	// period (0s: never); more often than 100 ms is a busy loop, and a
+	// change may well wait that long.
+	minHostsReload = 100 * time.Millisecond
 	maxHostsReload = time.Hour
 )
 

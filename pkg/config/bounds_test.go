@@ -63,7 +63,7 @@ func TestBoundsEdges(t *testing.T) {
 		{file: "stub-domains:\n  corp.example: [" + strings.TrimSuffix(servers(16), ",") + "]\n", want: `stub domain "corp.example": 16 servers: want at most 15`},
 		{file: rules(64)},
 		{file: rules(65), want: "rewrite: 65 rules: want at most 64"},
-		{file: "hosts:\n  entries: [\"192.0.2.1 a.example\"]\n  reload: 1ms\n", want: "hosts reload 1ms: want 0s (never) or 1s to 1h0m0s"},
+		{file: "hosts:\n  entries: [\"192.0.2.1 a.example\"]\n  reload: 1ms\n", want: "hosts reload 1ms: want 0s (never) or 100ms to 1h0m0s"},
 		{file: "hosts:\n  entries: [\"192.0.2.1 a.example\"]\n  reload: 0s\n"},
 	} {
 		var err error

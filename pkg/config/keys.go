@@ -386,7 +386,7 @@ var settings = []*Setting{
 
 	// Logs.
 	// Drop-in features of CoreDNS plugins (dropin.go).
-	{key: "hosts", flag: noFlag, help: "static records as CoreDNS's hosts plugin: entries (hosts(5) lines), file (re-read when it changes), ttl, no-reverse, zones, fallthrough (at most 64 zones each), reload (0s, or 1s to 1h)",
+	{key: "hosts", flag: noFlag, help: "static records as CoreDNS's hosts plugin: entries (hosts(5) lines), file (re-read when it changes), ttl, no-reverse, zones, fallthrough (at most 64 zones each), reload (0s, or 100ms to 1h)",
 		field: func(c *Config) any { return &c.Hosts }, apply: on(ApplyHosts), check: func(c *Config) error {
 			if err := c.checkHostsBounds(); err != nil {
 				return err
