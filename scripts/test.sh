@@ -172,9 +172,12 @@ if [[ $what == all || $what == unit ]]; then
   rm -f "$out/integration-scale.test"
 fi
 
+# A fuzz finding fails the run at its end, not at once: the steps after it
+# test other things, and their results (and the run's time) are wanted too.
+fuzz_failed=0
 if [[ $what == all || $what == fuzz ]]; then
   step "fuzz: every target ${FUZZ_SECONDS}s (scripts/fuzz.sh)"
-  scripts/fuzz.sh "$FUZZ_SECONDS"
+  scripts/fuzz.sh "$FUZZ_SECONDS" || fuzz_failed=1
 fi
 
 if [[ $what == all || $what == integration ]]; then
@@ -211,4 +214,9 @@ if [[ $what == all || $what == e2e ]]; then
   done
   step "the Helm chart on a real single-node cluster (scripts/chart-e2e.sh)"
   locked scripts/chart-e2e.sh
+fi
+
+if ((fuzz_failed)); then
+  echo "fuzz: findings (scripts/fuzz.sh above): the inputs are in the packages' testdata/fuzz/"
+  exit 1
 fi
