@@ -415,10 +415,10 @@ func (f endpointFields) label() string {
 }
 
 // namespaceDecoder returns the decoder of v1.Namespaces matching
-// namespaceTransform(keepLabels).
-func namespaceDecoder(keepLabels bool) func([]byte) (any, error) {
+// namespaceTransform(keys).
+func namespaceDecoder(keys labelKeys) func([]byte) (any, error) {
 	what := 0
-	if keepLabels {
+	if len(keys) > 0 {
 		what = metaLabels
 	}
 	return func(b []byte) (any, error) {
@@ -434,7 +434,7 @@ func namespaceDecoder(keepLabels bool) func([]byte) (any, error) {
 		if it.err != nil {
 			return nil, it.err
 		}
-		return &namespace{name: m.name, labels: m.labels}, nil
+		return &namespace{name: m.name, labels: keys.keep(m.labels)}, nil
 	}
 }
 

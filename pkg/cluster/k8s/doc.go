@@ -42,4 +42,10 @@
 //     (never NXDOMAIN) and reverse names are left to the upstream.
 //   - After the API server goes away, the last known state is served while
 //     client-go relists; there is no staleness limit.
+//   - One answer holds at most what one reply carries over TCP (view.go:
+//     4,000 A, 2,300 AAAA, 1,000 SRV records and the work to build them):
+//     a Service with more ready endpoints answers with the first of them,
+//     and says so in the log. Namespaces keep only the labels the
+//     namespace-labels selector reads; a list body that is not protobuf is
+//     read up to 1 GiB.
 package k8s

@@ -56,8 +56,8 @@ func (ix *Index) Run(ctx context.Context) error {
 				return cl.CoreV1().Services("").Watch(ctx, o)
 			}),
 			ix.informer(&corev1.Namespace{}, ix.onNamespace, listSpec{
-				resource: "namespaces", rc: core, transform: namespaceTransform(ix.cfg.nsSel != nil), log: ix.log,
-				decode: namespaceDecoder(ix.cfg.nsSel != nil),
+				resource: "namespaces", rc: core, transform: namespaceTransform(selectorKeys(ix.cfg.nsSel)), log: ix.log,
+				decode: namespaceDecoder(selectorKeys(ix.cfg.nsSel)),
 				typed: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 					return cl.CoreV1().Namespaces().List(ctx, o)
 				},

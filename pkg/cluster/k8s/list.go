@@ -72,6 +72,13 @@ type listSpec struct {
 // allocating without bound.
 const maxListItem = 16 << 20
 
+// maxJSONList bounds a list body that is not protobuf, which is decoded
+// whole: the API server sends protobuf, so such a body comes from
+// something in between (a proxy, an aggregated API), and one that never
+// ends must not be read until the node runs out of memory. A GiB is far
+// above any cluster's list as JSON. (A variable for the test.)
+var maxJSONList = 1 << 30
+
 // pbMagic starts every Kubernetes protobuf body.
 var pbMagic = []byte{'k', '8', 's', 0}
 
@@ -189,9 +196,12 @@ func decodeListStream(br *bufio.Reader, decode func([]byte) (any, error), transf
 		return nil, err
 	}
 	if !bytes.Equal(head, pbMagic) {
-		data, err := io.ReadAll(br)
+		data, err := io.ReadAll(io.LimitReader(br, int64(maxJSONList)+1))
 		if err != nil {
 			return nil, err
+		}
+		if len(data) > maxJSONList {
+			return nil, fmt.Errorf("a non-protobuf list over %d MiB", maxJSONList>>20)
 		}
 		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(data, nil, nil)
 		if err != nil {

@@ -313,7 +313,7 @@ func TestListStreamMatchesTyped(t *testing.T) {
 	}{
 		"/api/v1/services":                         {transformService, decodeService},
 		"/apis/discovery.k8s.io/v1/endpointslices": {endpointSliceTransform(true), endpointSliceDecoder(true)},
-		"/api/v1/namespaces":                       {namespaceTransform(true), namespaceDecoder(true)},
+		"/api/v1/namespaces":                       {namespaceTransform(testLabelKeys), namespaceDecoder(testLabelKeys)},
 		"/api/v1/pods":                             {podTransform("node-a"), podDecoder("node-a")},
 	}
 	for path, l := range apiLists("99", objs...) {
@@ -497,8 +497,8 @@ func TestDecodeMatchesTyped(t *testing.T) {
 		{protoDecoder[discoveryv1.EndpointSlice](endpointSliceTransform(true)), endpointSliceDecoder(true)},
 	}
 	nsPairs := []pair{
-		{protoDecoder[corev1.Namespace](namespaceTransform(false)), namespaceDecoder(false)},
-		{protoDecoder[corev1.Namespace](namespaceTransform(true)), namespaceDecoder(true)},
+		{protoDecoder[corev1.Namespace](namespaceTransform(nil)), namespaceDecoder(nil)},
+		{protoDecoder[corev1.Namespace](namespaceTransform(testLabelKeys)), namespaceDecoder(testLabelKeys)},
 	}
 	checkAll := func(name string, b []byte, ps []pair) {
 		t.Helper()
@@ -593,6 +593,12 @@ func TestDecodeMatchesTyped(t *testing.T) {
 
 		var n corev1.Namespace
 		f.Fill(&n)
+		if rng.IntN(2) == 0 { // labels the kept keys (testLabelKeys) name
+			if n.Labels == nil {
+				n.Labels = map[string]string{}
+			}
+			n.Labels[pick("env", "dns", "other")] = pick("prod", "yes", "")
+		}
 		checkAll(fmt.Sprintf("random namespace %d", i), marshal(t, &n), nsPairs)
 
 		if i%3 == 0 { // pods are large; fewer of them
@@ -623,7 +629,7 @@ func FuzzDecode(f *testing.F) {
 		{protoDecoder[corev1.Service](transformService), decodeService},
 		{protoDecoder[discoveryv1.EndpointSlice](endpointSliceTransform(false)), endpointSliceDecoder(false)},
 		{protoDecoder[discoveryv1.EndpointSlice](endpointSliceTransform(true)), endpointSliceDecoder(true)},
-		{protoDecoder[corev1.Namespace](namespaceTransform(true)), namespaceDecoder(true)},
+		{protoDecoder[corev1.Namespace](namespaceTransform(testLabelKeys)), namespaceDecoder(testLabelKeys)},
 		{protoDecoder[corev1.Pod](podTransform("node-a")), podDecoder("node-a")},
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -288,7 +288,8 @@ func (ix *Index) chase(zm *zoneMsgs, v *svcView, name string, qtype uint16, dept
 
 // headlessSRV appends the SRV entries of a service's endpoints: every ready
 // address times every port of its slice that matches (qport, qproto),
-// targeting <endpoint>.<svc>.<ns>.svc.<zone zi>.
+// targeting <endpoint>.<svc>.<ns>.svc.<zone zi>; at most maxAnswerSRV in
+// all (the work of a query stops there too).
 func (ix *Index) headlessSRV(v *svcView, zi int, qport, qproto string, out []srvEntry) []srvEntry {
 	fqdn := v.in(zi).fqdn
 	for _, e := range v.slices {
@@ -297,6 +298,9 @@ func (ix *Index) headlessSRV(v *svcView, zi int, qport, qproto string, out []srv
 			for _, p := range e.ports {
 				if !matchPort(qport, qproto, p) {
 					continue
+				}
+				if len(out) == maxAnswerSRV {
+					return out
 				}
 				if target == "" {
 					target = e.label(i) + "." + fqdn
@@ -365,6 +369,8 @@ func (ix *Index) resolveEndpoint(zm *zoneMsgs, v *svcView, name, label string, q
 	if len(refs) == 0 {
 		return zm.nxdomain
 	}
+	// A hostname may be shared by any number of endpoints.
+	refs = refs[:min(len(refs), maxAnswerSRV)]
 	switch qtype {
 	case dns.TypeA, dns.TypeAAAA:
 		ips := make([]netip.Addr, len(refs))
@@ -377,7 +383,9 @@ func (ix *Index) resolveEndpoint(zm *zoneMsgs, v *svcView, name, label string, q
 		var entries []srvEntry
 		for _, r := range refs {
 			for _, p := range r.sl.ports {
-				entries = append(entries, srvEntry{target: owner, ip: r.sl.ip(int(r.i)), port: p.port})
+				if len(entries) < maxAnswerSRV {
+					entries = append(entries, srvEntry{target: owner, ip: r.sl.ip(int(r.i)), port: p.port})
+				}
 			}
 		}
 		return orNodata(ix.srvAnswer(owner, entries), zm)

@@ -3,7 +3,6 @@ package k8s
 import (
 	"bytes"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -111,7 +111,7 @@ func (e *endpointSlice) label(i int) string {
 type namespace struct {
 	objStub
 	name   string
-	labels map[string]string // kept only when Config.NamespaceLabels is set
+	labels map[string]string // those Config.NamespaceLabels reads (labelKeys)
 }
 
 type pod struct {
@@ -373,22 +373,52 @@ func (e *endpointSlice) equal(o *endpointSlice) bool {
 		bytes.Equal(e.ips, o.ips) && slices.Equal(e.hosts, o.hosts)
 }
 
-// namespaceTransform returns the transform for Namespaces; keepLabels
-// keeps their labels, which NamespaceLabels is matched against.
-func namespaceTransform(keepLabels bool) func(any) (any, error) {
+// namespaceTransform returns the transform for Namespaces; keys are the
+// labels kept (those NamespaceLabels is matched against).
+func namespaceTransform(keys labelKeys) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *namespace:
 			return o, nil
 		case *corev1.Namespace:
-			n := &namespace{name: o.Name}
-			if keepLabels && len(o.Labels) > 0 {
-				n.labels = maps.Clone(o.Labels)
-			}
-			return n, nil
+			return &namespace{name: o.Name, labels: keys.keep(o.Labels)}, nil
 		}
 		return nil, fmt.Errorf("namespace transform: unexpected %T", obj)
 	}
+}
+
+// labelKeys are the label keys of namespaces the index keeps: those a
+// NamespaceLabels selector reads. A namespace may carry any number of
+// labels (whoever may label namespaces chooses), and every namespace is
+// kept, so keeping them all would let their labels take the node's memory;
+// the selector's keys bound what is kept. nil: none.
+type labelKeys map[string]bool
+
+// selectorKeys returns the keys sel reads; nil without a selector.
+func selectorKeys(sel labels.Selector) labelKeys {
+	if sel == nil {
+		return nil
+	}
+	reqs, _ := sel.Requirements()
+	keys := make(labelKeys, len(reqs))
+	for _, r := range reqs {
+		keys[r.Key()] = true
+	}
+	return keys
+}
+
+// keep returns the labels of lbl whose keys are in k; nil when none.
+func (k labelKeys) keep(lbl map[string]string) map[string]string {
+	var out map[string]string
+	for key := range k {
+		if v, ok := lbl[key]; ok {
+			if out == nil {
+				out = make(map[string]string, len(k))
+			}
+			out[key] = v
+		}
+	}
+	return out
 }
 
 // podTransform returns the transform for Pods; node is this node's name.

@@ -8,6 +8,23 @@ import (
 	"github.com/miekg/dns"
 )
 
+// Bounds of one answer built from the index. A Service's endpoints are what
+// its owner makes them (or the controller of the pods a tenant scales),
+// over any number of EndpointSlices, and every SRV answer multiplies them
+// by the ports; but a reply goes whole over TCP only up to 64 KiB, so
+// records past what fits there are of use to no client, while each costs
+// the index memory (a bare name's answers are built and kept at every
+// change) and each query CPU (SRV, port and endpoint answers are
+// assembled per query). What fits 64 KiB with the owner name compressed:
+// an A record takes 16 bytes, AAAA 28, an SRV record with its glue some
+// 50 to 100. An answer past a bound keeps the first records, in the
+// order the index holds them (slices by name).
+const (
+	maxAnswerA    = 4000
+	maxAnswerAAAA = 2300
+	maxAnswerSRV  = 1000
+)
+
 // svcView is everything Lookup needs about one Service, built when the
 // Service or one of its EndpointSlices changes and immutable afterwards.
 //
@@ -27,6 +44,9 @@ type svcView struct {
 	// without ready endpoints, ExternalName with an IP, and with
 	// IgnoreEmptyService a ClusterIP service without ready endpoints.
 	exists bool
+	// capped: the bare name's answers hold fewer addresses than the
+	// service has (maxAnswerA, maxAnswerAAAA); logged when it starts.
+	capped bool
 
 	// The service's name and prebuilt answers in each zone: primary for
 	// the first zone, more for the others (nil with one zone).
@@ -161,8 +181,27 @@ func (ix *Index) buildView(s *service, sl []*endpointSlice, prev *svcView) *svcV
 			vz := v.in(zi)
 			vz.a, vz.aaaa = ix.addrAnswers(vz.fqdn, ips)
 		}
+		if v4, v6 := countFamilies(ips); v4 > maxAnswerA || v6 > maxAnswerAAAA {
+			v.capped = true
+			if (prev == nil || !prev.capped) && ix.log != nil {
+				ix.log.Warn("headless service with more ready addresses than one answer carries: its answers keep the first",
+					"service", s.namespace+"/"+s.name, "ipv4", v4, "ipv6", v6, "max_a", maxAnswerA, "max_aaaa", maxAnswerAAAA)
+			}
+		}
 	}
 	return v
+}
+
+// countFamilies counts the IPv4 and the IPv6 addresses of ips.
+func countFamilies(ips []netip.Addr) (v4, v6 int) {
+	for _, ip := range ips {
+		if ip.Is4() {
+			v4++
+		} else {
+			v6++
+		}
+	}
+	return v4, v6
 }
 
 // hdr returns an RR header with the cluster TTL.
@@ -186,13 +225,15 @@ func (ix *Index) answer(ans, extra []dns.RR) *dns.Msg {
 }
 
 // addrAnswers returns the A and the AAAA answer of owner for ips, in
-// their order; nil for a family without addresses (NODATA).
+// their order, at most maxAnswerA and maxAnswerAAAA records; nil for a
+// family without addresses (NODATA).
 func (ix *Index) addrAnswers(owner string, ips []netip.Addr) (a, aaaa *dns.Msg) {
 	var ra, raaaa []dns.RR
 	for _, ip := range ips {
-		if ip.Is4() {
+		switch {
+		case ip.Is4() && len(ra) < maxAnswerA:
 			ra = append(ra, ix.addrRR(owner, ip))
-		} else {
+		case !ip.Is4() && len(raaaa) < maxAnswerAAAA:
 			raaaa = append(raaaa, ix.addrRR(owner, ip))
 		}
 	}
@@ -262,7 +303,7 @@ func matchPort(qport, qproto string, p port) bool {
 
 // clusterSRV appends the SRV entries of a ClusterIP service for the ports
 // matching (qport, qproto): every matching port times every ClusterIP,
-// targeting the service name in zone zi.
+// targeting the service name in zone zi; at most maxAnswerSRV in all.
 func (ix *Index) clusterSRV(v *svcView, zi int, qport, qproto string, out []srvEntry) []srvEntry {
 	target := v.in(zi).fqdn
 	for _, p := range v.svc.ports {
@@ -270,6 +311,9 @@ func (ix *Index) clusterSRV(v *svcView, zi int, qport, qproto string, out []srvE
 			continue
 		}
 		for _, ip := range v.svc.ips {
+			if len(out) == maxAnswerSRV {
+				return out
+			}
 			out = append(out, srvEntry{target: target, ip: ip, port: p.port})
 		}
 	}
