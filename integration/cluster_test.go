@@ -33,6 +33,7 @@ import (
 
 	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
 // visibleWithin is how soon an API change must show in answers.
@@ -239,7 +240,7 @@ func formatMsg(m *dns.Msg) string {
 	return b.String()
 }
 
-func formatResult(r k8s.Result) string {
+func formatResult(r stage.Result) string {
 	s := formatMsg(r.Msg)
 	if r.ExternalTarget != "" {
 		s += "\next " + r.ExternalTarget

@@ -18,7 +18,9 @@ import (
 	"github.com/nodedns/nodedns/pkg/observe/admin"
 	"github.com/nodedns/nodedns/pkg/observe/metrics"
 	"github.com/nodedns/nodedns/pkg/query/cache"
+	"github.com/nodedns/nodedns/pkg/query/pipeline"
 	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
@@ -257,9 +259,9 @@ func TestStatsFromAgentEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		rec.Observe(server.Event{Source: server.SourceCache, Name: "a.example.", Client: netip.MustParseAddr("169.254.1.2")})
+		rec.Observe(pipeline.Event{Source: stage.SourceCache, Name: "a.example.", Client: netip.MustParseAddr("169.254.1.2")})
 	}
-	rec.Observe(server.Event{Source: server.SourceUpstream, Rcode: 3, Name: "b.example."})
+	rec.Observe(pipeline.Event{Source: stage.SourceUpstream, Rcode: 3, Name: "b.example."})
 	adm, err := admin.New(admin.Config{Addr: "127.0.0.1:0", Stats: func() any { return rec.Stats() }, Metrics: rec.Handler()}, nil)
 	if err != nil {
 		t.Fatal(err)

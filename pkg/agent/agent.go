@@ -23,9 +23,9 @@ import (
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
 	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/hosts"
+	"github.com/nodedns/nodedns/pkg/query/pipeline"
 	"github.com/nodedns/nodedns/pkg/query/server"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
-	"github.com/nodedns/nodedns/pkg/query/zoneroute"
 )
 
 // Options are what the agent takes besides its configuration.
@@ -55,6 +55,7 @@ type Agent struct {
 	level    *slog.LevelVar
 	fwd      atomic.Pointer[upstream.Forwarder]
 	cache    *cache.Cache
+	pipe     *pipeline.Pipeline
 	srv      *server.Server
 	admin    *admin.Server
 	ix       *k8s.Index
@@ -89,7 +90,6 @@ type Agent struct {
 	// forward mode (forward.go). Both nil when unused.
 	clusterFwd   *upstream.Forwarder
 	clusterCache *cache.Cache
-	router       *zoneroute.Router
 	// kd is the kube-dns ConfigMap directory's state (kubedns.go).
 	kd *kubeDNSState
 	// hurry is closed when the lameduck is to end at once (a second
@@ -199,9 +199,11 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	listen := cfg.ListenAddrs()
-	scfg := server.Config{Panics: a.panics, Failures: a.failures, Hosts: a.hosts, LoadBalance: cfg.LoadBalance == config.LoadBalanceRoundRobin, Listen: listen, Resolver: a.cache, HitCache: a.cache, Autopath: cfg.Autopath,
-		MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns, MaxUDPSize: cfg.MaxUDPSize, UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.SocketsPerAddr(), Logger: log}
-	if err := a.wireCluster(&scfg); err != nil {
+	pcfg := pipeline.Config{Panics: a.panics, Failures: a.failures, Hosts: a.hosts, LoadBalance: cfg.LoadBalance == config.LoadBalanceRoundRobin, Resolver: a.cache, Autopath: cfg.Autopath,
+		MaxUDPSize: cfg.MaxUDPSize, Logger: log}
+	scfg := server.Config{Panics: a.panics, Listen: listen, MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns,
+		UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.SocketsPerAddr(), Logger: log}
+	if err := a.wireCluster(&pcfg); err != nil {
 		return nil, err
 	}
 	// After wireCluster: the plugins the recorder reports depend on it.
@@ -213,9 +215,9 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 			return nil, err
 		}
 	}
-	scfg.Observer = a.rec
+	pcfg.Observer = a.rec
 	if rw != nil {
-		scfg.Rewriter = rw
+		pcfg.Rewriter = rw
 	}
 	if a.ix == nil && config.HasNamedServers(cfg.Upstream) {
 		return nil, fmt.Errorf("--upstream names a server of the cluster zone, which needs the cluster index (--kubeconfig, or running in a pod)")
@@ -225,6 +227,10 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 			return nil, fmt.Errorf("stub domain %q names a server of the cluster zone, which needs the cluster index (--kubeconfig, or running in a pod)", z)
 		}
 	}
+	if a.pipe, err = pipeline.New(pcfg); err != nil {
+		return nil, err
+	}
+	scfg.Handler = a.pipe
 	a.srv, err = server.New(scfg)
 	if err != nil {
 		return nil, err
@@ -323,7 +329,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	a.log.Info("serving DNS", "listen", a.cfg.ListenAddrs(), "upstreams", len(a.fwd.Load().Servers()), "version", a.version)
 	if a.cfg.LoopCheck {
 		go func() {
-			if err := a.srv.CheckLoop(ctx, 3*time.Second); err != nil {
+			if err := a.pipe.CheckLoop(ctx, a.srv.Addrs()[0], 3*time.Second); err != nil {
 				cancel(err)
 			}
 		}()

@@ -12,24 +12,16 @@ import (
 	"github.com/nodedns/nodedns/pkg/cluster/k8s"
 	"github.com/nodedns/nodedns/pkg/config"
 	"github.com/nodedns/nodedns/pkg/observe/admin"
+	"github.com/nodedns/nodedns/pkg/query/pipeline"
 	"github.com/nodedns/nodedns/pkg/query/server"
 )
-
-// clusterIndex adapts *k8s.Index to server.Cluster: the result types have
-// the same fields, so the conversion is free.
-type clusterIndex struct{ *k8s.Index }
-
-func (c clusterIndex) Lookup(name string, qtype uint16) (server.ClusterResult, bool) {
-	r, ok := c.Index.Lookup(name, qtype)
-	return server.ClusterResult(r), ok
-}
 
 // wireCluster connects the Kubernetes index when a kubeconfig (or the
 // in-cluster config) is available; without one the agent is a plain caching
 // forwarder and says so.
-func (a *Agent) wireCluster(scfg *server.Config) error {
+func (a *Agent) wireCluster(pcfg *pipeline.Config) error {
 	if a.cfg.ClusterZone == config.ClusterZoneForward {
-		return a.wireForward(scfg)
+		return a.wireForward(pcfg)
 	}
 	rc, err := k8s.RESTConfig(a.cfg.Kubeconfig)
 	if err != nil {
@@ -50,13 +42,13 @@ func (a *Agent) wireCluster(scfg *server.Config) error {
 	if err != nil {
 		return err
 	}
-	scfg.Cluster = clusterIndex{a.ix}
-	scfg.Search = searchDomains(a.cfg, a.ix.Zone())
+	pcfg.Cluster = a.ix
+	pcfg.Search = searchDomains(a.cfg, a.ix.Zone())
 	if a.cfg.Autopath {
 		if a.cfg.NodeName == "" {
 			a.log.Warn("autopath needs --node-name (or $NODE_NAME) to know this node's pods: search-path walk off")
 		} else {
-			scfg.Pods = a.ix
+			pcfg.Pods = a.ix
 		}
 	}
 	if a.cfg.ClusterDNS != "" {
@@ -65,7 +57,7 @@ func (a *Agent) wireCluster(scfg *server.Config) error {
 			return err
 		}
 		a.clusterFwd = fwd
-		scfg.ClusterDNS = fwd
+		pcfg.ClusterDNS = fwd
 	}
 	return nil
 }

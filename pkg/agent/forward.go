@@ -11,9 +11,9 @@ import (
 	"github.com/nodedns/nodedns/pkg/cluster/k8s"
 	"github.com/nodedns/nodedns/pkg/config"
 	"github.com/nodedns/nodedns/pkg/query/cache"
-	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/pipeline"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
-	"github.com/nodedns/nodedns/pkg/query/zoneroute"
 )
 
 // reverseZones go to the cluster DNS in forward mode, as NodeLocal
@@ -21,15 +21,19 @@ import (
 var reverseZones = []string{"in-addr.arpa.", "ip6.arpa."}
 
 // forwardedZone stands for the cluster zone in forward mode: it answers
-// nothing itself (the names go to the cluster DNS through the router) and
-// names the zone, which the search-path walk builds its list from.
+// nothing itself (the names go to the cluster DNS through the pipeline's
+// route) and names the zone, which the search-path walk builds its list
+// from.
 type forwardedZone struct{ zone string }
 
-func (f forwardedZone) Lookup(string, uint16) (server.ClusterResult, bool) {
-	return server.ClusterResult{}, false
+func (f forwardedZone) Lookup(string, uint16) (stage.Result, bool) {
+	return stage.Result{}, false
 }
 
 func (f forwardedZone) Zone() string { return f.zone }
+
+// Generation never moves: nothing forwardedZone answers ever changes.
+func (f forwardedZone) Generation() uint64 { return 1 }
 
 // clusterDNSForwarder is the forwarder to --cluster-dns.
 func clusterDNSForwarder(cfg config.Config, log *slog.Logger) (*upstream.Forwarder, error) {
@@ -63,7 +67,7 @@ func clusterCacheConfig(cfg config.Config, log *slog.Logger) cache.Config {
 // Nothing of the zone is answered from the API server; only this node's
 // pods are watched (when a kubeconfig is at hand), so the search-path walk
 // still runs here, asking the forwarded zone for each step.
-func (a *Agent) wireForward(scfg *server.Config) error {
+func (a *Agent) wireForward(pcfg *pipeline.Config) error {
 	fwd, err := clusterDNSForwarder(a.cfg, a.upLog)
 	if err != nil {
 		return err
@@ -73,19 +77,11 @@ func (a *Agent) wireForward(scfg *server.Config) error {
 		return fmt.Errorf("cluster zone cache: %w", err)
 	}
 	zones := a.cfg.ClusterZones()
-	router, err := zoneroute.New(append(append([]string(nil), zones...), reverseZones...), a.clusterCache, a.cache)
-	if err != nil {
-		return err
-	}
 	// A stub domain inside a forwarded zone (10.in-addr.arpa, say) keeps
 	// its own servers, as its more specific server block would in a
 	// Corefile.
-	if err := router.SetExcept(stubZones(a.cfg)); err != nil {
-		return fmt.Errorf("stub domains: %w", err)
-	}
-	a.router = router
-	scfg.Resolver, scfg.HitCache = router, router
-	scfg.Search = searchDomains(a.cfg, zones[0])
+	pcfg.Route = &pipeline.Route{Zones: append(append([]string(nil), zones...), reverseZones...), Except: stubZones(a.cfg), Resolver: a.clusterCache}
+	pcfg.Search = searchDomains(a.cfg, zones[0])
 	a.log.Info("cluster zone forwarded", "zones", zones, "reverse", reverseZones, "cluster-dns", a.cfg.ClusterDNS,
 		"protocol", a.cfg.ClusterDNSProtocol, "cache-ttl", a.cfg.ClusterTTL.String())
 	if ignored := localOnlyOptions(a.cfg); len(ignored) > 0 {
@@ -115,7 +111,7 @@ func (a *Agent) wireForward(scfg *server.Config) error {
 		NodeName: a.cfg.NodeName, PodsOnly: true, Logger: a.log}); err != nil {
 		return err
 	}
-	scfg.Cluster, scfg.Pods = forwardedZone{zone: zones[0]}, a.ix
+	pcfg.Cluster, pcfg.Pods = forwardedZone{zone: zones[0]}, a.ix
 	return nil
 }
 

@@ -72,12 +72,10 @@ var (
 		return func() error {
 			a.swapForwarder(fwd)
 			a.rec.SetZones(zones)
-			if a.router != nil {
-				// Stub domains inside the forwarded cluster zones keep
-				// their own servers.
-				if err := a.router.SetExcept(stubs); err != nil {
-					a.log.Error("config reload: stub domains inside the forwarded cluster zones keep their old routes", "err", err)
-				}
+			// Stub domains inside the forwarded cluster zones keep their
+			// own servers.
+			if err := a.pipe.SetRouteExcept(stubs); err != nil {
+				a.log.Error("config reload: stub domains inside the forwarded cluster zones keep their old routes", "err", err)
 			}
 			return nil
 		}, nil
@@ -100,25 +98,25 @@ var (
 		}
 		return func() error {
 			if rw == nil { // no rules: a nil interface, not a nil *Rewriter in one
-				a.srv.SetRewriter(nil)
+				a.pipe.SetRewriter(nil)
 			} else {
-				a.srv.SetRewriter(rw)
+				a.pipe.SetRewriter(rw)
 			}
 			return nil
 		}, nil
 	}}
 	applyLoadBalance = &applier{class: config.ApplyLoadBalance, prepare: func(a *Agent, cfg *config.Config) (func() error, error) {
 		on := cfg.LoadBalance == config.LoadBalanceRoundRobin
-		return func() error { a.srv.SetLoadBalance(on); return nil }, nil
+		return func() error { a.pipe.SetLoadBalance(on); return nil }, nil
 	}}
-	// applySearch replaces the search-path settings of the server.
+	// applySearch replaces the search-path settings of the pipeline.
 	applySearch = &applier{class: config.ApplySearch, prepare: func(a *Agent, cfg *config.Config) (func() error, error) {
 		zone := "cluster.local."
 		if a.ix != nil {
 			zone = a.ix.Zone()
 		}
 		search := searchDomains(*cfg, zone)
-		return func() error { a.srv.SetSearchPath(cfg.Autopath, search); return nil }, nil
+		return func() error { a.pipe.SetSearchPath(cfg.Autopath, search); return nil }, nil
 	}}
 	applyLogLevel = &applier{class: config.ApplyLogLevel, prepare: func(a *Agent, cfg *config.Config) (func() error, error) {
 		return func() error { return a.level.UnmarshalText([]byte(cfg.LogLevel)) }, nil

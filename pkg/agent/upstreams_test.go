@@ -22,6 +22,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/cluster/k8s"
 	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
 	"github.com/nodedns/nodedns/pkg/config"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
@@ -238,7 +239,7 @@ func TestStubServerByClusterName(t *testing.T) {
 	ask := func(name string) string {
 		m := new(dns.Msg)
 		m.SetQuestion(name, dns.TypeA)
-		r, err := fwd.Exchange(context.Background(), m)
+		r, err := fwd.Exchange(context.Background(), stage.Origin{}, m)
 		if err != nil || len(r.Answer) == 0 {
 			return fmt.Sprint(err)
 		}

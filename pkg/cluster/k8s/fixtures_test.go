@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
 // testNow is the fixed clock of the tests: every SOA serial is its Unix time.
@@ -30,7 +32,7 @@ const (
 
 // format renders a result as text: the rcode and AA flag, then one line
 // per record, prefixed by its section (an, ns, ex), class omitted.
-func format(r Result) string {
+func format(r stage.Result) string {
 	m := r.Msg
 	if m == nil {
 		return "<nil>"

@@ -7,24 +7,8 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/query/dnsname"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 )
-
-// Result is the local answer for a cluster name. It has the same fields, in
-// the same order, as server.ClusterResult, so the caller converts it with a
-// plain conversion.
-type Result struct {
-	// Msg carries Rcode, Authoritative and the Answer, Ns and Extra
-	// sections; its Question is not set. It may be shared between
-	// requests: never modify it.
-	Msg *dns.Msg
-	// ExternalTarget, when set, is the out-of-zone name (lower-case FQDN)
-	// that Msg's answer ends in a CNAME to; the caller resolves it and
-	// appends that answer.
-	ExternalTarget string
-	// NotSynced: the name is in the zone but the informers have not synced.
-	// Msg is then a SERVFAIL for callers without a fallback.
-	NotSynced bool
-}
 
 var (
 	// REFUSED, like CoreDNS: zone transfers are not served. CoreDNS sets
@@ -48,26 +32,26 @@ const maxChain = 10
 // in-addr.arpa ip6.arpa`), which implements the Kubernetes DNS
 // specification v1.1.0; the comments below mark where we deliberately
 // differ.
-func (ix *Index) Lookup(name string, qtype uint16) (Result, bool) {
+func (ix *Index) Lookup(name string, qtype uint16) (stage.Result, bool) {
 	zi := ix.zoneIndex(name)
 	if zi < 0 {
 		return ix.lookupReverse(name, qtype)
 	}
 	if qtype == dns.TypeAXFR || qtype == dns.TypeIXFR {
-		return Result{Msg: refusedMsg}, true
+		return stage.Result{Msg: refusedMsg}, true
 	}
 	if !ix.synced.Load() {
 		// Never a false NXDOMAIN before the informers have synced.
-		return Result{Msg: servfailMsg, NotSynced: true}, true
+		return stage.Result{Msg: servfailMsg, NotSynced: true}, true
 	}
 	zm := ix.zoneMsg.Load().z[zi]
 	ix.mu.RLock()
 	m, ext := ix.resolve(zm, name, qtype, 0)
 	ix.mu.RUnlock()
 	if m == zm.nxdomain && ix.fallsThrough(name) {
-		return Result{}, false
+		return stage.Result{}, false
 	}
-	return Result{Msg: m, ExternalTarget: ext}, true
+	return stage.Result{Msg: m, ExternalTarget: ext}, true
 }
 
 // zoneIndex returns the position in ix.zones of the zone name is in, the
@@ -579,9 +563,9 @@ func (ix *Index) resolvePod(zm *zoneMsgs, name string, lab *[maxLabels]string, n
 // the index only holds PTR records there (CoreDNS also answers SOA and NS
 // at in-addr.arpa. itself). Before the informers have synced every
 // reverse name goes upstream.
-func (ix *Index) lookupReverse(name string, qtype uint16) (Result, bool) {
+func (ix *Index) lookupReverse(name string, qtype uint16) (stage.Result, bool) {
 	if qtype != dns.TypePTR || !ix.synced.Load() {
-		return Result{}, false
+		return stage.Result{}, false
 	}
 	ri := -1
 	for i, z := range reverseZones {
@@ -591,11 +575,11 @@ func (ix *Index) lookupReverse(name string, qtype uint16) (Result, bool) {
 		}
 	}
 	if ri < 0 {
-		return Result{}, false
+		return stage.Result{}, false
 	}
 	if name == reverseZones[ri] {
 		// The apex exists: NODATA, not a name error (as CoreDNS).
-		return Result{Msg: ix.zoneMsg.Load().revNoData[ri]}, true
+		return stage.Result{Msg: ix.zoneMsg.Load().revNoData[ri]}, true
 	}
 	if ip, ok := dnsname.ParseReverse(name); ok {
 		// The generation is read before the state: an answer built from
@@ -603,20 +587,20 @@ func (ix *Index) lookupReverse(name string, qtype uint16) (Result, bool) {
 		// moved on (Generation).
 		gen := ix.gen.Load()
 		if m := ix.answers.get(name, qtype, gen); m != nil {
-			return Result{Msg: m}, true
+			return stage.Result{Msg: m}, true
 		}
 		ix.mu.RLock()
 		m := ix.reverse(name, ip)
 		ix.mu.RUnlock()
 		if m != nil {
 			ix.answers.put(m.Answer[0].Header().Name, qtype, gen, m)
-			return Result{Msg: m}, true
+			return stage.Result{Msg: m}, true
 		}
 	}
 	if ix.fallsThrough(name) {
-		return Result{}, false
+		return stage.Result{}, false
 	}
-	return Result{Msg: ix.zoneMsg.Load().revNX[ri]}, true
+	return stage.Result{Msg: ix.zoneMsg.Load().revNX[ri]}, true
 }
 
 // reverse returns the PTR answer for ip, nil when no exposed Service or

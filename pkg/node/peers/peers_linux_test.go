@@ -14,15 +14,26 @@ import (
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 
+	"github.com/nodedns/nodedns/pkg/query/pipeline"
 	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
+// answerA answers every name, with nothing cached.
 type answerA struct{}
 
-func (answerA) Resolve(_ context.Context, q *dns.Msg) (*dns.Msg, bool, bool, error) {
+func (answerA) Resolve(_ context.Context, _ stage.Origin, q *dns.Msg) (stage.Result, error) {
 	m := new(dns.Msg)
 	m.SetReply(q)
-	return m, false, false, nil
+	return stage.Result{Msg: m, Source: stage.SourceUpstream}, nil
+}
+
+func (answerA) AppendHit(dst []byte, _ string, _, _ uint16, _, _ bool) ([]byte, int, bool) {
+	return dst, 0, false
+}
+
+func (answerA) AppendHitRef(dst []byte, _ string, _, _ uint16, _, _ bool) ([]byte, int, stage.StoredHit, bool) {
+	return dst, 0, nil, false
 }
 
 // reusePortConn binds a UDP socket with SO_REUSEPORT, as CoreDNS (and so
@@ -43,13 +54,17 @@ func reusePortConn(t *testing.T, addr string) net.PacketConn {
 	return pc
 }
 
-// TestCheckRealServers: a real nodedns server (pkg/query/server, two sockets)
-// is recognised by the probe; a foreign server sharing its port through
-// SO_REUSEPORT is found among them. This pins the probe to what pkg/query/server
-// answers. (In-process, every socket is this process's: an empty fd
+// TestCheckRealServers: a real nodedns server (pkg/query/pipeline behind
+// pkg/query/server) is recognised by the probe; a foreign server sharing
+// its port through SO_REUSEPORT is found among them. This pins the probe
+// to what the agent answers. (In-process, every socket is this process's: an empty fd
 // directory makes them all "another process's".)
 func TestCheckRealServers(t *testing.T) {
-	s, err := server.New(server.Config{Listen: []string{"127.0.0.1:0"}, Resolver: answerA{}, SocketsPerAddr: 1})
+	p, err := pipeline.New(pipeline.Config{Resolver: answerA{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(server.Config{Listen: []string{"127.0.0.1:0"}, Handler: p, SocketsPerAddr: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

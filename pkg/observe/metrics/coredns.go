@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodedns/nodedns/pkg/observe/hist"
-	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/pipeline"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
@@ -283,7 +283,7 @@ func (c *compat) setZones(zones []string) {
 }
 
 // observe counts one answer; si and rc are the source and rcode indexes.
-func (c *compat) observe(ev *server.Event, si, rc int) {
+func (c *compat) observe(ev *pipeline.Event, si, rc int) {
 	zs := c.table.Load().match(ev.Name)
 	li := ev.Listener
 	if li < 0 || li >= len(zs.servers) {

@@ -14,7 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/pipeline"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
 // gather returns r's metric families by name.
@@ -104,19 +105,19 @@ func compatRecorder(t *testing.T) *Recorder {
 func TestCoreDNSDNSSeries(t *testing.T) {
 	r := compatRecorder(t)
 	v4, v6 := netip.MustParseAddr("169.254.0.7"), netip.MustParseAddr("fd00::7")
-	obs := func(src server.Source, rcode int, name string, qtype uint16, proto string, client netip.Addr, listener int, do bool) {
-		r.Observe(server.Event{Source: src, Rcode: rcode, Proto: proto, Client: client, Name: name, Qtype: qtype,
+	obs := func(src stage.Source, rcode int, name string, qtype uint16, proto string, client netip.Addr, listener int, do bool) {
+		r.Observe(pipeline.Event{Source: src, Rcode: rcode, Proto: proto, Client: client, Name: name, Qtype: qtype,
 			Duration: 3 * time.Millisecond, Listener: listener, RequestSize: 40, ResponseSize: 120, DO: do})
 	}
-	obs(server.SourceCluster, dns.RcodeSuccess, "web.team-a.svc.cluster.local.", dns.TypeA, "udp", v4, 0, false)
-	obs(server.SourceCluster, dns.RcodeNameError, "nope.team-a.svc.cluster.local.", dns.TypeAAAA, "tcp", v6, 1, true)
-	obs(server.SourceCluster, dns.RcodeSuccess, "10.0.96.10.in-addr.arpa.", dns.TypePTR, "udp", v4, 0, false)
-	obs(server.SourceCache, dns.RcodeSuccess, "www.example.com.", dns.TypeA, "udp", v4, 0, false)
-	obs(server.SourceStale, dns.RcodeSuccess, "www.example.com.", dns.TypeA, "udp", v4, 0, false)
-	obs(server.SourceUpstream, dns.RcodeServerFailure, "host.corp.example.", dns.TypeMX, "udp", v4, 0, false)
-	obs(server.SourceLocal, dns.RcodeFormatError, "", 0, "udp", v4, 0, false)
-	obs(server.SourceUpstream, dns.RcodeSuccess, "x.example.com.", dns.TypeCAA, "udp", v4, 7, false) // unknown listener: the first
-	obs(server.SourceLocal, dns.RcodeBadVers, "y.example.com.", dns.TypeA, "udp", v4, 0, false)
+	obs(stage.SourceCluster, dns.RcodeSuccess, "web.team-a.svc.cluster.local.", dns.TypeA, "udp", v4, 0, false)
+	obs(stage.SourceCluster, dns.RcodeNameError, "nope.team-a.svc.cluster.local.", dns.TypeAAAA, "tcp", v6, 1, true)
+	obs(stage.SourceCluster, dns.RcodeSuccess, "10.0.96.10.in-addr.arpa.", dns.TypePTR, "udp", v4, 0, false)
+	obs(stage.SourceCache, dns.RcodeSuccess, "www.example.com.", dns.TypeA, "udp", v4, 0, false)
+	obs(stage.SourceStale, dns.RcodeSuccess, "www.example.com.", dns.TypeA, "udp", v4, 0, false)
+	obs(stage.SourceUpstream, dns.RcodeServerFailure, "host.corp.example.", dns.TypeMX, "udp", v4, 0, false)
+	obs(stage.SourceLocal, dns.RcodeFormatError, "", 0, "udp", v4, 0, false)
+	obs(stage.SourceUpstream, dns.RcodeSuccess, "x.example.com.", dns.TypeCAA, "udp", v4, 7, false) // unknown listener: the first
+	obs(stage.SourceLocal, dns.RcodeBadVers, "y.example.com.", dns.TypeA, "udp", v4, 0, false)
 	mfs := gather(t, r)
 
 	req := "coredns_dns_requests_total"
@@ -166,7 +167,7 @@ func TestCoreDNSDNSSeries(t *testing.T) {
 
 func TestCoreDNSOtherSeries(t *testing.T) {
 	r := compatRecorder(t)
-	a := ev(server.SourceAutopath, dns.RcodeSuccess, "svc.ns.svc.cluster.local.")
+	a := ev(stage.SourceAutopath, dns.RcodeSuccess, "svc.ns.svc.cluster.local.")
 	a.AutopathSteps, a.AutopathSaved = 2, 1
 	r.Observe(a)
 	mfs := gather(t, r)
@@ -221,11 +222,11 @@ func TestCoreDNSZones(t *testing.T) {
 			t.Errorf("zone of %q = %q, want %q", name, got, want)
 		}
 	}
-	r.Observe(ev(server.SourceUpstream, 0, "a.corp.example."))
+	r.Observe(ev(stage.SourceUpstream, 0, "a.corp.example."))
 	r.SetZones([]string{"example."})
-	r.Observe(ev(server.SourceUpstream, 0, "a.corp.example."))
+	r.Observe(ev(stage.SourceUpstream, 0, "a.corp.example."))
 	r.SetZones([]string{"example.", "corp.example."})
-	r.Observe(ev(server.SourceUpstream, 0, "a.corp.example."))
+	r.Observe(ev(stage.SourceUpstream, 0, "a.corp.example."))
 	mfs := gather(t, r)
 	wantSeries(t, mfs, "coredns_dns_requests_total", "family=2,proto=udp,server=dns://:53,type=A,view=,zone=corp.example.", 2)
 	wantSeries(t, mfs, "coredns_dns_requests_total", "family=2,proto=udp,server=dns://:53,type=A,view=,zone=example.", 1)
@@ -244,7 +245,7 @@ func TestCoreDNSZones(t *testing.T) {
 // --metrics-compat=none: nodedns_* only.
 func TestCompatNone(t *testing.T) {
 	r := newRecorder(t, Config{Compat: CompatNone, Sources: fullSources(), Zones: []string{"cluster.local."}})
-	r.Observe(ev(server.SourceCache, 0, "a.example."))
+	r.Observe(ev(stage.SourceCache, 0, "a.example."))
 	r.SetZones([]string{"x."})
 	for name := range gather(t, r) {
 		if strings.HasPrefix(name, "coredns_") {
@@ -260,7 +261,7 @@ func TestCompatNone(t *testing.T) {
 // metric described, one type per name, labels as described).
 func TestCoreDNSCollectorConsistent(t *testing.T) {
 	r := compatRecorder(t)
-	r.Observe(ev(server.SourceStale, dns.RcodeSuccess, "a.example."))
+	r.Observe(ev(stage.SourceStale, dns.RcodeSuccess, "a.example."))
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(newCorednsCollector(r, r.compat)); err != nil {
 		t.Fatal(err)
@@ -274,7 +275,7 @@ func TestCoreDNSCollectorConsistent(t *testing.T) {
 // zone, listener and protocol.
 func TestObserveAllocsCompat(t *testing.T) {
 	r := compatRecorder(t)
-	e := server.Event{Source: server.SourceCluster, Rcode: 0, Proto: "tcp", Client: netip.MustParseAddr("fd00::1"),
+	e := pipeline.Event{Source: stage.SourceCluster, Rcode: 0, Proto: "tcp", Client: netip.MustParseAddr("fd00::1"),
 		Name: "web.team-a.svc.cluster.local.", Qtype: dns.TypeSRV, Duration: time.Millisecond, Listener: 1,
 		RequestSize: 60, ResponseSize: 300, DO: true}
 	r.Observe(e)
@@ -293,7 +294,7 @@ func BenchmarkObserveNoCompat(b *testing.B) {
 	for r.coarse.Load() == 0 {
 		runtime.Gosched()
 	}
-	e := ev(server.SourceCache, 0, "www.example.com.")
+	e := ev(stage.SourceCache, 0, "www.example.com.")
 	b.ReportAllocs()
 	for b.Loop() {
 		r.Observe(e)
@@ -312,7 +313,7 @@ func BenchmarkObserveCompatZones(b *testing.B) {
 	for r.coarse.Load() == 0 {
 		runtime.Gosched()
 	}
-	e := ev(server.SourceCache, 0, "www.example.com.")
+	e := ev(stage.SourceCache, 0, "www.example.com.")
 	e.RequestSize, e.ResponseSize = 40, 120
 	b.ReportAllocs()
 	for b.Loop() {

@@ -23,7 +23,9 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/observe/hist"
 	"github.com/nodedns/nodedns/pkg/query/cache"
+	"github.com/nodedns/nodedns/pkg/query/pipeline"
 	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
@@ -53,24 +55,24 @@ func newRecorder(t testing.TB, cfg Config) *Recorder {
 
 var client = netip.MustParseAddr("fd00::7")
 
-func ev(src server.Source, rcode int, name string) server.Event {
-	return server.Event{Source: src, Rcode: rcode, Proto: "udp", Client: client, Name: name,
+func ev(src stage.Source, rcode int, name string) pipeline.Event {
+	return pipeline.Event{Source: src, Rcode: rcode, Proto: "udp", Client: client, Name: name,
 		Qtype: dns.TypeA, Duration: 300 * time.Microsecond}
 }
 
 func TestCountsBySourceAndRcode(t *testing.T) {
 	r := newRecorder(t, Config{})
 	for range 5 {
-		r.Observe(ev(server.SourceCache, dns.RcodeSuccess, "a.example."))
+		r.Observe(ev(stage.SourceCache, dns.RcodeSuccess, "a.example."))
 	}
 	for range 3 {
-		r.Observe(ev(server.SourceCluster, dns.RcodeNameError, "x.default.svc.cluster.local."))
+		r.Observe(ev(stage.SourceCluster, dns.RcodeNameError, "x.default.svc.cluster.local."))
 	}
-	r.Observe(ev(server.SourceUpstream, dns.RcodeServerFailure, "b.example."))
-	r.Observe(ev(server.SourceLocal, dns.RcodeBadVers, "c.example."))
-	r.Observe(ev(server.SourceLocal, 4000, "d.example."))
+	r.Observe(ev(stage.SourceUpstream, dns.RcodeServerFailure, "b.example."))
+	r.Observe(ev(stage.SourceLocal, dns.RcodeBadVers, "c.example."))
+	r.Observe(ev(stage.SourceLocal, 4000, "d.example."))
 	r.Observe(ev("novel", dns.RcodeSuccess, "e.example."))
-	a := ev(server.SourceAutopath, dns.RcodeSuccess, "svc.ns.svc.cluster.local.")
+	a := ev(stage.SourceAutopath, dns.RcodeSuccess, "svc.ns.svc.cluster.local.")
 	a.AutopathSteps, a.AutopathSaved = 3, 2
 	r.Observe(a)
 	a.AutopathSteps, a.AutopathSaved = 1, 0 // first expansion won: walked, nothing saved
@@ -102,7 +104,7 @@ func TestQPSWindows(t *testing.T) {
 	// 100 queries a second for 60 seconds, then 10 seconds of 1000/s.
 	for range 60 {
 		for range 100 {
-			r.Observe(ev(server.SourceCache, 0, "a.example."))
+			r.Observe(ev(stage.SourceCache, 0, "a.example."))
 		}
 		clk.Advance(time.Second)
 	}
@@ -111,7 +113,7 @@ func TestQPSWindows(t *testing.T) {
 	}
 	for range 10 {
 		for range 1000 {
-			r.Observe(ev(server.SourceCache, 0, "a.example."))
+			r.Observe(ev(stage.SourceCache, 0, "a.example."))
 		}
 		clk.Advance(time.Second)
 	}
@@ -124,7 +126,7 @@ func TestQPSWindows(t *testing.T) {
 	}
 	// The current second is not counted until it is over.
 	for range 500 {
-		r.Observe(ev(server.SourceCache, 0, "a.example."))
+		r.Observe(ev(stage.SourceCache, 0, "a.example."))
 	}
 	if q := r.Stats().QPS; q.Last10s != 1000 {
 		t.Errorf("partial second counted: last 10s = %g", q.Last10s)
@@ -145,7 +147,7 @@ func TestQPSYoungRecorder(t *testing.T) {
 	}
 	for range 4 {
 		for range 50 {
-			r.Observe(ev(server.SourceCache, 0, "a.example."))
+			r.Observe(ev(stage.SourceCache, 0, "a.example."))
 		}
 		clk.Advance(time.Second)
 	}
@@ -160,16 +162,16 @@ func TestTopKBounded(t *testing.T) {
 	r := newRecorder(t, Config{Now: clk.Now, TopSample: 1, TopK: 10})
 	const distinct = 100000
 	for i := range distinct {
-		e := ev(server.SourceCache, 0, fmt.Sprintf("n%d.example.", i))
+		e := ev(stage.SourceCache, 0, fmt.Sprintf("n%d.example.", i))
 		e.Client = netip.AddrFrom4([4]byte{169, 254, byte(i >> 8), byte(i)})
 		r.Observe(e)
 		if i%10 == 0 { // a heavy hitter: 10% of the traffic
-			h := ev(server.SourceCache, 0, "heavy.example.")
+			h := ev(stage.SourceCache, 0, "heavy.example.")
 			h.Client = netip.MustParseAddr("169.254.99.99")
 			r.Observe(h)
 		}
 		if i%50 == 0 {
-			r.Observe(ev(server.SourceCache, 0, "second.example."))
+			r.Observe(ev(stage.SourceCache, 0, "second.example."))
 		}
 	}
 	if n, limit := len(r.names.items), r.names.size; n > limit || len(r.names.pos) != n {
@@ -200,7 +202,7 @@ func TestTopKSampledAndDecayed(t *testing.T) {
 		t.Fatalf("TopSample = %d, want 16", r.cfg.TopSample)
 	}
 	for range 1600 {
-		r.Observe(ev(server.SourceCache, 0, "a.example."))
+		r.Observe(ev(stage.SourceCache, 0, "a.example."))
 	}
 	d := r.Stats()
 	if len(d.TopNames) != 1 || d.TopNames[0] != (TopEntry{"a.example.", 1600}) || d.TopSample != 16 {
@@ -244,7 +246,7 @@ func TestQueryLogSampled(t *testing.T) {
 	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })
 	r := newRecorder(t, Config{LogQueries: 0.25, Logger: slog.New(slog.NewTextHandler(w, nil))})
 	for range 100 {
-		r.Observe(ev(server.SourceUpstream, dns.RcodeNameError, "gone.example."))
+		r.Observe(ev(stage.SourceUpstream, dns.RcodeNameError, "gone.example."))
 	}
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 25 {
@@ -258,7 +260,7 @@ func TestQueryLogSampled(t *testing.T) {
 	buf.Reset()
 	quiet := newRecorder(t, Config{Logger: slog.New(slog.NewTextHandler(w, nil))})
 	for range 100 {
-		quiet.Observe(ev(server.SourceCache, 0, "a.example."))
+		quiet.Observe(ev(stage.SourceCache, 0, "a.example."))
 	}
 	if buf.Len() != 0 {
 		t.Errorf("query log off, yet: %s", buf.String())
@@ -273,7 +275,7 @@ func TestQueryLogSampled(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 100 {
-		quiet.Observe(ev(server.SourceCache, 0, "a.example."))
+		quiet.Observe(ev(stage.SourceCache, 0, "a.example."))
 	}
 	if n := strings.Count(buf.String(), "\n"); n != 50 {
 		t.Errorf("logged %d of 100 after SetLogQueries(0.5)", n)
@@ -335,9 +337,9 @@ func fullSources() Sources {
 
 func TestMetricsHandler(t *testing.T) {
 	r := newRecorder(t, Config{Version: "v1.2.3", Sources: fullSources()})
-	r.Observe(ev(server.SourceCache, dns.RcodeSuccess, "a.example."))
-	r.Observe(ev(server.SourceCluster, dns.RcodeNameError, "b.default.svc.cluster.local."))
-	a := ev(server.SourceAutopath, dns.RcodeSuccess, "svc.ns.svc.cluster.local.")
+	r.Observe(ev(stage.SourceCache, dns.RcodeSuccess, "a.example."))
+	r.Observe(ev(stage.SourceCluster, dns.RcodeNameError, "b.default.svc.cluster.local."))
+	a := ev(stage.SourceAutopath, dns.RcodeSuccess, "svc.ns.svc.cluster.local.")
 	a.AutopathSteps, a.AutopathSaved = 3, 2
 	r.Observe(a)
 
@@ -426,7 +428,7 @@ func TestMetricsHandler(t *testing.T) {
 // naming lint.
 func TestCollectorConsistent(t *testing.T) {
 	r := newRecorder(t, Config{Sources: fullSources()})
-	r.Observe(ev(server.SourceStale, dns.RcodeSuccess, "a.example."))
+	r.Observe(ev(stage.SourceStale, dns.RcodeSuccess, "a.example."))
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(newCollector(r)); err != nil {
 		t.Fatal(err)
@@ -453,9 +455,9 @@ func TestStatsDocument(t *testing.T) {
 	clk := newFakeClock()
 	r := newRecorder(t, Config{Version: "v1.2.3", Sources: fullSources(), Now: clk.Now, TopSample: 1})
 	for range 20 {
-		r.Observe(ev(server.SourceCache, dns.RcodeSuccess, "a.example."))
+		r.Observe(ev(stage.SourceCache, dns.RcodeSuccess, "a.example."))
 	}
-	r.Observe(ev(server.SourceUpstream, dns.RcodeNameError, "b.example."))
+	r.Observe(ev(stage.SourceUpstream, dns.RcodeNameError, "b.example."))
 	clk.Advance(90 * time.Second)
 	d := r.Stats()
 	if d.Version != "v1.2.3" || d.UptimeSeconds != 90 || !d.Started.Equal(clk.Now().Add(-90*time.Second)) {
@@ -508,7 +510,7 @@ func TestConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 5000 {
-				e := ev(server.SourceCache, i%4, fmt.Sprintf("n%d.example.", (g*5000+i)%700))
+				e := ev(stage.SourceCache, i%4, fmt.Sprintf("n%d.example.", (g*5000+i)%700))
 				e.Client = netip.AddrFrom4([4]byte{169, 254, byte(g), byte(i)})
 				r.Observe(e)
 			}
@@ -543,7 +545,7 @@ func TestRunCoarseClock(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	for range 30 {
-		r.Observe(ev(server.SourceCache, 0, "a.example."))
+		r.Observe(ev(stage.SourceCache, 0, "a.example."))
 	}
 	cancel()
 	<-done
@@ -559,7 +561,7 @@ func TestRunCoarseClock(t *testing.T) {
 
 func TestObserveAllocs(t *testing.T) {
 	r := newRecorder(t, Config{TopSample: 1})
-	e := ev(server.SourceCache, 0, "a.example.")
+	e := ev(stage.SourceCache, 0, "a.example.")
 	r.Observe(e) // the first sighting stores the name
 	if n := testing.AllocsPerRun(1000, func() { r.Observe(e) }); n != 0 {
 		t.Errorf("Observe allocates %g times per call, want 0", n)
@@ -568,7 +570,7 @@ func TestObserveAllocs(t *testing.T) {
 
 func BenchmarkObserve(b *testing.B) {
 	r := newRecorder(b, Config{})
-	e := ev(server.SourceCache, 0, "www.example.com.")
+	e := ev(stage.SourceCache, 0, "www.example.com.")
 	b.ReportAllocs()
 	for b.Loop() {
 		r.Observe(e)
@@ -584,7 +586,7 @@ func BenchmarkObserveCoarse(b *testing.B) {
 	for r.coarse.Load() == 0 {
 		runtime.Gosched()
 	}
-	e := ev(server.SourceCache, 0, "www.example.com.")
+	e := ev(stage.SourceCache, 0, "www.example.com.")
 	b.ReportAllocs()
 	for b.Loop() {
 		r.Observe(e)
@@ -597,7 +599,7 @@ func BenchmarkObserveParallel(b *testing.B) {
 	r := newRecorder(b, Config{})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
-		e := ev(server.SourceCache, 0, "www.example.com.")
+		e := ev(stage.SourceCache, 0, "www.example.com.")
 		for pb.Next() {
 			r.Observe(e)
 		}
@@ -612,7 +614,7 @@ func BenchmarkObserveDistinctNames(b *testing.B) {
 	for i := range names {
 		names[i] = fmt.Sprintf("n%d.example.", i)
 	}
-	e := ev(server.SourceCache, 0, "")
+	e := ev(stage.SourceCache, 0, "")
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -656,7 +658,7 @@ func TestQueryLogClasses(t *testing.T) {
 		var buf bytes.Buffer
 		r := newRecorder(t, Config{LogClasses: c.classes, Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
 		for _, x := range traffic {
-			e := ev(server.SourceUpstream, x.rcode, x.name)
+			e := ev(stage.SourceUpstream, x.rcode, x.name)
 			e.Answers, e.Truncated = x.answers, x.truncated
 			r.Observe(e)
 		}
@@ -685,8 +687,8 @@ func TestQueryLogClasses(t *testing.T) {
 	var buf bytes.Buffer
 	r := newRecorder(t, Config{LogQueries: 0.5, LogClasses: []string{"error"}, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	for range 100 {
-		r.Observe(ev(server.SourceUpstream, dns.RcodeServerFailure, "sf.example."))
-		r.Observe(ev(server.SourceUpstream, dns.RcodeNameError, "nx.example."))
+		r.Observe(ev(stage.SourceUpstream, dns.RcodeServerFailure, "sf.example."))
+		r.Observe(ev(stage.SourceUpstream, dns.RcodeNameError, "nx.example."))
 	}
 	if n := strings.Count(buf.String(), "\n"); n != 50 || strings.Contains(buf.String(), "nx.example.") {
 		t.Errorf("0.5 of errors: %d lines (want 50), NXDOMAIN logged: %v", n, strings.Contains(buf.String(), "nx.example."))

@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodedns/nodedns/pkg/query/cache"
+	"github.com/nodedns/nodedns/pkg/query/pipeline"
 	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
@@ -28,7 +30,7 @@ type Config struct {
 	// default CompatCoreDNS.
 	Compat Compat
 	// Listeners are the listen addresses, in the server's order
-	// (server.Event.Listener indexes them): CoreDNS's server label.
+	// (pipeline.Event.Listener indexes them): CoreDNS's server label.
 	Listeners []string
 	// Zones are the zones queries are counted under besides "." in the
 	// CoreDNS series (see SetZones).
@@ -143,21 +145,21 @@ const (
 
 var sourceNames = [numSources]string{"cluster", "cache", "stale", "upstream", "autopath", "local", "hosts", "other"}
 
-func sourceIndex(s server.Source) int {
+func sourceIndex(s stage.Source) int {
 	switch s {
-	case server.SourceCluster:
+	case stage.SourceCluster:
 		return srcCluster
-	case server.SourceCache:
+	case stage.SourceCache:
 		return srcCache
-	case server.SourceStale:
+	case stage.SourceStale:
 		return srcStale
-	case server.SourceUpstream:
+	case stage.SourceUpstream:
 		return srcUpstream
-	case server.SourceAutopath:
+	case stage.SourceAutopath:
 		return srcAutopath
-	case server.SourceLocal:
+	case stage.SourceLocal:
 		return srcLocal
-	case server.SourceHosts:
+	case stage.SourceHosts:
 		return srcHosts
 	}
 	return srcOther
@@ -277,7 +279,7 @@ func New(cfg Config) (*Recorder, error) {
 // nothing, except for the sampled events (one in TopSample per source and
 // rcode takes a short mutex for the top lists; one in 1/LogQueries is
 // logged).
-func (r *Recorder) Observe(ev server.Event) {
+func (r *Recorder) Observe(ev pipeline.Event) {
 	sec := r.coarse.Load()
 	if sec == 0 {
 		sec = r.second()
@@ -379,7 +381,7 @@ func (r *Recorder) wallNow() time.Time {
 
 // logQuery writes one query log record. Its field names are a contract
 // (docs/logging.md): add fields, never rename one.
-func (r *Recorder) logQuery(ev *server.Event, c replyClass) {
+func (r *Recorder) logQuery(ev *pipeline.Event, c replyClass) {
 	if !r.qlog.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
@@ -424,7 +426,7 @@ const allClasses classSet = 1<<numClasses - 1
 // CNAME to a name that does not exist) an error. The event does not carry
 // the authority section, and a CNAME chain ending in a missing name is a
 // denial to the client that asked, so both are denials here.
-func classOf(ev *server.Event) replyClass {
+func classOf(ev *pipeline.Event) replyClass {
 	switch ev.Rcode {
 	case dns.RcodeSuccess:
 		if ev.Answers == 0 && !ev.Truncated {

@@ -3,7 +3,7 @@
 // search list, and which names the walk visits, in the order a glibc or musl
 // client with `ndots:5` would have asked them.
 //
-// It is pure: it knows nothing of where answers come from. The server owns
+// It is pure: it knows nothing of where answers come from. The pipeline owns
 // the walk itself (which answer wins, what the client gets back).
 package autopath
 

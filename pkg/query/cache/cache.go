@@ -1,5 +1,5 @@
 // Package cache keeps answers for external names and fetches misses through
-// an upstream Exchanger. It owns the caching rules: what is stored and for
+// an upstream (a stage.Exchanger). It owns the caching rules: what is stored and for
 // how long (RFC 2308 negative caching, clamps, short-lived SERVFAIL), TTLs
 // that count down, serve-stale when the upstream fails (RFC 8767) and
 // prefetch of popular entries before they expire.
@@ -31,13 +31,8 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 )
-
-// Exchanger sends a query upstream. It is what the cache needs from
-// pkg/upstream; implementations must be safe for concurrent use.
-type Exchanger interface {
-	Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error)
-}
 
 // Key identifies a cached answer. Name is lower-case and fully qualified.
 type Key struct {
@@ -232,7 +227,7 @@ type Cache struct {
 }
 
 // New returns a cache in front of up.
-func New(cfg Config, up Exchanger) (*Cache, error) {
+func New(cfg Config, up stage.Exchanger) (*Cache, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
@@ -267,13 +262,13 @@ func New(cfg Config, up Exchanger) (*Cache, error) {
 	return c, nil
 }
 
-type exchangerBox struct{ Exchanger }
+type exchangerBox struct{ stage.Exchanger }
 
 func (c *Cache) conf() *Config { return c.cfg.Load() }
 
 // SetExchanger replaces the upstream (live reload). Exchanges already
 // under way finish with the old one.
-func (c *Cache) SetExchanger(up Exchanger) { c.up.Store(&exchangerBox{up}) }
+func (c *Cache) SetExchanger(up stage.Exchanger) { c.up.Store(&exchangerBox{up}) }
 
 // Reconfigure applies new limits (live reload): size and byte bounds, TTL
 // clamps, negative and SERVFAIL lifetimes, serve-stale and prefetch

@@ -18,6 +18,7 @@ import (
 	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
 	"github.com/nodedns/nodedns/pkg/query/cache"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
@@ -76,7 +77,7 @@ func forwarder(t testing.TB, addrs ...string) *upstream.Forwarder {
 
 // newCache returns a cache on clk (when not nil) in front of up; it is
 // closed at test end.
-func newCache(t testing.TB, cfg cache.Config, clk *clock, up cache.Exchanger) *cache.Cache {
+func newCache(t testing.TB, cfg cache.Config, clk *clock, up stage.Exchanger) *cache.Cache {
 	t.Helper()
 	if clk != nil {
 		cfg.Clock = clk.Mono
@@ -112,7 +113,7 @@ func query(name string, qtype uint16, do, cd bool) *dns.Msg {
 
 func resolve(t testing.TB, c *cache.Cache, name string, qtype uint16) (r *dns.Msg, fromCache, stale bool) {
 	t.Helper()
-	r, fromCache, stale, err := c.Resolve(context.Background(), query(name, qtype, false, false))
+	r, fromCache, stale, err := resolveFor(c, context.Background(), query(name, qtype, false, false))
 	if err != nil {
 		t.Fatalf("Resolve %s/%d: %v", name, qtype, err)
 	}
@@ -316,7 +317,7 @@ func TestKey(t *testing.T) {
 		t.Helper()
 		q := query(name, qtype, do, cd)
 		q.Question[0].Qclass = qclass
-		if _, _, _, err := c.Resolve(ctx, q); err != nil {
+		if _, _, _, err := resolveFor(c, ctx, q); err != nil {
 			t.Fatalf("Resolve %s: %v", name, err)
 		}
 	}
@@ -453,7 +454,7 @@ func TestNotCached(t *testing.T) {
 // check, so the cache's own rules are what is tested.
 type plainExchanger struct{ addr string }
 
-func (p plainExchanger) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
+func (p plainExchanger) Exchange(ctx context.Context, _ stage.Origin, q *dns.Msg) (*dns.Msg, error) {
 	cl := &dns.Client{Timeout: 3 * time.Second, UDPSize: 1232}
 	r, _, err := cl.ExchangeContext(ctx, q, p.addr)
 	return r, err
@@ -542,7 +543,7 @@ func TestServfail(t *testing.T) {
 		}
 		// An expired SERVFAIL is never served stale.
 		up.Stop()
-		if _, _, _, err := c.Resolve(context.Background(), query("sf.example.test.", dns.TypeA, false, false)); err == nil {
+		if _, _, _, err := resolveFor(c, context.Background(), query("sf.example.test.", dns.TypeA, false, false)); err == nil {
 			t.Fatal("expired SERVFAIL served while the upstream is down")
 		}
 		if up.Count() != asked {
@@ -624,7 +625,7 @@ func TestServeStale(t *testing.T) {
 		t.Fatal("not stale 59s past expiry")
 	}
 	clk.Advance(time.Second) // 60s past expiry: too old
-	if r, _, stale, err := c.Resolve(context.Background(), query("st.example.test.", dns.TypeA, false, false)); err == nil {
+	if r, _, stale, err := resolveFor(c, context.Background(), query("st.example.test.", dns.TypeA, false, false)); err == nil {
 		t.Fatalf("served past StaleFor: stale %v %v", stale, r)
 	}
 	if c.Stats().StaleServed != 4 {
@@ -762,7 +763,7 @@ func TestPrefetch(t *testing.T) {
 					m, _, ok := hit(t, c, name, dns.TypeA, false, false)
 					return m, ok
 				}
-				r, fromCache, stale, err := c.Resolve(context.Background(), query(name, dns.TypeA, false, false))
+				r, fromCache, stale, err := resolveFor(c, context.Background(), query(name, dns.TypeA, false, false))
 				if err != nil || stale {
 					t.Errorf("Resolve: %v stale %v", err, stale)
 					return nil, false
@@ -960,15 +961,15 @@ func TestResolveErrors(t *testing.T) {
 	c := newCache(t, cache.Config{}, newClock(), forwarder(t, up.Addr))
 	q := query("x.example.test.", dns.TypeA, false, false)
 	q.Question = append(q.Question, q.Question[0])
-	if _, _, _, err := c.Resolve(context.Background(), q); err == nil {
+	if _, _, _, err := resolveFor(c, context.Background(), q); err == nil {
 		t.Error("two questions accepted")
 	}
 	q.Question = nil
-	if _, _, _, err := c.Resolve(context.Background(), q); err == nil {
+	if _, _, _, err := resolveFor(c, context.Background(), q); err == nil {
 		t.Error("no question accepted")
 	}
 	up.Stop()
-	_, _, _, err := c.Resolve(context.Background(), query("x.example.test.", dns.TypeA, false, false))
+	_, _, _, err := resolveFor(c, context.Background(), query("x.example.test.", dns.TypeA, false, false))
 	if !errors.Is(err, upstream.ErrAllFailed) {
 		t.Fatalf("upstream down, nothing cached: err %v, want ErrAllFailed", err)
 	}
@@ -1021,7 +1022,7 @@ func BenchmarkResolveHit(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if _, fromCache, _, err := c.Resolve(ctx, q); err != nil || !fromCache {
+		if _, fromCache, _, err := resolveFor(c, ctx, q); err != nil || !fromCache {
 			b.Fatal("miss")
 		}
 	}
@@ -1044,7 +1045,7 @@ func TestAppendHitAllocs(t *testing.T) {
 // panicky answers until told to panic, as a bug in the upstream path would.
 type panicky struct{ panicNow atomic.Bool }
 
-func (p *panicky) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
+func (p *panicky) Exchange(ctx context.Context, _ stage.Origin, q *dns.Msg) (*dns.Msg, error) {
 	if p.panicNow.Load() {
 		panic("bug in the upstream path")
 	}
@@ -1157,4 +1158,12 @@ func mustParse(t *testing.T, s string) dns.RR {
 		t.Fatalf("%s: %v", s, err)
 	}
 	return rr
+}
+
+// resolveFor is Cache.Resolve for no client, its Source spelt as the flags
+// the tests check: answered without an exchange (a hit or a stale answer),
+// and stale.
+func resolveFor(c *cache.Cache, ctx context.Context, q *dns.Msg) (r *dns.Msg, fromCache, stale bool, err error) {
+	res, err := c.Resolve(ctx, stage.Origin{}, q)
+	return res.Msg, res.Source == stage.SourceCache || res.Source == stage.SourceStale, res.Source == stage.SourceStale, err
 }

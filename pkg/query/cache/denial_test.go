@@ -38,7 +38,7 @@ func TestDenialFigures(t *testing.T) {
 			t.Fatalf("%s not cached", n)
 		}
 	}
-	if _, ok := c.Peek("nx2.example.", dns.TypeA, dns.ClassINET, false, false); !ok {
+	if _, _, ok := c.AppendHit(nil, "nx2.example.", dns.TypeA, dns.ClassINET, false, false); !ok {
 		t.Fatal("nx2 not cached")
 	}
 	if st := c.Stats(); st.Hits != 4 || st.DenialHits != 3 {
@@ -90,12 +90,12 @@ func TestDenialEntriesExactUnderRaces(t *testing.T) {
 	present, denials := 0, 0
 	for i := range keys {
 		n := fmt.Sprintf("k%d.example.", i)
-		m, ok := c.Peek(n, dns.TypeA, dns.ClassINET, false, false)
+		_, rcode, ok := c.AppendHit(nil, n, dns.TypeA, dns.ClassINET, false, false)
 		if !ok {
 			continue
 		}
 		present++
-		if m.Rcode == dns.RcodeNameError {
+		if rcode == dns.RcodeNameError {
 			denials++
 		}
 	}

@@ -10,12 +10,13 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/query/cache"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
 // replyExchanger hands back a fixed reply (a copy, with the query's ID).
 type replyExchanger struct{ m *dns.Msg }
 
-func (e replyExchanger) Exchange(_ context.Context, q *dns.Msg) (*dns.Msg, error) {
+func (e replyExchanger) Exchange(_ context.Context, _ stage.Origin, q *dns.Msg) (*dns.Msg, error) {
 	r := e.m.Copy()
 	r.Id = q.Id
 	return r, nil
@@ -79,7 +80,7 @@ func FuzzAppendHit(f *testing.F) {
 		}
 		k := cache.KeyOf(q)
 		if viaResolve {
-			if _, _, _, err := c.Resolve(context.Background(), q); err != nil {
+			if _, _, _, err := resolveFor(c, context.Background(), q); err != nil {
 				return
 			}
 		} else {
@@ -127,7 +128,7 @@ func FuzzAppendHit(f *testing.F) {
 			}
 		}
 		// The slow way out agrees.
-		res, fromCache, stale, err := c.Resolve(context.Background(), q)
+		res, fromCache, stale, err := resolveFor(c, context.Background(), q)
 		if err != nil || !fromCache || stale {
 			t.Fatalf("Resolve after a hit: fromCache %v stale %v err %v", fromCache, stale, err)
 		}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/miekg/dns"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
 // AppendHit appends the cached reply for k to dst when a fresh entry exists,
@@ -24,10 +24,9 @@ func (c *Cache) AppendHit(dst []byte, name string, qtype, qclass uint16, do, cd 
 }
 
 // AppendHitRef is AppendHit that also returns the stored reply that
-// answered, as a *StoredHit (in an any, so that callers need not import
-// this package), for a caller that keeps a copy of the reply and takes its
-// later hits through StoredHit.Hit. It allocates the StoredHit.
-func (c *Cache) AppendHitRef(dst []byte, name string, qtype, qclass uint16, do, cd bool) (out []byte, rcode int, ref any, ok bool) {
+// answered (a *StoredHit), for a caller that keeps a copy of the reply and
+// takes its later hits through StoredHit.Hit. It allocates the StoredHit.
+func (c *Cache) AppendHitRef(dst []byte, name string, qtype, qclass uint16, do, cd bool) (out []byte, rcode int, ref stage.StoredHit, ok bool) {
 	e, remain, ok := c.hit(name, qtype, qclass, do, cd)
 	if !ok {
 		return dst, 0, nil, false
@@ -40,7 +39,7 @@ func (c *Cache) AppendHitRef(dst []byte, name string, qtype, qclass uint16, do, 
 }
 
 // StoredHit is one stored reply, kept by a caller that copied it
-// (pkg/server's search-path shortcuts build a reply around it). A stored
+// (pkg/query/pipeline's search-path shortcuts build a reply around it). A stored
 // reply never changes: a refresh stores a new one, and this one is gone.
 type StoredHit struct {
 	c *Cache
@@ -88,28 +87,6 @@ func (c *Cache) hit(name string, qtype, qclass uint16, do, cd bool) (*entry, int
 	c.countHit(e)
 	c.maybePrefetch(k, e, remain)
 	return e, remain, true
-}
-
-// Peek returns the fresh entry for the key as a message with its TTLs
-// counted down, without asking the upstream; ok is false on a miss or an
-// expired entry.
-func (c *Cache) Peek(name string, qtype, qclass uint16, do, cd bool) (*dns.Msg, bool) {
-	k := Key{Name: name, Type: qtype, Class: qclass, DO: do, CD: cd}
-	e, found := c.get(&k)
-	if !found {
-		return nil, false
-	}
-	remain := e.expires() - c.now()
-	if remain <= 0 {
-		return nil, false
-	}
-	m, err := e.msg(0, ttlSeconds(remain))
-	if err != nil {
-		return nil, false
-	}
-	c.countHit(e)
-	c.maybePrefetch(k, e, remain)
-	return m, true
 }
 
 func ttlSeconds(ns int64) uint32 {

@@ -8,14 +8,18 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
-// Resolve answers q from the cache, or from upstream on a miss. The reply's
-// question is q's (lower-cased) and its ID is q's. fromCache is true when
-// no upstream exchange was awaited; stale is true for a stale answer.
-func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCache, stale bool, err error) {
+// Resolve answers q from the cache, or from upstream on a miss, for o (the
+// upstream keeps each client's share of its exchanges by it). The reply's
+// question is q's (lower-cased) and its ID is q's. The Source is
+// stage.SourceCache when no upstream exchange was awaited, SourceStale for
+// a stale answer, else SourceUpstream.
+func (c *Cache) Resolve(ctx context.Context, o stage.Origin, q *dns.Msg) (stage.Result, error) {
 	if len(q.Question) != 1 {
-		return nil, false, false, fmt.Errorf("cache: query has %d questions, want 1", len(q.Question))
+		return upstreamResult(nil, fmt.Errorf("cache: query has %d questions, want 1", len(q.Question)))
 	}
 	k := KeyOf(q)
 	e, found := c.get(&k)
@@ -25,7 +29,7 @@ func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCa
 			c.countHit(e)
 			c.maybePrefetch(k, e, remain)
 			r, err := e.msg(q.Id, ttlSeconds(remain))
-			return r, true, false, err
+			return stage.Result{Msg: r, Source: stage.SourceCache}, err
 		}
 		if !c.usableStale(e, now) {
 			found = false
@@ -38,8 +42,8 @@ func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCa
 	}
 	c.misses.Add(1)
 	if !found {
-		r, _, err := c.fetch(ctx, k, q.Id)
-		return r, false, false, err
+		r, _, err := c.fetch(ctx, o, k, q.Id)
+		return upstreamResult(r, err)
 	}
 	// An expired entry that may stand in: give the upstream
 	// StaleAnswerAfter, then answer stale while the fetch goes on in the
@@ -64,13 +68,13 @@ func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCa
 			}
 			ch <- res
 		}()
-		res.r, _, res.err = c.fetch(fctx, k, id)
+		res.r, _, res.err = c.fetch(fctx, o, k, id)
 	}) {
 		// Closed: no background work any more; ask in the foreground.
 		cancel()
 		stop()
-		if r, _, err := c.fetch(ctx, k, id); err == nil && !failed(r) {
-			return r, false, false, nil
+		if r, _, err := c.fetch(ctx, o, k, id); err == nil && !failed(r) {
+			return upstreamResult(r, nil)
 		}
 		return c.serveStale(e, q.Id)
 	}
@@ -79,7 +83,7 @@ func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCa
 	select {
 	case res := <-ch:
 		if res.err == nil && !failed(res.r) {
-			return res.r, false, false, nil
+			return upstreamResult(res.r, nil)
 		}
 		return c.serveStale(e, q.Id)
 	case <-timer.C:
@@ -89,8 +93,12 @@ func (c *Cache) Resolve(ctx context.Context, q *dns.Msg) (reply *dns.Msg, fromCa
 		c.staleFor(e)
 		return c.serveStale(e, q.Id)
 	case <-ctx.Done():
-		return nil, false, false, fmt.Errorf("cache: waiting for upstream: %w", ctx.Err())
+		return upstreamResult(nil, fmt.Errorf("cache: waiting for upstream: %w", ctx.Err()))
 	}
+}
+
+func upstreamResult(r *dns.Msg, err error) (stage.Result, error) {
+	return stage.Result{Msg: r, Source: stage.SourceUpstream}, err
 }
 
 // staleFor makes e answer stale at once for StaleRetry.
@@ -102,10 +110,10 @@ func (c *Cache) usableStale(e *entry, now int64) bool {
 	return c.conf().StaleFor > 0 && e.kind != kindServfail && now-e.expires() < int64(c.conf().StaleFor)
 }
 
-func (c *Cache) serveStale(e *entry, id uint16) (*dns.Msg, bool, bool, error) {
+func (c *Cache) serveStale(e *entry, id uint16) (stage.Result, error) {
 	c.stale.Add(1)
 	r, err := e.msg(id, ttlSeconds(int64(c.conf().StaleTTL)))
-	return r, true, true, err
+	return stage.Result{Msg: r, Source: stage.SourceStale}, err
 }
 
 // failed reports whether a reply is one a stale answer should replace.
@@ -116,10 +124,11 @@ func failed(r *dns.Msg) bool {
 // fetch asks the upstream and stores what may be stored. A reply that was
 // stored gets every TTL set to the entry's lifetime, so that the answer to
 // the miss and the hits after it agree (clamps included). stored reports
-// whether the reply replaced the entry for k. The reply's ID is id.
-func (c *Cache) fetch(ctx context.Context, k Key, id uint16) (r *dns.Msg, stored bool, err error) {
+// whether the reply replaced the entry for k. The reply's ID is id. o is
+// who the query is for; the zero Origin for the cache's own refreshes.
+func (c *Cache) fetch(ctx context.Context, o stage.Origin, k Key, id uint16) (r *dns.Msg, stored bool, err error) {
 	out := upstreamQuery(k, id)
-	r, err = c.up.Load().Exchange(ctx, out)
+	r, err = c.up.Load().Exchange(ctx, o, out)
 	if err != nil {
 		return nil, false, err
 	}
@@ -205,7 +214,7 @@ func (c *Cache) refreshAsync(k Key, e *entry) bool {
 				e.refreshing.Store(false)
 			}
 		}()
-		r, stored, err := c.fetch(c.bg, k, 0)
+		r, stored, err := c.fetch(c.bg, stage.Origin{}, k, 0)
 		fetched = true
 		switch {
 		case err != nil || failed(r):

@@ -113,7 +113,7 @@ var errTooLarge = errors.New("reply larger than the cache's entry limit")
 
 // pack stores r in wire form: ID 0, lower-case question and owner names (so
 // owners equal to the question compress against it and take the client's
-// case when the server patches the question), no OPT. A reply that packs
+// case when the pipeline patches the question), no OPT. A reply that packs
 // into more than limit bytes is refused with errTooLarge.
 func pack(k Key, r *dns.Msg, limit int) ([]byte, error) {
 	m := &dns.Msg{MsgHdr: r.MsgHdr, Compress: true}

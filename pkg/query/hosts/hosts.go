@@ -48,6 +48,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/query/dnsname"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
 // Defaults.
@@ -290,12 +291,13 @@ func (h *Hosts) readFile(path string) ([]entry, fileStamp, error) {
 // Lookup answers (name, qtype) from the records: name is a lower-case FQDN.
 // ok false means the next stage answers. The message is shared: never
 // modify it.
-func (h *Hosts) Lookup(name string, qtype uint16) (m *dns.Msg, ok bool) {
+func (h *Hosts) Lookup(name string, qtype uint16) (res stage.Result, ok bool) {
 	t := h.t.Load()
 	if t == nil {
-		return nil, false
+		return stage.Result{}, false
 	}
-	return t.lookup(name, qtype)
+	m, ok := t.lookup(name, qtype)
+	return stage.Result{Msg: m}, ok
 }
 
 // Stats describe the records served.

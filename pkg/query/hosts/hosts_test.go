@@ -22,7 +22,8 @@ func mustNew(t *testing.T, cfg Config) *Hosts {
 
 // answer renders a lookup as "rcode aa rr|rr" or "next".
 func answer(h *Hosts, name string, qtype uint16) string {
-	m, ok := h.Lookup(name, qtype)
+	res, ok := h.Lookup(name, qtype)
+	m := res.Msg
 	if !ok {
 		return "next"
 	}

@@ -206,7 +206,7 @@ func (rw *Rewriter) Len() int {
 // none matched. Otherwise to is the name to resolve, and revert returns a
 // copy of a reply for it with the names mapped back to those the client
 // asked (Revert.Msg). err says the rewritten name is not a domain name:
-// the query gets SERVFAIL. This is the shape pkg/query/server asks for.
+// the query gets SERVFAIL. This is the shape of stage.Rewriter.
 func (rw *Rewriter) Rewrite(name string) (to string, revert func(*dns.Msg) *dns.Msg, ok bool, err error) {
 	to, rv, ok, err := rw.Apply(name)
 	if !ok || err != nil {

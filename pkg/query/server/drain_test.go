@@ -23,13 +23,13 @@ func TestShutdownAnswersInflight(t *testing.T) {
 				m.Answer = []dns.RR{mustRR("%s 60 IN A 192.0.2.7", q.Question[0].Name)}
 				return m, nil
 			}}
-			s, addr := start(t, Config{Resolver: res, UDPReaders: readers})
+			s, addr := start(t, Config{Handler: res, UDPReaders: readers})
 			c, err := net.Dial("udp", addr)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			wire := pack(t, q("slow.example.", dns.TypeA))
+			wire := packTB(t, q("slow.example.", dns.TypeA))
 			if _, err := c.Write(wire); err != nil {
 				t.Fatal(err)
 			}

@@ -6,7 +6,7 @@ import (
 	"sync"
 )
 
-// Per-client fairness on the slow path (issue 8). MaxInflight bounds the
+// Per-client fairness on the slow path. MaxInflight bounds the
 // queries resolved off the readers at once, for everyone together. Without
 // a share per client, one client flooding random names (each a cache miss,
 // each an upstream exchange) fills every slot, and then every other

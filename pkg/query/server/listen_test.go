@@ -15,7 +15,7 @@ import (
 // and TCP. The agent never binds a wildcard address.
 func TestListensOnlyOnConfiguredAddresses(t *testing.T) {
 	res := &fakeResolver{}
-	s, _ := startOn(t, "127.0.0.2:0", Config{Resolver: res, SocketsPerAddr: 2})
+	s, _ := startOn(t, "127.0.0.2:0", Config{Handler: res, SocketsPerAddr: 2})
 	for _, a := range append(s.Addrs(), s.TCPAddrs()...) {
 		if a.Addr() != netip.MustParseAddr("127.0.0.2") {
 			t.Fatalf("bound %s, configured 127.0.0.2", a)

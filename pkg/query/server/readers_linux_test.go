@@ -105,7 +105,7 @@ func TestReaderRestartsOnNewSocket(t *testing.T) {
 	for _, errno := range []unix.Errno{unix.EINVAL, unix.ECONNREFUSED} {
 		t.Run(errno.Error(), func(t *testing.T) {
 			var fire atomic.Bool
-			s, addr := startHooked(t, Config{Resolver: &fakeResolver{}}, func(s *Server) {
+			s, addr := startHooked(t, Config{Handler: &fakeResolver{}}, func(s *Server) {
 				s.recvFault = func() unix.Errno {
 					if fire.CompareAndSwap(true, false) {
 						return errno
@@ -159,7 +159,7 @@ func TestReaderSocketDestroyed(t *testing.T) {
 	}
 	for _, readers := range []string{"threads", "poller"} {
 		t.Run(readers, func(t *testing.T) {
-			s, addr := start(t, Config{Resolver: &fakeResolver{}, UDPReaders: readers})
+			s, addr := start(t, Config{Handler: &fakeResolver{}, UDPReaders: readers})
 			if err := answeredWithin(addr, 2*time.Second); err != nil {
 				t.Fatal(err)
 			}
@@ -188,7 +188,7 @@ func TestReaderSocketDestroyed(t *testing.T) {
 // check passes.
 func TestReaderNotRestartable(t *testing.T) {
 	var fire, refuse atomic.Bool
-	s, addr := startHooked(t, Config{Resolver: &fakeResolver{}}, func(s *Server) {
+	s, addr := startHooked(t, Config{Handler: &fakeResolver{}}, func(s *Server) {
 		s.recvFault = func() unix.Errno {
 			if fire.CompareAndSwap(true, false) {
 				return unix.ENOTSOCK

@@ -1,12 +1,15 @@
-// Package server owns the DNS listeners and the request pipeline: it reads
-// packets, decodes the header and question, answers from the fastest stage
-// that can (cache hit on the reader, cluster zone, search-path walk, cache
-// and upstream), and writes the reply with the client's ID, question case,
-// EDNS size and TC bit.
+// Package server is the DNS transport: it binds the UDP and TCP listeners,
+// reads queries (UDP through readers on their own OS threads or on the Go
+// netpoller, restarted when a socket fails; TCP with bounded, pipelined
+// connections), hands each to a Handler, and writes the replies. It bounds
+// the queries resolved off the readers, for everyone together and for each
+// client, and drains and shuts down without dropping the answers under way.
 //
-// The stages are interfaces defined in stages.go; this package imports none
-// of their implementations. Interception (links and rules) is not its
-// concern either: it only binds the addresses it is given.
+// What a reply says is the Handler's business (pkg/query/pipeline): this
+// package knows DNS only as far as framing, the header and question it
+// reads for the handler, and a probe for another server on its addresses.
+// Interception (links and rules) is not its concern either: it only binds
+// the addresses it is given.
 package server
 
 import (
@@ -28,50 +31,15 @@ import (
 )
 
 // Config configures a Server. Zero values take the defaults named.
-//
-// Resolution order for one query, as CoreDNS's plugin order has it: name
-// rewrites (Rewriter) first, then the search-path walk for pods on this node (Pods, when Autopath), each step of
-// which is resolved as below; static records (Hosts); the cluster zone
-// (Cluster); a cache hit (HitCache); Resolver (cache and upstream). All but
-// the last are tried on the socket's reader when they need no waiting.
 type Config struct {
 	// Listen holds host:port addresses; UDP and TCP are served on each.
 	Listen []string
-	// Cluster answers the cluster zone; nil disables it.
-	Cluster Cluster
-	// ClusterDNS, when set, answers cluster-zone queries until Cluster has
-	// synced; without it they get SERVFAIL (never a false NXDOMAIN).
-	ClusterDNS Exchanger
-	// Rewriter rewrites query names before everything else (see
-	// SetRewriter); nil: none.
-	Rewriter NameRewriter
-	// LoadBalance rotates the order of A and AAAA records in replies,
-	// one step per reply (CoreDNS's `loadbalance round_robin`); see
-	// SetLoadBalance.
-	LoadBalance bool
-	// Hosts answers static records before everything but the walk; nil:
-	// none.
-	Hosts Hosts
-	// Pods maps clients to namespaces for the search-path walk.
-	Pods Pods
-	// Autopath enables the server-side search-path walk.
-	Autopath bool
-	// Search are the extra search domains pods inherit from the node
-	// (lower-case FQDNs), walked after the cluster's own.
-	Search []string
-	// Resolver answers everything else. Required.
-	Resolver Resolver
-	// HitCache is the optional fast path for cache hits.
-	HitCache HitCache
-	// Observer is told about every answer; nil: nobody.
-	Observer Observer
-	// Panics counts the panics recovered while answering; shared with the
-	// cache and the forwarder, so the agent reports one figure (Stats).
-	// nil: a counter of the server's own.
+	// Handler answers the queries. Required.
+	Handler Handler
+	// Panics is the agent's count of recovered panics (the handler's,
+	// the cache's and the forwarder's), which Stats reports as one
+	// figure; nil: a counter of the server's own.
 	Panics *recovery.Counter
-	// Failures rate-limits the warn line written for every SERVFAIL the
-	// server sends (failures.go); nil: no such lines.
-	Failures FailureLimiter
 
 	// SocketsPerAddr is the number of SO_REUSEPORT UDP sockets (each with
 	// its own reader) per listen address; default GOMAXPROCS.
@@ -81,7 +49,8 @@ type Config struct {
 	// recvmmsg) or "poller" (goroutines on the Go netpoller).
 	UDPReaders string
 	// MaxInflight bounds queries being resolved off the readers (upstream,
-	// walks); past it a query is answered SERVFAIL at once. Default 2000.
+	// walks); past it a query is refused (Handler.Refuse) at once.
+	// Default 2000.
 	MaxInflight int
 	// MaxClientInflight bounds the share of MaxInflight one client address
 	// may hold (see fairness.go); default MaxInflight/8, at least 16;
@@ -100,23 +69,15 @@ type Config struct {
 	// not restart per byte); default 2s. TCPWriteTimeout bounds one write;
 	// default 2s.
 	TCPIdleTimeout, TCPReadTimeout, TCPWriteTimeout time.Duration
-	// QueryTimeout bounds the resolution of one query; default 5s.
-	QueryTimeout time.Duration
-	// MaxUDPSize caps the UDP reply size whatever the client advertises;
-	// default 1232 (the DNS flag day value: no fragmentation).
-	MaxUDPSize int
-	// AutopathMemo is how long the winning step of a walk is remembered for
-	// (namespace, name), so that A and AAAA take the same path; default 30s.
-	AutopathMemo time.Duration
-	Logger       *slog.Logger
+	Logger                                          *slog.Logger
 }
 
 func (c *Config) defaults() error {
 	if len(c.Listen) == 0 {
 		return errors.New("server: no listen address")
 	}
-	if c.Resolver == nil {
-		return errors.New("server: no resolver")
+	if c.Handler == nil {
+		return errors.New("server: no handler")
 	}
 	if c.SocketsPerAddr <= 0 {
 		c.SocketsPerAddr = runtime.GOMAXPROCS(0)
@@ -142,18 +103,6 @@ func (c *Config) defaults() error {
 	if c.TCPWriteTimeout <= 0 {
 		c.TCPWriteTimeout = 2 * time.Second
 	}
-	if c.QueryTimeout <= 0 {
-		c.QueryTimeout = 5 * time.Second
-	}
-	if c.MaxUDPSize <= 0 {
-		c.MaxUDPSize = 1232
-	}
-	if c.MaxUDPSize < 512 {
-		c.MaxUDPSize = 512
-	}
-	if c.AutopathMemo <= 0 {
-		c.AutopathMemo = 30 * time.Second
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -172,25 +121,13 @@ type Server struct {
 	sem   chan struct{}  // slow-path queries in flight
 	fair  *clientLimiter // per-client share of sem; nil: none
 	conns chan struct{}  // open TCP connections
-	memo  *walkMemo
-	// shortcuts keeps search-path shortcut replies in wire form
-	// (shortcut.go).
-	shortcuts *shortcutTable
-	// packed holds cluster replies in wire form (see sendCluster).
-	packed *packedCache
+	h     Handler
 	// epoch is when the server was made; ages are measured from it on the
 	// monotonic clock (see mono).
 	epoch time.Time
 	// heldPs counts this server's thread readers that block holding a P
 	// (udpthread_linux.go).
-	heldPs  atomic.Int32
-	walkSet atomic.Pointer[walkSettings]
-	// rewriter rewrites query names first (rewrite.go); nil: none.
-	rewriter atomic.Pointer[rewriterBox]
-	// loadBalance rotates the A and AAAA RRsets of every NOERROR reply
-	// (finish); rotation counts replies for the next offset.
-	loadBalance atomic.Bool
-	rotation    atomic.Uint32
+	heldPs atomic.Int32
 
 	wg       sync.WaitGroup // readers, acceptors, connections, slow-path queries
 	ctx      context.Context
@@ -205,8 +142,6 @@ type Server struct {
 	// tcpMu); entries exist only while a client has one.
 	tcpClients map[netip.Addr]int
 
-	loopName  atomic.Value // string: the loop probe's name while a check runs
-	loopSeen  atomic.Int32
 	overloads atomic.Uint64
 	// clientLimited counts queries refused at the per-client bound.
 	clientLimited atomic.Uint64
@@ -238,14 +173,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "server"),
 		sem: make(chan struct{}, cfg.MaxInflight), fair: newClientLimiter(cfg.MaxClientInflight), conns: make(chan struct{}, cfg.MaxTCPConns),
-		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), shortcuts: newShortcutTable(scEntries, scBytes),
-		tcpConns: map[*net.TCPConn]*tcpState{}, tcpClients: map[netip.Addr]int{}}
+		h: cfg.Handler, tcpConns: map[*net.TCPConn]*tcpState{}, tcpClients: map[netip.Addr]int{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.epoch = time.Now()
-	s.loopName.Store("")
-	s.walkSet.Store(&walkSettings{autopath: cfg.Autopath, search: cfg.Search})
-	s.SetRewriter(cfg.Rewriter)
-	s.loadBalance.Store(cfg.LoadBalance)
 	return s, nil
 }
 

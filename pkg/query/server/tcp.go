@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/miekg/dns"
-
 	"github.com/nodedns/nodedns/pkg/query/dnswire"
 )
 
@@ -248,12 +246,13 @@ func (s *Server) serveTCP(st *tcpState, listener int) {
 		if _, err := io.ReadFull(c, pkt); err != nil {
 			return
 		}
-		r := &request{proto: "tcp", listener: listener, client: client, start: time.Now(), raw: pkt}
-		resp, v := s.fast(make([]byte, 0, 512), r)
+		r := new(Request)
+		r.Read("tcp", listener, client, time.Now(), pkt)
+		resp, v := s.h.Answer(make([]byte, 0, 512), r)
 		switch v {
-		case verdictDrop:
+		case Drop:
 			continue
-		case verdictReply:
+		case Reply:
 			t.write(resp)
 			continue
 		}
@@ -263,15 +262,14 @@ func (s *Server) serveTCP(st *tcpState, listener int) {
 		slots <- struct{}{}
 		if !s.admit(client) {
 			<-slots
-			r.fail = failOverloaded
-			t.write(s.reply(nil, r, dns.RcodeServerFailure, SourceLocal))
+			t.write(s.h.Refuse(nil, r))
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			out := s.slow(s.ctx, make([]byte, 0, 1024), r)
+			out := s.h.Resolve(s.ctx, make([]byte, 0, 1024), r)
 			// Resolved: the server-wide slot is released before the
 			// write, which may wait TCPWriteTimeout on a client that does
 			// not read (TestTCPNonReader).

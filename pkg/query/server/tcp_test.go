@@ -28,7 +28,7 @@ func dialFrom(t *testing.T, src, addr string) (*net.TCPConn, error) {
 // that trickles is cut after the message deadline, which its trickling
 // does not extend, long before the idle timeout.
 func TestTCPOneClientCannotHoldConnections(t *testing.T) {
-	s, _ := start(t, Config{Resolver: &fakeResolver{}, MaxTCPConns: 16, TCPIdleTimeout: time.Minute})
+	s, _ := start(t, Config{Handler: &fakeResolver{}, MaxTCPConns: 16, TCPIdleTimeout: time.Minute})
 	addr := s.TCPAddrs()[0].String()
 
 	// The holder, from 127.0.0.2: 16 connections (the whole bound), each
@@ -133,7 +133,7 @@ func tcpQuery(t *testing.T, src, addr, name string) {
 // one address (host-network pods) are not kept out by each other's idle
 // connections.
 func TestTCPIdleConnectionsMakeRoom(t *testing.T) {
-	s, _ := start(t, Config{Resolver: &fakeResolver{}, MaxTCPConns: 8, TCPIdleTimeout: time.Minute})
+	s, _ := start(t, Config{Handler: &fakeResolver{}, MaxTCPConns: 8, TCPIdleTimeout: time.Minute})
 	addr := s.TCPAddrs()[0].String()
 	var held []*net.TCPConn
 	defer func() {
@@ -172,7 +172,7 @@ func TestTCPIdleConnectionsMakeRoom(t *testing.T) {
 // second connection's goroutine runs before the first's (as under load);
 // the first is still the one closed.
 func TestTCPIdleOrderIsArrivalOrder(t *testing.T) {
-	s, _ := start(t, Config{Resolver: &fakeResolver{}, MaxTCPConns: 2, TCPIdleTimeout: time.Minute})
+	s, _ := start(t, Config{Handler: &fakeResolver{}, MaxTCPConns: 2, TCPIdleTimeout: time.Minute})
 	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)

@@ -8,16 +8,14 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-
-	"github.com/nodedns/nodedns/pkg/query/dnswire"
 )
 
-// readUDP is one socket's reader. Cache hits and cluster answers are sent
-// from here without a goroutine or a copy of the packet; anything that has
-// to wait goes to a goroutine, bounded by MaxInflight. It returns nil once
-// the socket is closed, or a *readerError for the supervisor (readers.go)
-// when the socket fails.
-func (s *Server) readUDP(u *udpSock, buf, out []byte, r *request) error {
+// readUDP is one socket's reader. What the handler answers at once (cache
+// hits, cluster answers) is sent from here without a goroutine or a copy
+// of the packet; anything that has to wait goes to a goroutine, bounded by
+// MaxInflight. It returns nil once the socket is closed, or a *readerError
+// for the supervisor (readers.go) when the socket fails.
+func (s *Server) readUDP(u *udpSock, buf, out []byte, r *Request) error {
 	uc := u.uc.Load()
 	for {
 		n, addr, err := uc.ReadFromUDPAddrPort(buf)
@@ -27,12 +25,12 @@ func (s *Server) readUDP(u *udpSock, buf, out []byte, r *request) error {
 			}
 			return pollerReadError(err)
 		}
-		*r = request{proto: "udp", listener: u.listener, client: addr.Addr().Unmap(), start: time.Now(), raw: buf[:n]}
-		resp, v := s.fast(out[:0], r)
+		r.Read("udp", u.listener, addr.Addr().Unmap(), time.Now(), buf[:n])
+		resp, v := s.h.Answer(out[:0], r)
 		switch v {
-		case verdictReply:
+		case Reply:
 			s.writeUDP(u, resp, addr)
-		case verdictSlow:
+		case Wait:
 			s.goSlowUDP(u, r, addr, out[:0])
 		}
 	}
@@ -49,7 +47,7 @@ func (s *Server) startPollerReader(u *udpSock) {
 		out := make([]byte, 0, 4096)
 		// One request per reader, reused: its parsed name lives inside it,
 		// so a query allocates nothing on this path.
-		r := new(request)
+		r := new(Request)
 		s.superviseReader(u, func() error { return s.readUDP(u, buf, out, r) })
 	}()
 }
@@ -77,26 +75,22 @@ func (s *Server) awaitInflight(ctx context.Context) {
 	}
 }
 
-// goSlowUDP hands r to a goroutine, or answers SERVFAIL at once when
-// MaxInflight queries, or the client's share of them, are already being
-// resolved.
-func (s *Server) goSlowUDP(u *udpSock, r *request, addr netip.AddrPort, scratch []byte) {
-	if !s.admit(r.client) {
-		r.fail = failOverloaded
-		s.writeUDP(u, s.reply(scratch, r, dns.RcodeServerFailure, SourceLocal), addr)
+// goSlowUDP hands r to a goroutine, or has the handler refuse it at once
+// when MaxInflight queries, or the client's share of them, are already
+// being resolved.
+func (s *Server) goSlowUDP(u *udpSock, r *Request, addr netip.AddrPort, scratch []byte) {
+	if !s.admit(r.Client) {
+		s.writeUDP(u, s.h.Refuse(scratch, r), addr)
 		return
 	}
-	// The reader reuses its buffer: the goroutine gets its own copy, and
-	// the question's raw name must point into that copy.
-	req := *r
-	req.raw = append([]byte(nil), r.raw...)
-	req.q.RawName = req.raw[dnswire.HeaderLen : dnswire.HeaderLen+len(r.q.RawName)]
-	req.q.Detach()
+	// The reader reuses its buffer and its Request: the goroutine gets a
+	// copy of its own.
+	req := r.detached()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer s.leave(req.client)
-		out := s.slow(s.ctx, make([]byte, 0, 1024), &req)
+		defer s.leave(req.Client)
+		out := s.h.Resolve(s.ctx, make([]byte, 0, 1024), req)
 		s.writeUDP(u, out, addr)
 	}()
 }

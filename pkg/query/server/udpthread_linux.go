@@ -181,7 +181,7 @@ type threadBatchState struct {
 	addrs [threadBatch]unix.RawSockaddrInet6
 	iovs  [threadBatch]unix.Iovec
 	msgs  [threadBatch]unix.Mmsghdr
-	reqs  [threadBatch]request
+	reqs  [threadBatch]Request
 	outs  [threadBatch][]byte
 	siovs [threadBatch]unix.Iovec
 	smsgs [threadBatch]unix.Mmsghdr
@@ -250,21 +250,22 @@ func (s *Server) readThread(u *udpSock, holdP bool, b *threadBatchState) error {
 				continue
 			}
 			r := &b.reqs[i]
-			*r = request{proto: "udp", listener: u.listener, client: addr.Addr().Unmap(), start: now, raw: b.bufs[i][:b.msgs[i].Len]}
+			pkt := b.bufs[i][:b.msgs[i].Len]
 			if b.msgs[i].Hdr.Flags&unix.MSG_TRUNC != 0 {
 				// Cut short: answer from the header alone.
-				r.raw = r.raw[:dnswire.HeaderLen]
+				pkt = pkt[:dnswire.HeaderLen]
 			}
-			out, v := s.fast(b.outs[i][:0], r)
+			r.Read("udp", u.listener, addr.Addr().Unmap(), now, pkt)
+			out, v := s.h.Answer(b.outs[i][:0], r)
 			switch v {
-			case verdictReply:
+			case Reply:
 				b.outs[i] = out
 				b.siovs[sends] = unix.Iovec{Base: &out[0]}
 				b.siovs[sends].SetLen(len(out))
 				b.smsgs[sends].Hdr = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&b.addrs[i])), Namelen: b.msgs[i].Hdr.Namelen,
 					Iov: &b.siovs[sends], Iovlen: 1}
 				sends++
-			case verdictSlow:
+			case Wait:
 				s.goSlowUDP(u, r, addr, b.outs[i][:0])
 			}
 		}

@@ -24,7 +24,7 @@ func TestThreadReaderHoldsP(t *testing.T) {
 	before := heldPs.Load()
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(int(before) + 2))
 	res := &fakeResolver{}
-	s, addr := start(t, Config{Resolver: res})
+	s, addr := start(t, Config{Handler: res})
 	if st := s.Stats(); st.UDPReaders != 1 || st.UDPReadersHoldingP != 1 {
 		t.Fatalf("%d readers, %d holding a P; want 1 and 1", st.UDPReaders, st.UDPReadersHoldingP)
 	}
@@ -62,7 +62,7 @@ func TestThreadReaderHoldsP(t *testing.T) {
 // way and still answer.
 func TestThreadReaderFewPs(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	s, addr := start(t, Config{Resolver: &fakeResolver{}})
+	s, addr := start(t, Config{Handler: &fakeResolver{}})
 	if st := s.Stats(); st.UDPReadersHoldingP != 0 {
 		t.Fatalf("%d readers hold a P with GOMAXPROCS 1", st.UDPReadersHoldingP)
 	}
@@ -77,7 +77,7 @@ func TestThreadReaderFewPs(t *testing.T) {
 func TestThreadSocketLeavesPoller(t *testing.T) {
 	for _, readers := range []string{"threads", "poller"} {
 		t.Run(readers, func(t *testing.T) {
-			s, _ := start(t, Config{Resolver: &fakeResolver{}, UDPReaders: readers})
+			s, _ := start(t, Config{Handler: &fakeResolver{}, UDPReaders: readers})
 			u := s.udp[0]
 			fd := u.fd
 			if readers == "poller" {
@@ -136,7 +136,7 @@ func epollTargets(t *testing.T) map[int]bool {
 // TestThreadSocketIPv6MappedClient: a thread socket bound to [::] answers
 // an IPv4 client from a goroutine (sendto with the mapped address).
 func TestThreadSocketIPv6MappedClient(t *testing.T) {
-	s, _ := startOn(t, "[::]:0", Config{Resolver: &fakeResolver{}})
+	s, _ := startOn(t, "[::]:0", Config{Handler: &fakeResolver{}})
 	if !s.udp[0].thread() {
 		t.Fatal("socket not read by a thread reader")
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
-	"github.com/nodedns/nodedns/pkg/query/origin"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -48,7 +48,7 @@ func TestSharedExchangePanicRecovered(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := f.Exchange(context.Background(), testQuery("boom.example."))
+			_, err := f.Exchange(context.Background(), stage.Origin{}, testQuery("boom.example."))
 			errs <- err
 		}()
 	}
@@ -73,7 +73,7 @@ func TestSharedExchangePanicRecovered(t *testing.T) {
 		r.SetReply(q)
 		return r, nil
 	}
-	if _, err := f.Exchange(context.Background(), testQuery("boom.example.")); err != nil {
+	if _, err := f.Exchange(context.Background(), stage.Origin{}, testQuery("boom.example.")); err != nil {
 		t.Fatalf("after the panic: %v", err)
 	}
 }
@@ -148,10 +148,10 @@ func TestClientShare(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	n := 0
-	// ask starts count exchanges for ctx and returns how many were
+	// ask starts count exchanges for o and returns how many were
 	// admitted (an admitted one blocks on the gate; a refused one
 	// returns ErrOverloaded at once).
-	ask := func(ctx context.Context, count int) int {
+	ask := func(o stage.Origin, count int) int {
 		admitted := 0
 		for i := 0; i < count; i++ {
 			n++
@@ -159,7 +159,7 @@ func TestClientShare(t *testing.T) {
 			wg.Add(1)
 			go func(name string) {
 				defer wg.Done()
-				_, err := f.Exchange(ctx, testQuery(name))
+				_, err := f.Exchange(context.Background(), o, testQuery(name))
 				res <- err
 			}(fmt.Sprintf("q%d.example.", n))
 			select {
@@ -173,12 +173,12 @@ func TestClientShare(t *testing.T) {
 		}
 		return admitted
 	}
-	pod := func(ip, ns string) context.Context {
-		return origin.With(context.Background(), origin.Origin{Client: netip.MustParseAddr(ip), Namespace: ns})
+	pod := func(ip, ns string) stage.Origin {
+		return stage.Origin{Client: netip.MustParseAddr(ip), Namespace: ns}
 	}
 	steps := []struct {
 		what        string
-		ctx         context.Context
+		o           stage.Origin
 		ask, want   int
 		inFlightNow int
 	}{
@@ -189,11 +189,11 @@ func TestClientShare(t *testing.T) {
 		{"and another", pod("10.0.2.1", "c"), 10, 8, 29},
 		{"a pod stops at the reserve (40 - 5)", pod("10.0.3.1", "d"), 10, 6, 35},
 		{"another pod gets two of the reserve", pod("10.0.4.1", "e"), 10, 2, 37},
-		{"work on nobody's behalf, to the last slot", context.Background(), 5, 3, 40},
+		{"work on nobody's behalf, to the last slot", stage.Origin{}, 5, 3, 40},
 		{"nothing left for anyone", pod("10.0.5.1", "f"), 1, 0, 40},
 	}
 	for _, st := range steps {
-		if got := ask(st.ctx, st.ask); got != st.want {
+		if got := ask(st.o, st.ask); got != st.want {
 			t.Fatalf("%s: %d of %d admitted, want %d", st.what, got, st.ask, st.want)
 		}
 		if l := len(f.sem); l != st.inFlightNow {
@@ -208,7 +208,7 @@ func TestClientShare(t *testing.T) {
 	if left != 0 {
 		t.Fatalf("%d counts left with nothing in flight", left)
 	}
-	if _, err := f.Exchange(pod("10.0.0.1", "a"), testQuery("after.example.")); err != nil {
+	if _, err := f.Exchange(context.Background(), pod("10.0.0.1", "a"), testQuery("after.example.")); err != nil {
 		t.Fatalf("after the exchanges ended: %v", err)
 	}
 }

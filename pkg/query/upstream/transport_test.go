@@ -15,6 +15,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
@@ -115,7 +116,7 @@ func TestDoTVerification(t *testing.T) {
 		{"system roots", "tls://" + srv.Addr + "#dns.test", "", false},
 	} {
 		f := newForwarder(t, upstream.Config{Servers: []string{tc.addr}, CAFile: tc.ca, Budget: 2 * time.Second, TryTimeout: time.Second})
-		r, err := f.Exchange(context.Background(), query("a.example.test.", dns.TypeA))
+		r, err := f.Exchange(context.Background(), stage.Origin{}, query("a.example.test.", dns.TypeA))
 		if tc.ok && (err != nil || answerA(r) != "192.0.2.1") {
 			t.Errorf("%s: %v %v", tc.what, r, err)
 		}
@@ -128,7 +129,7 @@ func TestDoTVerification(t *testing.T) {
 	ca := dnstest.NewCA(t)
 	named := dnstest.StartTLS(t, dnstest.Zone(60), ca.Issue(t, []string{"dns.test"}))
 	f := newForwarder(t, upstream.Config{Servers: []string{"tls://" + named.Addr}, CAFile: ca.File(t), Budget: 2 * time.Second, TryTimeout: time.Second})
-	if _, err := f.Exchange(context.Background(), query("a.example.test.", dns.TypeA)); err == nil || !strings.Contains(err.Error(), "127.0.0.1") {
+	if _, err := f.Exchange(context.Background(), stage.Origin{}, query("a.example.test.", dns.TypeA)); err == nil || !strings.Contains(err.Error(), "127.0.0.1") {
 		t.Errorf("certificate without the IP address accepted for tls://IP: %v", err)
 	}
 }
@@ -170,7 +171,7 @@ func TestDoTConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			name := fmt.Sprintf("c%d.example.test.", i)
-			r, err := f.Exchange(context.Background(), query(name, dns.TypeA))
+			r, err := f.Exchange(context.Background(), stage.Origin{}, query(name, dns.TypeA))
 			if err != nil || r.Question[0].Name != name || answerA(r) != "192.0.2.1" {
 				bad.Add(1)
 				t.Errorf("%s: %v %v", name, r, err)
@@ -306,18 +307,18 @@ func TestNamedServers(t *testing.T) {
 	go f.Run(ctx)
 
 	// Not known yet: the zone has no server.
-	if _, err := f.Exchange(context.Background(), query("a.corp.test.", dns.TypeA)); !errors.Is(err, upstream.ErrNoUpstream) {
+	if _, err := f.Exchange(context.Background(), stage.Origin{}, query("a.corp.test.", dns.TypeA)); !errors.Is(err, upstream.ErrNoUpstream) {
 		t.Fatalf("before the name resolves: %v, want ErrNoUpstream", err)
 	}
 	res.set(svc, netip.MustParseAddr("127.0.0.1"))
 	eventually(t, "the name to resolve", func() bool {
-		r, err := f.Exchange(context.Background(), query("b.corp.test.", dns.TypeA))
+		r, err := f.Exchange(context.Background(), stage.Origin{}, query("b.corp.test.", dns.TypeA))
 		return err == nil && r.Rcode == dns.RcodeSuccess
 	})
 	n1 := up1.Count()
 	res.set(svc, netip.MustParseAddr("127.0.0.2"))
 	eventually(t, "the new address", func() bool {
-		_, err := f.Exchange(context.Background(), query(fmt.Sprintf("c%d.corp.test.", time.Now().UnixNano()), dns.TypeA))
+		_, err := f.Exchange(context.Background(), stage.Origin{}, query(fmt.Sprintf("c%d.corp.test.", time.Now().UnixNano()), dns.TypeA))
 		return err == nil && up2.Count() > 0
 	})
 	before := up1.Count()
@@ -333,7 +334,7 @@ func TestNamedServers(t *testing.T) {
 	// Gone: no servers again.
 	res.set(svc)
 	eventually(t, "the zone to lose its server", func() bool {
-		_, err := f.Exchange(context.Background(), query(fmt.Sprintf("g%d.corp.test.", time.Now().UnixNano()), dns.TypeA))
+		_, err := f.Exchange(context.Background(), stage.Origin{}, query(fmt.Sprintf("g%d.corp.test.", time.Now().UnixNano()), dns.TypeA))
 		return errors.Is(err, upstream.ErrNoUpstream)
 	})
 

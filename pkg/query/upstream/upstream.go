@@ -37,7 +37,7 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
 	"github.com/nodedns/nodedns/pkg/query/cache"
-	"github.com/nodedns/nodedns/pkg/query/origin"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
 // Errors returned by Exchange.
@@ -77,7 +77,7 @@ type Config struct {
 	// MaxInflight bounds concurrent upstream exchanges; default 1000.
 	MaxInflight int
 	// MaxClientInflight bounds the exchanges started on behalf of one
-	// client address (the query's origin.Origin); default MaxInflight/8,
+	// client address (the query's stage.Origin); default MaxInflight/8,
 	// at least 1. MaxNamespaceInflight bounds those of one namespace's
 	// pods together; default MaxInflight/4, at least 1. Negative: no such
 	// bound. Work on no client's behalf (prefetch) has neither. See admit
@@ -348,13 +348,14 @@ func (f *Forwarder) groupFor(name string) *group {
 // them) under the Budget alone, so that it survives the caller that started
 // it; every caller, that one included, stops waiting when its own ctx is
 // done. The exchange counts against the share of the client (and
-// namespace) that ctx names (origin.With), for as long as it runs.
-func (f *Forwarder) Exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
+// namespace) of o, for as long as it runs; the zero Origin (work on no
+// client's behalf) counts against the total only.
+func (f *Forwarder) Exchange(ctx context.Context, o stage.Origin, q *dns.Msg) (*dns.Msg, error) {
 	if len(q.Question) != 1 {
 		return nil, fmt.Errorf("upstream: query has %d questions, want 1", len(q.Question))
 	}
 	key := cache.KeyOf(q)
-	o, hasOrigin := origin.From(ctx)
+	hasOrigin := !o.IsZero()
 	f.mu.Lock()
 	if fl, ok := f.inflight[key]; ok {
 		f.mu.Unlock()
@@ -431,7 +432,7 @@ const (
 // flooders are in its own namespace or are more than the shares can hold
 // (it takes an eighth of MaxInflight / reserveInflight flooding pods
 // beyond those filling their shares to use up the reserve).
-func (f *Forwarder) admit(o origin.Origin, hasOrigin bool) error {
+func (f *Forwarder) admit(o stage.Origin, hasOrigin bool) error {
 	if hasOrigin {
 		held := f.byClient[o.Client]
 		refuse := func(why string, args ...any) error {
@@ -474,7 +475,7 @@ func (f *Forwarder) light() int {
 }
 
 // leave gives back what admit took (f.mu held).
-func (f *Forwarder) leave(o origin.Origin, hasOrigin bool) {
+func (f *Forwarder) leave(o stage.Origin, hasOrigin bool) {
 	<-f.sem
 	if !hasOrigin {
 		return

@@ -16,6 +16,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
@@ -44,7 +45,7 @@ func query(name string, qtype uint16) *dns.Msg {
 
 func exchange(t testing.TB, f *upstream.Forwarder, name string, qtype uint16) *dns.Msg {
 	t.Helper()
-	r, err := f.Exchange(context.Background(), query(name, qtype))
+	r, err := f.Exchange(context.Background(), stage.Origin{}, query(name, qtype))
 	if err != nil {
 		t.Fatalf("Exchange %s: %v", name, err)
 	}
@@ -224,7 +225,7 @@ func TestMismatchedRepliesDiscarded(t *testing.T) {
 	t.Run("no real reply", func(t *testing.T) {
 		raw := dnstest.StartRaw(t, script(false), nil)
 		f := newForwarder(t, upstream.Config{Servers: []string{raw.Addr}, TryTimeout: 150 * time.Millisecond, Budget: 400 * time.Millisecond})
-		r, err := f.Exchange(context.Background(), query("victim.example.test.", dns.TypeA))
+		r, err := f.Exchange(context.Background(), stage.Origin{}, query("victim.example.test.", dns.TypeA))
 		if err == nil || !errors.Is(err, upstream.ErrAllFailed) {
 			t.Fatalf("only bad replies: got %v, %v; want ErrAllFailed", r, err)
 		}
@@ -322,7 +323,7 @@ func TestTCPNeverAnswers(t *testing.T) {
 	raw := tcAndTCP(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
 	f := newForwarder(t, upstream.Config{Servers: []string{raw.Addr}, TryTimeout: 200 * time.Millisecond, Budget: 500 * time.Millisecond})
 	start := time.Now()
-	_, err := f.Exchange(context.Background(), query("hang.example.test.", dns.TypeA))
+	_, err := f.Exchange(context.Background(), stage.Origin{}, query("hang.example.test.", dns.TypeA))
 	if !errors.Is(err, upstream.ErrAllFailed) {
 		t.Fatalf("err %v, want ErrAllFailed", err)
 	}
@@ -350,7 +351,7 @@ func TestTimeoutsAndBudget(t *testing.T) {
 		b := dnstest.Start(t, dnstest.Drop)
 		f := newForwarder(t, upstream.Config{Servers: []string{a.Addr, b.Addr}, TryTimeout: 150 * time.Millisecond, Budget: 400 * time.Millisecond})
 		start := time.Now()
-		_, err := f.Exchange(context.Background(), query("a.example.test.", dns.TypeA))
+		_, err := f.Exchange(context.Background(), stage.Origin{}, query("a.example.test.", dns.TypeA))
 		if !errors.Is(err, upstream.ErrAllFailed) {
 			t.Fatalf("err %v, want ErrAllFailed", err)
 		}
@@ -367,7 +368,7 @@ func TestTimeoutsAndBudget(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		_, err := f.Exchange(ctx, query("a.example.test.", dns.TypeA))
+		_, err := f.Exchange(ctx, stage.Origin{}, query("a.example.test.", dns.TypeA))
 		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 3*time.Second {
 			t.Fatalf("after %s: err %v; want the caller's deadline to end its wait", time.Since(start), err)
 		}
@@ -422,7 +423,7 @@ func TestAllDownStillTries(t *testing.T) {
 	b := dnstest.Start(t, dnstest.Drop)
 	f := newForwarder(t, upstream.Config{Servers: []string{a.Addr, b.Addr}, MaxFails: 1,
 		TryTimeout: 100 * time.Millisecond, Budget: 450 * time.Millisecond})
-	if _, err := f.Exchange(context.Background(), query("d.example.test.", dns.TypeA)); err == nil {
+	if _, err := f.Exchange(context.Background(), stage.Origin{}, query("d.example.test.", dns.TypeA)); err == nil {
 		t.Fatal("no error from dead servers")
 	}
 	if !server(t, f, a.Addr).Down() || !server(t, f, b.Addr).Down() {
@@ -451,7 +452,7 @@ func TestCoalescing(t *testing.T) {
 			defer wg.Done()
 			q := query("same.example.test.", dns.TypeA)
 			q.Id = id
-			r, err := f.Exchange(context.Background(), q)
+			r, err := f.Exchange(context.Background(), stage.Origin{}, q)
 			switch {
 			case err != nil:
 				errs <- err
@@ -487,7 +488,7 @@ func TestInflightBound(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := f.Exchange(context.Background(), query(fmt.Sprintf("b%d.example.test.", i), dns.TypeA)); err != nil {
+			if _, err := f.Exchange(context.Background(), stage.Origin{}, query(fmt.Sprintf("b%d.example.test.", i), dns.TypeA)); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -495,7 +496,7 @@ func TestInflightBound(t *testing.T) {
 	eventually(t, "the bound to fill", func() bool { return gate.Waiting() == bound })
 	before := runtime.NumGoroutine()
 	for i := 0; i < 100; i++ {
-		_, err := f.Exchange(context.Background(), query(fmt.Sprintf("over%d.example.test.", i), dns.TypeA))
+		_, err := f.Exchange(context.Background(), stage.Origin{}, query(fmt.Sprintf("over%d.example.test.", i), dns.TypeA))
 		if !errors.Is(err, upstream.ErrOverloaded) {
 			t.Fatalf("query %d past the bound: %v, want ErrOverloaded", i, err)
 		}
@@ -509,7 +510,7 @@ func TestInflightBound(t *testing.T) {
 	// An identical query joins the flight instead of being refused.
 	joined := make(chan error, 1)
 	go func() {
-		_, err := f.Exchange(context.Background(), query("b0.example.test.", dns.TypeA))
+		_, err := f.Exchange(context.Background(), stage.Origin{}, query("b0.example.test.", dns.TypeA))
 		joined <- err
 	}()
 	eventually(t, "the identical query to join", func() bool { return f.Coalesced() == 1 })
@@ -573,7 +574,7 @@ func TestStubDomains(t *testing.T) {
 	}
 	// No default servers: names outside every stub zone have nowhere to go.
 	f = newForwarder(t, upstream.Config{Stubs: map[string][]string{"corp.example.": {corp.Addr}}})
-	if _, err := f.Exchange(context.Background(), query("www.example.test.", dns.TypeA)); !errors.Is(err, upstream.ErrNoUpstream) {
+	if _, err := f.Exchange(context.Background(), stage.Origin{}, query("www.example.test.", dns.TypeA)); !errors.Is(err, upstream.ErrNoUpstream) {
 		t.Fatalf("err %v, want ErrNoUpstream", err)
 	}
 	exchange(t, f, "www.corp.example.", dns.TypeA)
@@ -671,12 +672,12 @@ func TestExchangeErrors(t *testing.T) {
 	f := newForwarder(t, upstream.Config{Servers: []string{"127.0.0.1:1"}})
 	q := query("a.example.test.", dns.TypeA)
 	q.Question = nil
-	if _, err := f.Exchange(context.Background(), q); err == nil {
+	if _, err := f.Exchange(context.Background(), stage.Origin{}, q); err == nil {
 		t.Error("no question accepted")
 	}
 	q = query("a.example.test.", dns.TypeA)
 	q.Question = append(q.Question, q.Question[0])
-	if _, err := f.Exchange(context.Background(), q); err == nil {
+	if _, err := f.Exchange(context.Background(), stage.Origin{}, q); err == nil {
 		t.Error("two questions accepted")
 	}
 	if _, err := upstream.New(upstream.Config{Servers: []string{"dns.google"}}); err == nil {
@@ -778,10 +779,10 @@ func TestFigures(t *testing.T) {
 	}
 	// Down: exchanges count as all-down, probes fail until it answers.
 	a.SetHandler(dnstest.Drop)
-	if _, err := f.Exchange(context.Background(), query("d.example.test.", dns.TypeA)); err == nil {
+	if _, err := f.Exchange(context.Background(), stage.Origin{}, query("d.example.test.", dns.TypeA)); err == nil {
 		t.Fatal("no error from a dead server")
 	}
-	if _, err := f.Exchange(context.Background(), query("d2.example.test.", dns.TypeA)); err == nil {
+	if _, err := f.Exchange(context.Background(), stage.Origin{}, query("d2.example.test.", dns.TypeA)); err == nil {
 		t.Fatal("no error from a dead server")
 	}
 	if n := f.AllDown(); n != 1 {
@@ -804,7 +805,7 @@ func BenchmarkExchange(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := f.Exchange(ctx, q); err != nil {
+		if _, err := f.Exchange(ctx, stage.Origin{}, q); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -829,7 +830,7 @@ func TestStrayDatagramsBounded(t *testing.T) {
 	}, nil)
 	f := newForwarder(t, upstream.Config{Servers: []string{raw.Addr}, MaxFails: 1, TryTimeout: 3 * time.Second, Budget: 6 * time.Second})
 	start := time.Now()
-	_, err := f.Exchange(context.Background(), query("flood.example.test.", dns.TypeA))
+	_, err := f.Exchange(context.Background(), stage.Origin{}, query("flood.example.test.", dns.TypeA))
 	if !errors.Is(err, upstream.ErrAllFailed) {
 		t.Fatalf("only forged replies: %v, want ErrAllFailed", err)
 	}

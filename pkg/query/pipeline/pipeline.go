@@ -1,0 +1,222 @@
+// Package pipeline answers DNS queries. It decides, in one place
+// (lookup, serve.go), the order of the stages: name rewrites, then for a
+// pod of this node the search-path walk (or a shortcut kept from an
+// earlier one), static records, the cluster zone, cache and upstream; and
+// it turns their one Result into the reply: the client's ID, question
+// case, EDNS size, TC bit.
+//
+// It is the Handler behind pkg/query/server's transport. Answer runs on a
+// socket's reader and answers what needs no waiting there (cache hits,
+// cluster names, shortcuts), at no allocation; Resolve runs the same code
+// allowed to wait, off the reader, for what Answer said needs waiting. Each
+// stage that could block (an upstream exchange, the cluster DNS before the
+// cluster synced) is where the no-wait run stops.
+//
+// It keeps what makes repeated answers cheap: cluster and static replies
+// packed (packed.go), the search-path walk's decisions (walk.go) and the
+// replies built from them in wire form (shortcut.go). It also owns the
+// failure log of SERVFAIL replies (failures.go), the forwarding-loop probe
+// (loop.go) and the routing of some zones to a resolver of their own
+// (route.go). The stages are the interfaces of pkg/query/stage; this
+// package imports none of their implementations.
+package pipeline
+
+import (
+	"errors"
+	"log/slog"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/nodedns/nodedns/pkg/observe/recovery"
+	"github.com/nodedns/nodedns/pkg/query/stage"
+)
+
+// Config configures a Pipeline. Zero values take the defaults named.
+//
+// Resolution order for one query, as CoreDNS's plugin order has it: name
+// rewrites (Rewriter) first, then the search-path walk for pods on this
+// node (Pods, when Autopath), each step of which is resolved as below;
+// static records (Hosts); the cluster zone (Cluster); cache and upstream
+// (Resolver, or Route's for the names it routes).
+type Config struct {
+	// Rewriter rewrites query names before everything else (see
+	// SetRewriter); nil: none.
+	Rewriter stage.Rewriter
+	// Pods maps clients to namespaces for the search-path walk.
+	Pods stage.Pods
+	// Autopath enables the server-side search-path walk.
+	Autopath bool
+	// Search are the extra search domains pods inherit from the node
+	// (lower-case FQDNs), walked after the cluster's own.
+	Search []string
+	// Hosts answers static records before the cluster zone; nil: none.
+	Hosts stage.Hosts
+	// Cluster answers the cluster zone; nil disables it (and the walk).
+	Cluster stage.Cluster
+	// ClusterDNS, when set, answers cluster-zone queries until Cluster has
+	// synced; without it they get SERVFAIL (never a false NXDOMAIN).
+	ClusterDNS stage.Exchanger
+	// Resolver answers everything else: cache, then upstream. Required.
+	Resolver stage.Resolver
+	// Route sends the names of some zones to a resolver of their own
+	// instead of Resolver; nil: none.
+	Route *Route
+	// LoadBalance rotates the order of A and AAAA records in replies,
+	// one step per reply (CoreDNS's `loadbalance round_robin`); see
+	// SetLoadBalance.
+	LoadBalance bool
+	// Observer is told about every answer; nil: nobody.
+	Observer Observer
+	// Failures rate-limits the warn line written for every SERVFAIL sent
+	// (failures.go); nil: no such lines.
+	Failures FailureLimiter
+	// Panics counts the panics recovered while answering; shared with the
+	// rest of the agent, which reports one figure. nil: a counter of the
+	// pipeline's own.
+	Panics *recovery.Counter
+	// QueryTimeout bounds the resolution of one query; default 5s.
+	QueryTimeout time.Duration
+	// MaxUDPSize caps the UDP reply size whatever the client advertises;
+	// default 1232 (the DNS flag day value: no fragmentation).
+	MaxUDPSize int
+	// AutopathMemo is how long the winning step of a walk is remembered for
+	// (namespace, name), so that A and AAAA take the same path; default 30s.
+	AutopathMemo time.Duration
+	Logger       *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if c.Resolver == nil {
+		return errors.New("pipeline: no resolver")
+	}
+	if c.QueryTimeout <= 0 {
+		c.QueryTimeout = 5 * time.Second
+	}
+	if c.MaxUDPSize <= 0 {
+		c.MaxUDPSize = 1232
+	}
+	if c.MaxUDPSize < 512 {
+		c.MaxUDPSize = 512
+	}
+	if c.AutopathMemo <= 0 {
+		c.AutopathMemo = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Panics == nil {
+		c.Panics = new(recovery.Counter)
+	}
+	return nil
+}
+
+// Pipeline answers queries; it implements pkg/query/server's Handler and is
+// safe for concurrent use.
+type Pipeline struct {
+	cfg   Config
+	log   *slog.Logger
+	route *router // nil: every name goes to cfg.Resolver
+	memo  *walkMemo
+	// shortcuts keeps search-path shortcut replies in wire form
+	// (shortcut.go).
+	shortcuts *shortcutTable
+	// packed holds cluster and static replies in wire form (packed.go).
+	packed *packedCache
+	// epoch is when the pipeline was made; ages are measured from it on
+	// the monotonic clock (see mono).
+	epoch   time.Time
+	walkSet atomic.Pointer[walkSettings]
+	// rewriter rewrites query names first; nil: none.
+	rewriter atomic.Pointer[rewriterBox]
+	// loadBalance rotates the A and AAAA RRsets of every NOERROR reply
+	// (finish); rotation counts replies for the next offset.
+	loadBalance atomic.Bool
+	rotation    atomic.Uint32
+	loop        loopProbe
+}
+
+// New validates cfg and returns the pipeline.
+func New(cfg Config) (*Pipeline, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	// Its lines carry the component the operators' documentation names for
+	// the request path (docs/logging.md), from before the transport and
+	// the pipeline were two packages.
+	p := &Pipeline{cfg: cfg, log: cfg.Logger.With("component", "server"),
+		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), shortcuts: newShortcutTable(scEntries, scBytes)}
+	if cfg.Route != nil {
+		r, err := newRouter(*cfg.Route)
+		if err != nil {
+			return nil, err
+		}
+		p.route = r
+	}
+	p.epoch = time.Now()
+	p.loop.name.Store("")
+	p.walkSet.Store(&walkSettings{autopath: cfg.Autopath, search: cfg.Search})
+	p.SetRewriter(cfg.Rewriter)
+	p.loadBalance.Store(cfg.LoadBalance)
+	return p, nil
+}
+
+// mono returns t (a reading of time.Now) as nanoseconds since the pipeline
+// was made, on the monotonic clock: a step of the wall clock moves it not.
+func (p *Pipeline) mono(t time.Time) int64 { return int64(t.Sub(p.epoch)) }
+
+type rewriterBox struct{ rw stage.Rewriter }
+
+// SetRewriter replaces the name rewriter while the pipeline runs (nil: no
+// rewriting). Queries under way finish with the old one.
+func (p *Pipeline) SetRewriter(rw stage.Rewriter) {
+	if rw == nil {
+		p.rewriter.Store(nil)
+		return
+	}
+	p.rewriter.Store(&rewriterBox{rw: rw})
+}
+
+// SetLoadBalance turns the round-robin order of A and AAAA records in
+// replies on or off while the pipeline runs (CoreDNS's `loadbalance
+// round_robin`). The rotation happens in finish, in wire form, on the copy
+// of the reply being sent: cache hits and packed cluster answers keep
+// costing no allocation (TestHotPathAllocs).
+func (p *Pipeline) SetLoadBalance(on bool) { p.loadBalance.Store(on) }
+
+// Observer is told about every answered request. It must be cheap and safe
+// for concurrent use; it is called on the serving path.
+type Observer interface {
+	Observe(ev Event)
+}
+
+// Event describes one answered request.
+type Event struct {
+	Source stage.Source
+	Rcode  int
+	Proto  string // "udp" or "tcp"
+	Client netip.Addr
+	// Name is the lower-case question name. It may share memory with a
+	// buffer the transport reuses for the next query: copy it
+	// (strings.Clone) to keep it beyond the call.
+	Name     string
+	Qtype    uint16
+	Duration time.Duration
+	// AutopathSteps is, for a shortcut taken, how many search-path steps the
+	// agent walked for the client; AutopathSaved how many client queries the
+	// shortcut saved.
+	AutopathSteps, AutopathSaved int
+	// Listener is the index in the transport's listen addresses of the
+	// one the request came in on.
+	Listener int
+	// RequestSize and ResponseSize are the request's and the reply's
+	// length in bytes (DNS message only: without TCP's length prefix).
+	RequestSize, ResponseSize int
+	// DO is the request's DNSSEC OK bit.
+	DO bool
+	// Answers is the reply's answer count (ANCOUNT) and Truncated its TC
+	// bit, as sent: with Rcode they tell an answer from NODATA (NOERROR
+	// without answers), as the query log classes need.
+	Answers   int
+	Truncated bool
+}

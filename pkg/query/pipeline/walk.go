@@ -1,0 +1,267 @@
+package pipeline
+
+import (
+	"sync/atomic"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/query/autopath"
+)
+
+// walkStatus is how a walk ended.
+type walkStatus uint8
+
+const (
+	// walkUndecided: an expansion failed; the query is answered as asked.
+	walkUndecided walkStatus = iota
+	walkDone
+	// walkWait: the walk needs waiting (only without call.wait).
+	walkWait
+)
+
+// walkTarget reports whether c is a search-path expansion the pipeline
+// should walk itself: the first expansion, `<base>.<ns>.svc.<zone>`, of
+// the search list of a pod of this node in namespace ns.
+func (p *Pipeline) walkTarget(c *call) (ns, base string, ok bool) {
+	if !p.walkConf().autopath || p.cfg.Pods == nil || p.cfg.Cluster == nil {
+		return "", "", false
+	}
+	zone := p.cfg.Cluster.Zone()
+	// Under ".svc.<zone>" (no concatenation: it would allocate for a
+	// long zone).
+	if n := len(c.name) - len(zone); n < 5 || c.name[n:] != zone || c.name[n-5:n] != ".svc." {
+		return "", "", false
+	}
+	if ns, ok = p.cfg.Pods.PodNamespace(c.req.Client.Unmap()); !ok {
+		return "", "", false
+	}
+	base, ok = autopath.Split(c.name, ns, zone)
+	return ns, base, ok
+}
+
+// walk answers c by walking the pod's search list in the pipeline: the
+// first expansion that is not NXDOMAIN wins and the client gets
+// `<asked> CNAME <winner>` plus the winner's answer, in one round trip.
+// NODATA at the winner is NODATA for the name asked. It is undecided when
+// an expansion failed: the query is then answered as asked and the client
+// walks its list itself, exactly as without autopath.
+//
+// The winner is remembered per (namespace, base), whatever the type, so
+// that A and AAAA for one name from one pod always take the same path even
+// if some upstream answers the two types inconsistently. Without c.wait
+// (on the reader) only a remembered winner whose answer is at hand is
+// used, the common case of a pod looking up a popular name again, and the
+// reply is kept as a shortcut (shortcut.go) so that the next query for the
+// name is a copy of wire bytes; anything else says walkWait.
+//
+// steps is how many expansions were resolved; saved how many queries the
+// client no longer sends for this type.
+func (p *Pipeline) walk(c *call, ns, base string) (m *dns.Msg, steps, saved int, st walkStatus) {
+	set := p.walkConf()
+	names := autopath.Walk(base, ns, p.cfg.Cluster.Zone(), set.search)
+	qtype := c.q.Type
+	// The key holds the namespace: one namespace's result is never
+	// another's.
+	key := ns + "/" + base
+	tried := 0
+	if e, hit := p.memo.get(key); hit && e.idx < len(names) {
+		i := e.idx
+		if !p.stepsStillMissing(names[:i], qtype) {
+			// An earlier step exists in the cluster now (a Service
+			// created since): the client would stop there, so the walk
+			// must too.
+			p.memo.forget(e)
+		} else {
+			// The generation is read before any answer: a change after
+			// this point moves it, and a shortcut built here is checked
+			// again (shortcut.go).
+			gen := p.clusterGen()
+			a, err := p.step(c, names[i], qtype, asMsgRef)
+			switch {
+			case a.wait || !c.wait && (err != nil || a.Msg.Rcode != dns.RcodeSuccess):
+				return nil, 0, 0, walkWait
+			case err == nil && a.Msg.Rcode == dns.RcodeSuccess:
+				m := p.walkReply(c, names, i, a.Msg)
+				if !c.wait {
+					p.keepShortcut(c, ns, set, e, names[:i+1], a, m, gen)
+				}
+				return m, 1, i, walkDone
+			case err == nil && p.stillWins(c, names[i], e.qtype):
+				// NXDOMAIN here for a winner that still exists for the
+				// type that made it win (an upstream that answers A but
+				// not AAAA) becomes NODATA for the name asked: same path.
+				return p.walkReply(c, names, i, a.Msg), 1, i, walkDone
+			}
+			// The winner has gone (a deleted Service, say: NXDOMAIN now
+			// for the type that won too). Answering from it would turn
+			// its NXDOMAIN into an empty NOERROR for the name asked,
+			// which stops dig and musl, and the expansions after it
+			// would never be tried: walk again from the start instead.
+			p.memo.forget(e)
+			tried = 1
+		}
+	}
+	if !c.wait {
+		return nil, 0, 0, walkWait
+	}
+	var first *dns.Msg
+	for i, name := range names {
+		a, err := p.step(c, name, qtype, asMsg)
+		if err != nil {
+			return nil, tried + i + 1, 0, walkUndecided
+		}
+		if i == 0 {
+			first = a.Msg
+		}
+		if a.Msg.Rcode == dns.RcodeNameError {
+			continue
+		}
+		p.memo.put(key, i, qtype)
+		return p.walkReply(c, names, i, a.Msg), tried + i + 1, i, walkDone
+	}
+	// Nothing exists anywhere: NXDOMAIN for the name asked, with the
+	// cluster zone's SOA. The client walks its own list after it (glibc,
+	// musl and dig all do), so no query is saved: the later expansions
+	// are answered locally or from the cache.
+	return first, tried + len(names), 0, walkDone
+}
+
+// stepsStillMissing reports whether every step in the cluster zone among
+// names is still a name error there. Steps outside it (the node's search
+// domains) were answered by the cache and upstream and are trusted for
+// the memo's lifetime, as the walk that found them is.
+func (p *Pipeline) stepsStillMissing(names []string, qtype uint16) bool {
+	for _, n := range names {
+		res, ok := p.cfg.Cluster.Lookup(n, qtype)
+		if ok && (res.NotSynced || res.Msg == nil || res.Msg.Rcode != dns.RcodeNameError) {
+			return false
+		}
+	}
+	return true
+}
+
+// stillWins reports whether the remembered winner name still exists for
+// won, the type that made it win (c's type just got NXDOMAIN there).
+func (p *Pipeline) stillWins(c *call, name string, won uint16) bool {
+	if won == c.q.Type {
+		return false // just asked: NXDOMAIN
+	}
+	a, err := p.step(c, name, won, asMsg)
+	return err == nil && !a.wait && a.Msg.Rcode != dns.RcodeNameError
+}
+
+// step resolves one expansion for qtype through the stage order; a
+// failure or a SERVFAIL/REFUSED reply is an error (the walk cannot tell
+// whether the name exists).
+func (p *Pipeline) step(c *call, name string, qtype uint16, f form) (answer, error) {
+	a, _ := p.lookup(c, nil, name, qtype, f)
+	switch {
+	case a.wait:
+		return a, nil
+	case a.err != nil:
+		return a, a.err
+	case a.Msg.Rcode != dns.RcodeSuccess && a.Msg.Rcode != dns.RcodeNameError:
+		return a, errStepFailed
+	}
+	return a, nil
+}
+
+type stepError string
+
+func (e stepError) Error() string { return string(e) }
+
+const errStepFailed = stepError("search-path step answered neither NOERROR nor NXDOMAIN")
+
+// walkReply is the reply to c when names[i] won with m.
+func (p *Pipeline) walkReply(c *call, names []string, i int, m *dns.Msg) *dns.Msg {
+	if i == 0 {
+		return m
+	}
+	out := &dns.Msg{MsgHdr: m.MsgHdr}
+	out.Rcode = dns.RcodeSuccess
+	if len(m.Answer) == 0 {
+		out.Ns = m.Ns
+		return out
+	}
+	// The CNAME is synthesized, so the reply is not authoritative unless
+	// everything in it came from the cluster zone.
+	cname := &dns.CNAME{Hdr: dns.RR_Header{Name: c.name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET,
+		Ttl: m.Answer[0].Header().Ttl}, Target: names[i]}
+	out.Answer = make([]dns.RR, 0, 1+len(m.Answer))
+	out.Answer = append(append(out.Answer, cname), m.Answer...)
+	out.Extra = m.Extra
+	return out
+}
+
+// walkMemo remembers which expansion won for (namespace, base), for a short
+// time and a bounded number of names. Shortcuts built from a decision hold
+// its entry and die with it: an entry is marked dead when it is replaced,
+// forgotten, evicted or purged.
+type walkMemo struct {
+	ttl time.Duration
+	c   *lru.Cache[string, *memoEntry]
+}
+
+type memoEntry struct {
+	key     string // "<namespace>/<base>"
+	idx     int    // the winning step
+	qtype   uint16 // the type whose walk found it
+	expires int64  // unix nanoseconds
+	dead    atomic.Bool
+}
+
+// alive reports whether the decision still stands at now (unix nanoseconds).
+func (e *memoEntry) alive(now int64) bool { return !e.dead.Load() && now < e.expires }
+
+func newWalkMemo(size int, ttl time.Duration) *walkMemo {
+	c, err := lru.NewWithEvict(size, func(_ string, e *memoEntry) { e.dead.Store(true) })
+	if err != nil {
+		panic(err) // only for size <= 0, which callers never pass
+	}
+	return &walkMemo{ttl: ttl, c: c}
+}
+
+func (w *walkMemo) get(key string) (*memoEntry, bool) {
+	e, ok := w.c.Get(key)
+	if !ok || !e.alive(time.Now().UnixNano()) {
+		return nil, false
+	}
+	return e, true
+}
+
+func (w *walkMemo) put(key string, idx int, qtype uint16) {
+	e := &memoEntry{key: key, idx: idx, qtype: qtype, expires: time.Now().Add(w.ttl).UnixNano()}
+	if old, ok := w.c.Peek(key); ok {
+		// Add replaces a value without the eviction callback.
+		old.dead.Store(true)
+	}
+	w.c.Add(key, e)
+}
+
+// forget drops e's decision (if it is still the one kept for its key).
+func (w *walkMemo) forget(e *memoEntry) {
+	e.dead.Store(true)
+	if cur, ok := w.c.Peek(e.key); ok && cur == e {
+		w.c.Remove(e.key)
+	}
+}
+
+// walkSettings are the search-path settings that can change while the
+// server runs (live reload).
+type walkSettings struct {
+	autopath bool
+	search   []string
+}
+
+func (p *Pipeline) walkConf() *walkSettings { return p.walkSet.Load() }
+
+// SetSearchPath turns the search-path walk on or off and replaces the extra
+// search domains (lower-case FQDNs). Queries under way finish with the old
+// settings. Remembered winners are forgotten: the list they indexed changed.
+func (p *Pipeline) SetSearchPath(autopath bool, search []string) {
+	p.walkSet.Store(&walkSettings{autopath: autopath, search: append([]string(nil), search...)})
+	p.memo.c.Purge()
+	p.shortcuts.purge()
+}
