@@ -51,10 +51,12 @@ func (p *Pipeline) walkTarget(c *call) (ns, base string, ok bool) {
 // The winner is remembered per (namespace, base), whatever the type, so
 // that A and AAAA for one name from one pod always take the same path even
 // if some upstream answers the two types inconsistently. Without c.wait
-// (on the reader) only a remembered winner whose answer is at hand is
-// used, the common case of a pod looking up a popular name again, and the
-// reply is kept as a shortcut (shortcut.go) so that the next query for the
-// name is a copy of wire bytes; anything else says walkWait.
+// (on the reader) the walk goes as far as answers at hand take it (the
+// cluster zone, the cache) and says walkWait at the first step that would
+// block; a reply it builds there is kept as a shortcut (shortcut.go), so
+// that the next query for the name is a copy of wire bytes. So a pod
+// looking up a popular name again, or again once its decision has
+// expired, is answered on the reader.
 //
 // steps is how many expansions were resolved; saved how many queries the
 // client no longer sends for this type.
@@ -65,6 +67,9 @@ func (p *Pipeline) walk(c *call, ns, base string) (m *dns.Msg, steps, saved int,
 	// The key holds the namespace: one namespace's result is never
 	// another's.
 	key := ns + "/" + base
+	// The generation is read before any answer: a change after this point
+	// moves it, and a shortcut built here is checked again (shortcut.go).
+	gen := p.clusterGen()
 	tried := 0
 	if e, hit := p.memo.get(key); hit && e.idx < len(names) {
 		i := e.idx
@@ -74,10 +79,6 @@ func (p *Pipeline) walk(c *call, ns, base string) (m *dns.Msg, steps, saved int,
 			// must too.
 			p.memo.forget(e)
 		} else {
-			// The generation is read before any answer: a change after
-			// this point moves it, and a shortcut built here is checked
-			// again (shortcut.go).
-			gen := p.clusterGen()
 			a, err := p.step(c, names[i], qtype, asMsgRef)
 			switch {
 			case a.wait || !c.wait && (err != nil || a.Msg.Rcode != dns.RcodeSuccess):
@@ -103,13 +104,17 @@ func (p *Pipeline) walk(c *call, ns, base string) (m *dns.Msg, steps, saved int,
 			tried = 1
 		}
 	}
+	f := asMsg
 	if !c.wait {
-		return nil, 0, 0, walkWait
+		f = asMsgRef // the winner's stored reply, to keep a shortcut on
 	}
 	var first *dns.Msg
 	for i, name := range names {
-		a, err := p.step(c, name, qtype, asMsg)
-		if err != nil {
+		a, err := p.step(c, name, qtype, f)
+		switch {
+		case a.wait || !c.wait && err != nil:
+			return nil, 0, 0, walkWait
+		case err != nil:
 			return nil, tried + i + 1, 0, walkUndecided
 		}
 		if i == 0 {
@@ -118,8 +123,12 @@ func (p *Pipeline) walk(c *call, ns, base string) (m *dns.Msg, steps, saved int,
 		if a.Msg.Rcode == dns.RcodeNameError {
 			continue
 		}
-		p.memo.put(key, i, qtype)
-		return p.walkReply(c, names, i, a.Msg), tried + i + 1, i, walkDone
+		e := p.memo.put(key, i, qtype)
+		m := p.walkReply(c, names, i, a.Msg)
+		if !c.wait {
+			p.keepShortcut(c, ns, set, e, names[:i+1], a, m, gen)
+		}
+		return m, tried + i + 1, i, walkDone
 	}
 	// Nothing exists anywhere: NXDOMAIN for the name asked, with the
 	// cluster zone's SOA. The client walks its own list after it (glibc,
@@ -231,13 +240,15 @@ func (w *walkMemo) get(key string) (*memoEntry, bool) {
 	return e, true
 }
 
-func (w *walkMemo) put(key string, idx int, qtype uint16) {
+// put remembers idx as the winner for key and returns the decision.
+func (w *walkMemo) put(key string, idx int, qtype uint16) *memoEntry {
 	e := &memoEntry{key: key, idx: idx, qtype: qtype, expires: time.Now().Add(w.ttl).UnixNano()}
 	if old, ok := w.c.Peek(key); ok {
 		// Add replaces a value without the eviction callback.
 		old.dead.Store(true)
 	}
 	w.c.Add(key, e)
+	return e
 }
 
 // forget drops e's decision (if it is still the one kept for its key).
