@@ -119,7 +119,7 @@ func ParseQuery(b []byte, q *Query) error {
 		}
 		return ErrQuestion
 	}
-	end, simple, err := questionName(b, HeaderLen)
+	end, text, err := questionName(b, HeaderLen, &q.nameBuf)
 	if err != nil {
 		return err
 	}
@@ -130,9 +130,12 @@ func ParseQuery(b []byte, q *Query) error {
 	q.Type = binary.BigEndian.Uint16(b[end:])
 	q.Class = binary.BigEndian.Uint16(b[end+2:])
 	q.QEnd = end + 4
-	if simple {
-		q.Name = lowerText(&q.nameBuf, q.RawName)
-	} else {
+	switch {
+	case text > 0:
+		q.Name = unsafe.String(&q.nameBuf[0], text)
+	case end == HeaderLen+1:
+		q.Name = "."
+	default:
 		name, _, err := dns.UnpackDomainName(b, HeaderLen)
 		if err != nil {
 			return ErrQuestion
@@ -187,72 +190,73 @@ func (q *Query) parseOPT(b []byte, off int) (err error) {
 	return nil
 }
 
-// questionName checks the uncompressed name at off and returns its end. simple
-// is true when every byte is a letter, digit, '-', '_' or '*', so that the
-// text form is the labels joined by dots.
-func questionName(b []byte, off int) (end int, simple bool, err error) {
-	simple = true
-	total := 0
+// questionName checks the uncompressed name at off and returns its end.
+// When every byte of its labels is plain (a letter, digit, '-', '_' or
+// '*'), it also writes the name's lower-case text form (the labels joined
+// by dots) to buf and returns its length as text; else text is 0. One
+// pass does both: the name is the longest part of a query, and a pod's
+// search-path expansions are long names.
+func questionName(b []byte, off int, buf *[256]byte) (end, text int, err error) {
+	total, n := 0, 0
+	var acc byte // the OR of every byte's lowerPlain: high bit set once one is not plain
 	for {
 		if off >= len(b) {
-			return 0, false, ErrQuestion
+			return 0, 0, ErrQuestion
 		}
 		l := int(b[off])
 		if l == 0 {
 			total++
 			if total > 255 {
-				return 0, false, ErrQuestion
+				return 0, 0, ErrQuestion
 			}
-			return off + 1, simple, nil
+			if acc&notPlain != 0 {
+				n = 0
+			}
+			return off + 1, n, nil
 		}
 		if l > 63 { // a pointer (0xC0) or a reserved label type
-			return 0, false, ErrQuestion
+			return 0, 0, ErrQuestion
 		}
 		if off+1+l > len(b) {
-			return 0, false, ErrQuestion
+			return 0, 0, ErrQuestion
 		}
 		total += l + 1
 		if total > 255 {
-			return 0, false, ErrQuestion
+			return 0, 0, ErrQuestion
 		}
-		if simple {
-			for _, c := range b[off+1 : off+1+l] {
-				if !plain(c) {
-					simple = false
-					break
-				}
-			}
+		// total <= 255 bounds n + l + 1 (the text so far, this label
+		// and its dot) by 255: within buf.
+		label := b[off+1 : off+1+l]
+		dst := buf[n : n+l+1]
+		for i, c := range label {
+			x := lowerPlain[c]
+			dst[i] = x
+			acc |= x
 		}
+		dst[l] = '.'
+		n += l + 1
 		off += 1 + l
 	}
 }
 
-func plain(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '*'
-}
+// notPlain marks a byte that is not plain in lowerPlain.
+const notPlain = 0x80
 
-// lowerText converts a plain wire name to lower-case presentation form in
-// buf and returns it as a string sharing buf's memory.
-func lowerText(buf *[256]byte, raw []byte) string {
-	if len(raw) == 1 {
-		return "."
-	}
-	n := 0
-	for off := 0; raw[off] != 0; {
-		l := int(raw[off])
-		for _, c := range raw[off+1 : off+1+l] {
-			if c >= 'A' && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			buf[n] = c
-			n++
+// lowerPlain maps every plain byte of a name (a letter, digit, '-', '_' or
+// '*') to its lower-case form, and every other byte to notPlain.
+var lowerPlain = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case c >= 'A' && c <= 'Z':
+			t[c] = byte(c) + 'a' - 'A'
+		case c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '*':
+			t[c] = byte(c)
+		default:
+			t[c] = notPlain
 		}
-		buf[n] = '.'
-		n++
-		off += 1 + l
 	}
-	return unsafe.String(&buf[0], n)
-}
+	return t
+}()
 
 func lowerASCII(s string) string {
 	for i := 0; i < len(s); i++ {
