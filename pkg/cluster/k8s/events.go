@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"cmp"
+	"net/netip"
 	"slices"
 )
 
@@ -243,6 +244,16 @@ func (ix *Index) onPod(old, cur any) {
 		}
 	}
 	ix.mu.Unlock()
+	var was, is []netip.Addr
+	if prev != nil && prev.local {
+		was = prev.ips
+	}
+	if p != nil && p.local {
+		is = p.ips
+	}
+	if len(was)+len(is) > 0 {
+		ix.refreshPodNS(was, is)
+	}
 	if verified {
 		ix.touch(false)
 	}

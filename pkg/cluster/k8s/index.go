@@ -43,6 +43,12 @@ type Index struct {
 	gen atomic.Uint64
 	// answers keeps pod and PTR answers assembled per query (memo.go).
 	answers *answerMemo
+	// podNS is what PodNamespace reads: each address of localPods with
+	// the namespace of its newest pod (podtable.go), replaced under wmu
+	// when this node's pods change. podNSMap, under wmu, is what it is
+	// built from.
+	podNS    atomic.Pointer[podTable]
+	podNSMap map[netip.Addr]string
 
 	// Writer side: touched only by informer handlers, under wmu.
 	wmu        sync.Mutex
@@ -108,6 +114,8 @@ func New(client kubernetes.Interface, cfg Config) (*Index, error) {
 		localPods:  make(addrIndex[*pod]),
 		answers:    newAnswerMemo(),
 	}
+	ix.podNSMap = map[netip.Addr]string{}
+	ix.podNS.Store(newPodTable(ix.podNSMap))
 	ix.wmu.Lock()
 	ix.rebuildZone()
 	ix.wmu.Unlock()
@@ -143,19 +151,29 @@ func (ix *Index) Generation() uint64 { return ix.gen.Load() }
 // address is claimed by several pods, the newest pod wins, and removing the
 // old pod leaves the new mapping in place.
 func (ix *Index) PodNamespace(ip netip.Addr) (string, bool) {
-	ip = ip.Unmap()
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	var best *pod
-	for _, p := range ix.localPods[ip] {
-		if best == nil || p.created > best.created || (p.created == best.created && p.name > best.name) {
-			best = p
+	return ix.podNS.Load().get(ip.Unmap())
+}
+
+// refreshPodNS replaces the table PodNamespace reads with one where the
+// addresses ips map to what localPods now says (wmu held).
+func (ix *Index) refreshPodNS(ips ...[]netip.Addr) {
+	next := ix.podNSMap
+	for _, list := range ips {
+		for _, ip := range list {
+			var best *pod
+			for _, p := range ix.localPods[ip] {
+				if best == nil || p.created > best.created || (p.created == best.created && p.name > best.name) {
+					best = p
+				}
+			}
+			if best == nil {
+				delete(next, ip)
+			} else {
+				next[ip] = best.namespace
+			}
 		}
 	}
-	if best == nil {
-		return "", false
-	}
-	return best.namespace, true
+	ix.podNS.Store(newPodTable(next))
 }
 
 // Stats is a snapshot of the index for /stats and logs.
