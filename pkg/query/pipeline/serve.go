@@ -8,6 +8,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/pkg/query/autopath"
 	"github.com/nodedns/nodedns/pkg/query/dnswire"
 	"github.com/nodedns/nodedns/pkg/query/server"
 	"github.com/nodedns/nodedns/pkg/query/stage"
@@ -84,8 +85,8 @@ func (p *Pipeline) serve(dst []byte, c *call) (out []byte, v server.Verdict) {
 	if out, done := p.rewrite(dst, c); done {
 		return out, server.Reply
 	}
-	if ns, base, ok := p.walkTarget(c); ok {
-		if out, v, done := p.searchPath(dst, c, ns, base); done {
+	if ns, ok := p.podQuery(c); ok {
+		if out, v, done := p.searchPath(dst, c, ns); done {
 			return out, v
 		}
 	}
@@ -164,19 +165,28 @@ func (p *Pipeline) rewrite(dst []byte, c *call) (out []byte, done bool) {
 	return dst, false
 }
 
-// searchPath answers c, the first expansion of the search list of a pod
-// of namespace ns: from a shortcut kept from an earlier query, the name
-// itself in the cluster, or the walk. done is false when the walk cannot
-// decide (an expansion failed): c is then answered as asked and the
-// client walks its list itself, exactly as without autopath.
-func (p *Pipeline) searchPath(dst []byte, c *call, ns, base string) ([]byte, server.Verdict, bool) {
-	switch {
-	case c.revert == nil:
-		// The wire-form shortcuts and packed answers are kept for names
-		// as asked.
+// searchPath answers c, from a pod of namespace ns, when it is the first
+// expansion of the pod's search list: from a shortcut kept from an
+// earlier query, the name itself in the cluster, or the walk. done is
+// false when c is no such expansion, or the walk cannot decide (an
+// expansion failed): c is then answered as asked and the client walks its
+// list itself, exactly as without autopath.
+func (p *Pipeline) searchPath(dst []byte, c *call, ns string) ([]byte, server.Verdict, bool) {
+	// The wire-form shortcuts and packed answers are kept for names as
+	// asked. A shortcut is looked for first: one kept for ns says c is an
+	// expansion of ns's list (it was built for one), which saves
+	// splitting the name (reading the namespace's bytes) on every
+	// shortcut.
+	if c.revert == nil {
 		if out, ok := p.shortcutHit(dst, c, ns); ok {
 			return out, server.Reply, true
 		}
+	}
+	base, ok := autopath.Split(c.name, ns, p.cfg.Cluster.Zone())
+	switch {
+	case !ok:
+		return dst, 0, false
+	case c.revert == nil:
 		if out, ok := p.asAsked(dst, c); ok {
 			return out, server.Reply, true
 		}

@@ -3,10 +3,8 @@ package pipeline
 import (
 	"hash/maphash"
 	"strings"
-	"sync"
 	"sync/atomic"
 
-	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/query/dnswire"
@@ -44,15 +42,16 @@ import (
 // reused by a pod of another namespace finds that namespace's shortcuts.
 
 const (
-	// scShards splits the table so that readers on several cores do not
-	// queue on one lock.
-	scShards = 16
 	// scEntries and scBytes bound the table: about 600 bytes an entry
-	// (the reply, the winner's cached reply, the step names).
+	// (the reply, the step names).
 	scEntries = 8192
 	scBytes   = 4 << 20
-	// scTrimBatch bounds the dead entries one insertion removes.
-	scTrimBatch = 8
+	// scWays is how many entries share a bucket: with their tags, one
+	// cache line.
+	scWays = 4
+	// scSweep bounds the slots one insertion looks at to bring the table
+	// back under its byte budget.
+	scSweep = 64
 )
 
 // scKey identifies a shortcut reply.
@@ -73,34 +72,39 @@ func scFlags(c *call) uint8 {
 	return f
 }
 
-// scEntry is one kept shortcut reply. Immutable but for gen.
+// scEntry is one kept shortcut reply. Immutable but for gen. The fields a
+// hit reads come first.
 type scEntry struct {
-	// key is what the entry answers; the table is keyed by its hash.
+	// h is key's hash; key is what the entry answers.
+	h   uint64
 	key scKey
 	// ns is the client's namespace, the string the Pods source gave (the
 	// same string on the next query, so comparing it reads no memory).
 	ns   string
 	set  *walkSettings
 	memo *memoEntry
-	// steps are the walk's names up to the winner, which is last.
-	steps []string
-	// cluster: the cluster's message for the winner; nil for a cached
-	// winner.
-	cluster *dns.Msg
 	// gen is the cluster Generation the entry was last checked at.
 	gen atomic.Uint64
+	// winHit is the cache's stored reply for a cached winner: a query
+	// takes its hit through it, without a lookup.
+	winHit stage.StoredHit
 	// wire is the reply (ID 0, lower-case question, no OPT); ttls the
 	// offsets of its TTL fields (used for a cached winner).
 	wire []byte
 	ttls []uint16
-	// winHit is the cache's stored reply for a cached winner: a query
-	// takes its hit through it, without a lookup.
-	winHit stage.StoredHit
+	// cluster: the cluster's message for the winner; nil for a cached
+	// winner.
+	cluster *dns.Msg
+	// steps are the walk's names up to the winner, which is last.
+	steps []string
 }
 
 func (e *scEntry) idx() int { return len(e.steps) - 1 }
 
 func (e *scEntry) cost() int64 {
+	if e == nil {
+		return 0
+	}
 	n := len(e.key.name) + len(e.ns) + len(e.wire) + 2*len(e.ttls) + 200
 	for _, s := range e.steps {
 		n += len(s) + 16
@@ -108,103 +112,136 @@ func (e *scEntry) cost() int64 {
 	return int64(n)
 }
 
-// shortcutTable keeps shortcut replies, bounded by entries and bytes.
+// shortcutTable keeps shortcut replies, bounded by entries and bytes: an
+// array of buckets of scWays entries, the bucket and a tag taken from the
+// key's 64-bit hash. A lookup reads one bucket (its tags and pointers
+// share a cache line) and the entry whose tag matches: no lock is taken
+// and nothing is written, so the readers of every socket share the table
+// without queueing on it or passing its cache lines between cores, and a
+// shortcut costs fewer memory reads than a cache hit's lookup.
+//
+// A new entry takes its key's old slot, else an empty one, else one whose
+// decision has died, else the bucket's slots in turn; past the byte
+// budget, insertions clear slots across the table in turn until it fits.
+// So an entry goes when its decision dies (shortcutHit drops it then) or
+// when its bucket or the budget needs the room, not in LRU order.
 type shortcutTable struct {
-	seed   maphash.Seed
-	budget int64 // bytes per shard
-	shards [scShards]scShard
+	seed    maphash.Seed
+	buckets []scBucket
+	budget  int64
+	bytes   atomic.Int64
+	// turn picks the next victim in a full bucket; sweep is where the
+	// next sweep over budget starts.
+	turn, sweep atomic.Uint64
 }
 
-// scShard is one lock around one LRU and its byte count. The LRU is keyed
-// by the key's 64-bit hash (scTable.hash, which also picks the shard), so a
-// lookup hashes the name once; the entry's own key is compared after.
-type scShard struct {
-	mu    sync.Mutex
-	lru   *simplelru.LRU[uint64, *scEntry]
-	bytes int64 // guarded by mu
+// scBucket is one cache line: the tags (0: empty) and the entries.
+type scBucket struct {
+	tags  [scWays]atomic.Uint32
+	slots [scWays]atomic.Pointer[scEntry]
+	_     [64 - scWays*4 - scWays*8]byte
 }
 
 func newShortcutTable(entries int, budget int64) *shortcutTable {
-	t := &shortcutTable{seed: maphash.MakeSeed(), budget: max(budget/scShards, 1)}
-	for i := range t.shards {
-		sh := &t.shards[i]
-		// The callback runs under sh.mu: only the shard's own calls evict.
-		l, err := simplelru.NewLRU(max(entries/scShards, 1), func(_ uint64, e *scEntry) { sh.bytes -= e.cost() })
-		if err != nil {
-			panic(err) // size >= 1 always
-		}
-		sh.lru = l
+	n := 1
+	for n*scWays < entries {
+		n <<= 1
 	}
-	return t
+	return &shortcutTable{seed: maphash.MakeSeed(), buckets: make([]scBucket, n), budget: budget}
 }
 
-// hash is k's hash and the shard that keeps it.
-func (t *shortcutTable) hash(k scKey) (uint64, *scShard) {
+// hash is k's hash.
+func (t *shortcutTable) hash(k scKey) uint64 {
 	h := maphash.String(t.seed, k.name)
 	// The type and flags, spread by an odd multiplier (a bijection).
-	h ^= (uint64(k.qtype)<<8 | uint64(k.flags) + 1) * 0x9E3779B97F4A7C15
-	return h, &t.shards[(h>>32)%scShards]
+	return h ^ (uint64(k.qtype)<<8|uint64(k.flags)+1)*0x9E3779B97F4A7C15
 }
 
-// get returns the entry for k (hash h), or nil; an entry of another key
-// with the same hash is a miss.
-func (sh *scShard) get(h uint64, k scKey) *scEntry {
-	sh.mu.Lock()
-	e, _ := sh.lru.Get(h)
-	sh.mu.Unlock()
-	if e == nil || e.key != k {
-		return nil
+// at is the bucket and the tag of hash h.
+func (t *shortcutTable) at(h uint64) (*scBucket, uint32) {
+	return &t.buckets[h&uint64(len(t.buckets)-1)], uint32(h>>32) | 1
+}
+
+// get returns the entry for k (hash h), or nil.
+func (t *shortcutTable) get(h uint64, k scKey) *scEntry {
+	b, tag := t.at(h)
+	for i := range b.tags {
+		if b.tags[i].Load() != tag {
+			continue
+		}
+		// The tag and the pointer are written one after the other: the
+		// entry itself says whether it is k's.
+		if e := b.slots[i].Load(); e != nil && e.h == h && e.key == k {
+			return e
+		}
 	}
-	return e
+	return nil
 }
 
-// add keeps e for k, replacing what k held. Entries whose decision has
-// died go first from the old end, then the oldest while the shard is over
-// budget.
-func (sh *scShard) add(h uint64, e *scEntry, now int64, budget int64) {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	for i := 0; i < scTrimBatch; i++ {
-		_, old, ok := sh.lru.GetOldest()
-		if !ok || old.memo.alive(now) {
+// add keeps e (e.h set), replacing what its key held; now (unix
+// nanoseconds) tells dead decisions.
+func (t *shortcutTable) add(e *scEntry, now int64) {
+	b, tag := t.at(e.h)
+	i := -1
+	for j := range b.slots {
+		if old := b.slots[j].Load(); old != nil && old.h == e.h && old.key == e.key {
+			i = j
 			break
 		}
-		sh.lru.RemoveOldest()
 	}
-	if old, ok := sh.lru.Peek(h); ok {
-		sh.bytes -= old.cost() // Add replaces without the callback
+	for j := 0; i < 0 && j < scWays; j++ {
+		if old := b.slots[j].Load(); old == nil || !old.memo.alive(now) {
+			i = j
+		}
 	}
-	sh.bytes += e.cost()
-	sh.lru.Add(h, e)
-	for sh.bytes > budget && sh.lru.Len() > 1 {
-		sh.lru.RemoveOldest()
+	if i < 0 {
+		i = int(t.turn.Add(1) % scWays)
+	}
+	old := b.slots[i].Swap(e)
+	b.tags[i].Store(tag)
+	t.bytes.Add(e.cost() - old.cost())
+	for n := 0; n < scSweep && t.bytes.Load() > t.budget; n++ {
+		s := t.sweep.Add(1)
+		sb := &t.buckets[(s/scWays)&uint64(len(t.buckets)-1)]
+		t.clear(sb, int(s%scWays), sb.slots[s%scWays].Load())
 	}
 }
 
-func (sh *scShard) remove(h uint64, e *scEntry) {
-	sh.mu.Lock()
-	if cur, ok := sh.lru.Peek(h); ok && cur == e {
-		sh.lru.Remove(h)
+// remove drops e, if the table still holds it.
+func (t *shortcutTable) remove(e *scEntry) {
+	b, _ := t.at(e.h)
+	for i := range b.slots {
+		if b.slots[i].Load() == e {
+			t.clear(b, i, e)
+			return
+		}
 	}
-	sh.mu.Unlock()
+}
+
+// clear empties slot i of b if it holds e.
+func (t *shortcutTable) clear(b *scBucket, i int, e *scEntry) {
+	if e != nil && b.slots[i].CompareAndSwap(e, nil) {
+		t.bytes.Add(-e.cost())
+	}
 }
 
 func (t *shortcutTable) purge() {
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		sh.lru.Purge()
-		sh.mu.Unlock()
+	for i := range t.buckets {
+		b := &t.buckets[i]
+		for j := range b.slots {
+			t.clear(b, j, b.slots[j].Load())
+		}
 	}
 }
 
 func (t *shortcutTable) len() int {
 	n := 0
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		n += sh.lru.Len()
-		sh.mu.Unlock()
+	for i := range t.buckets {
+		for j := range t.buckets[i].slots {
+			if t.buckets[i].slots[j].Load() != nil {
+				n++
+			}
+		}
 	}
 	return n
 }
@@ -213,17 +250,20 @@ func (t *shortcutTable) len() int {
 // every check of a shortcut asks the cluster again).
 func (p *Pipeline) clusterGen() uint64 { return p.cfg.Cluster.Generation() }
 
-// shortcutHit appends the kept shortcut reply to c, a walk candidate from a
-// pod in namespace ns, when there is one and it still holds.
+// shortcutHit appends the kept shortcut reply to c, from a pod in
+// namespace ns, when there is one for ns and it still holds. One kept for
+// another namespace is not c's (c is no expansion of ns's list) and stays.
 func (p *Pipeline) shortcutHit(dst []byte, c *call, ns string) ([]byte, bool) {
 	k := scKey{name: c.q.Name, qtype: c.q.Type, flags: scFlags(c)}
-	h, sh := p.shortcuts.hash(k)
-	e := sh.get(h, k)
+	e := p.shortcuts.get(p.shortcuts.hash(k), k)
 	if e == nil {
 		return dst, false
 	}
-	if e.ns != ns || e.set != p.walkConf() || !e.memo.alive(c.req.Received.UnixNano()) || !p.clusterStillHolds(e, c) {
-		sh.remove(h, e)
+	if e.ns != ns {
+		return dst, false
+	}
+	if e.set != p.walkConf() || !e.memo.alive(c.req.Received.UnixNano()) || !p.clusterStillHolds(e, c) {
+		p.shortcuts.remove(e)
 		return dst, false
 	}
 	start := len(dst)
@@ -231,7 +271,7 @@ func (p *Pipeline) shortcutHit(dst []byte, c *call, ns string) ([]byte, bool) {
 		// The winner's hit first: it is what may end the shortcut.
 		ttl, ok := e.winHit.Hit()
 		if !ok {
-			sh.remove(h, e)
+			p.shortcuts.remove(e)
 			return dst, false
 		}
 		dst = append(dst, e.wire...)
@@ -286,7 +326,7 @@ func (p *Pipeline) keepShortcut(c *call, ns string, set *walkSettings, me *memoE
 		return
 	}
 	k := scKey{name: strings.Clone(c.q.Name), qtype: c.q.Type, flags: scFlags(c)}
-	e := &scEntry{key: k, ns: ns, set: set, memo: me, steps: steps, wire: wire, ttls: ttls}
+	e := &scEntry{h: p.shortcuts.hash(k), key: k, ns: ns, set: set, memo: me, steps: steps, wire: wire, ttls: ttls}
 	if a.Source == stage.SourceCluster {
 		e.cluster = a.Msg
 	} else {
@@ -296,8 +336,7 @@ func (p *Pipeline) keepShortcut(c *call, ns string, set *walkSettings, me *memoE
 		e.winHit = a.stored
 	}
 	e.gen.Store(gen)
-	h, sh := p.shortcuts.hash(k)
-	sh.add(h, e, c.req.Received.UnixNano(), p.shortcuts.budget)
+	p.shortcuts.add(e, c.req.Received.UnixNano())
 }
 
 // asAsked answers r, a walk candidate, when the name asked exists in the

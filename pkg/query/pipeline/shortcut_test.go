@@ -139,8 +139,8 @@ func (e *scEnv) ask(t *testing.T, name string, qtype uint16) (m *dns.Msg, fromSh
 	r := new(server.Request)
 	r.Read("udp", 0, podClient, time.Now(), packet(t, name, qtype, false))
 	k := scKey{name: strings.ToLower(name), qtype: qtype}
-	h, sh := e.s.shortcuts.hash(k)
-	kept := sh.get(h, k)
+	h := e.s.shortcuts.hash(k)
+	kept := e.s.shortcuts.get(h, k)
 	out, v := e.s.Answer(make([]byte, 0, 4096), r)
 	if v == server.Wait {
 		out = e.s.Resolve(context.Background(), nil, r)
@@ -151,7 +151,7 @@ func (e *scEnv) ask(t *testing.T, name string, qtype uint16) (m *dns.Msg, fromSh
 	}
 	// From the shortcut: answered on the reader by the entry that was
 	// kept before (a failed check removes it; a rebuild is another one).
-	return m, kept != nil && v == server.Reply && ev.last().Source == stage.SourceAutopath && sh.get(h, k) == kept
+	return m, kept != nil && v == server.Reply && ev.last().Source == stage.SourceAutopath && e.s.shortcuts.get(h, k) == kept
 }
 
 // warm asks name until the reply comes from a kept shortcut (the first

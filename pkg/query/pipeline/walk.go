@@ -21,24 +21,22 @@ const (
 	walkWait
 )
 
-// walkTarget reports whether c is a search-path expansion the pipeline
-// should walk itself: the first expansion, `<base>.<ns>.svc.<zone>`, of
-// the search list of a pod of this node in namespace ns.
-func (p *Pipeline) walkTarget(c *call) (ns, base string, ok bool) {
+// podQuery returns the namespace of c's client when c may be a search-path
+// expansion the pipeline walks itself: the walk is on, the name is under
+// `svc.<zone>`, and the client is a pod of this node. Whether it is the
+// first expansion of the pod's own list, `<base>.<ns>.svc.<zone>`, is
+// searchPath's to say.
+func (p *Pipeline) podQuery(c *call) (ns string, ok bool) {
 	if !p.walkConf().autopath || p.cfg.Pods == nil || p.cfg.Cluster == nil {
-		return "", "", false
+		return "", false
 	}
 	zone := p.cfg.Cluster.Zone()
 	// Under ".svc.<zone>" (no concatenation: it would allocate for a
 	// long zone).
 	if n := len(c.name) - len(zone); n < 5 || c.name[n:] != zone || c.name[n-5:n] != ".svc." {
-		return "", "", false
+		return "", false
 	}
-	if ns, ok = p.cfg.Pods.PodNamespace(c.req.Client.Unmap()); !ok {
-		return "", "", false
-	}
-	base, ok = autopath.Split(c.name, ns, zone)
-	return ns, base, ok
+	return p.cfg.Pods.PodNamespace(c.req.Client.Unmap())
 }
 
 // walk answers c by walking the pod's search list in the pipeline: the
