@@ -179,6 +179,19 @@ func canonDomain(s string) (string, error) {
 	return n, nil
 }
 
+// canonClusterDomain is canonDomain for a cluster domain, which cannot be
+// a reverse zone (the index answers PTR for the addresses it knows).
+func canonClusterDomain(s string) (string, error) {
+	n, err := canonDomain(s)
+	if err != nil {
+		return "", err
+	}
+	if dns.IsSubDomain("in-addr.arpa.", n) || dns.IsSubDomain("ip6.arpa.", n) {
+		return "", fmt.Errorf("a reverse zone cannot be the cluster domain")
+	}
+	return n, nil
+}
+
 // checkSearch checks a search list as kubelet checks a pod's: valid names,
 // at most maxSearch of them and maxSearchChars characters in all.
 func checkSearch(key string, l List) error {

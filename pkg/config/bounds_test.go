@@ -58,6 +58,9 @@ func TestBoundsEdges(t *testing.T) {
 		{args: []string{"--fallthrough=in-addr.arpa,IN-ADDR.ARPA."}, want: `--fallthrough "IN-ADDR.ARPA.": given twice`},
 		{args: []string{"--log-queries-class=error,error"}, want: `--log-queries-class "error": given twice`},
 		{args: []string{"--search=" + strings.Repeat("a", 64) + ".example"}, want: `not a domain name`}, // a label over 63
+		{args: []string{"--cluster-domain=10.in-addr.arpa"}, want: `--cluster-domain "10.in-addr.arpa": a reverse zone cannot be the cluster domain`},
+		{args: []string{"--node-name=node-a.example"}},
+		{args: []string{"--node-name=Node_A"}, want: `--node-name "Node_A": not a node name`},
 		{args: []string{"--stub-domain=corp.example=192.0.2.1,192.0.2.1"}, want: `stub domain "corp.example" "192.0.2.1": the same server as "192.0.2.1", given twice`},
 		{file: "stub-domains:\n  corp.example: [192.0.2.1]\n  Corp.Example.: [192.0.2.2]\n", want: `the same zone as`},
 		{file: "stub-domains:\n  corp.example: [" + strings.TrimSuffix(servers(16), ",") + "]\n", want: `stub domain "corp.example": 16 servers: want at most 15`},

@@ -12,6 +12,8 @@ import (
 	"sort"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/nodedns/nodedns/pkg/node/intercept"
 	"github.com/nodedns/nodedns/pkg/node/resolvconf"
 	"github.com/nodedns/nodedns/pkg/observe/metrics"
@@ -286,7 +288,7 @@ var settings = []*Setting{
 			if len(c.ClusterDomain) == 0 {
 				return errors.New("--cluster-domain: want at least one domain")
 			}
-			return checkList("cluster-domain", "domains", c.ClusterDomain, maxClusterDomains, canonDomain)
+			return checkList("cluster-domain", "domains", c.ClusterDomain, maxClusterDomains, canonClusterDomain)
 		}},
 	{key: "cluster-ttl", def: "5s", help: "TTL of cluster answers (0s-3600s)",
 		field: func(c *Config) any { return &c.ClusterTTL }, check: func(c *Config) error {
@@ -318,7 +320,15 @@ var settings = []*Setting{
 			return oneOf("cluster-dns-protocol", c.ClusterDNSProtocol, ProtoTCP, ProtoUDP)
 		}},
 	{key: "node-name", env: "NODE_NAME", help: "this node's name (default $NODE_NAME); its pods are watched for the search-path walk",
-		field: func(c *Config) any { return &c.NodeName }},
+		field: func(c *Config) any { return &c.NodeName }, check: func(c *Config) error {
+			if c.NodeName == "" {
+				return nil
+			}
+			if errs := validation.IsDNS1123Subdomain(c.NodeName); len(errs) > 0 {
+				return fmt.Errorf("--node-name %q: not a node name: %s", c.NodeName, errs[0])
+			}
+			return nil
+		}},
 	{key: "autopath", def: "true", help: "walk pods' search lists on the server (one round trip instead of several)",
 		field: func(c *Config) any { return &c.Autopath }, apply: on(ApplySearch)},
 	{key: "cluster-sync-wait", def: "5s", help: "at start, how long to wait for the cluster index before serving when no other agent answers on our addresses (one that does keeps serving until we synced); 0s to 5m",
