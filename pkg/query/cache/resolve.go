@@ -97,6 +97,9 @@ func (c *Cache) Resolve(ctx context.Context, o stage.Origin, q *dns.Msg) (stage.
 	}
 }
 
+// errTruncated: the exchanger handed back a truncated reply.
+var errTruncated = errors.New("cache: upstream reply truncated")
+
 func upstreamResult(r *dns.Msg, err error) (stage.Result, error) {
 	return stage.Result{Msg: r, Source: stage.SourceUpstream}, err
 }
@@ -131,6 +134,11 @@ func (c *Cache) fetch(ctx context.Context, o stage.Origin, k Key, id uint16) (r 
 	r, err = c.up.Load().Exchange(ctx, o, out)
 	if err != nil {
 		return nil, false, err
+	}
+	if r.Truncated {
+		// No answer (the exchanger's TCP retry was truncated too, or it
+		// has none): a failure, so that a stale answer stands in.
+		return nil, false, errTruncated
 	}
 	r.Id = id
 	if len(r.Question) == 0 {

@@ -40,6 +40,12 @@ const (
 var (
 	errNotSynced  = errors.New(failNotSynced)
 	errClusterDNS = errors.New("asking the cluster DNS")
+	// errTruncated: a stage handed back a message with TC set. The reply
+	// to the client is written with TC clear (over TCP there is nothing
+	// more to ask; over UDP TC is the pipeline's to set when the reply
+	// does not fit), so such a message passed on would read as NOERROR
+	// without records, "no such record": it is a failure instead.
+	errTruncated = errors.New("stage reply truncated")
 )
 
 // failureReason names the reason for a resolution error.

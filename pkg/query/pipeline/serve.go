@@ -335,6 +335,9 @@ func (p *Pipeline) resolve(c *call, r stage.Resolver, name string, qtype uint16)
 	if err != nil {
 		return answer{Result: stage.Result{Source: res.Source}, err: err}
 	}
+	if res.Msg.Truncated {
+		return answer{Result: stage.Result{Source: res.Source}, err: errTruncated}
+	}
 	if res.Msg.Authoritative {
 		// An answer we forwarded or cached is not ours to call
 		// authoritative (RFC 1035 §4.1.1), whatever the upstream said:
@@ -379,6 +382,9 @@ func (p *Pipeline) beforeSync(c *call, name string, qtype uint16) answer {
 	}
 	upstream := stage.Result{Source: stage.SourceUpstream}
 	m, err := p.cfg.ClusterDNS.Exchange(c.ctx, p.origin(c), query(name, qtype, false, false))
+	if err == nil && m.Truncated {
+		err = errTruncated
+	}
 	if err != nil {
 		return answer{Result: upstream, err: fmt.Errorf("%w before sync: %w", errClusterDNS, err)}
 	}

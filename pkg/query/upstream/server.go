@@ -164,7 +164,8 @@ func (s *Server) probe(ctx context.Context) {
 
 // exchange sends q and returns the matching reply. The query goes out with a
 // fresh random ID (the reply gets q's ID back); a truncated UDP reply is
-// retried over TCP.
+// retried over TCP, and a reply truncated over TCP is an error
+// (errTruncated).
 func (s *Server) exchange(ctx context.Context, q *dns.Msg, timeout time.Duration) (*dns.Msg, error) {
 	s.requests.Add(1)
 	start := time.Now()
@@ -185,6 +186,9 @@ func (s *Server) exchangeOnce(ctx context.Context, q *dns.Msg, timeout time.Dura
 		if err != nil {
 			return nil, err
 		}
+		if r.Truncated {
+			return nil, fmt.Errorf("%s: %w", s.Addr, errTruncated)
+		}
 		r.Id = q.Id
 		return r, nil
 	}
@@ -196,6 +200,9 @@ func (s *Server) exchangeOnce(ctx context.Context, q *dns.Msg, timeout time.Dura
 		r, err = s.tcp(ctx, out)
 		if err != nil {
 			return nil, fmt.Errorf("retrying %s over TCP after truncation: %w", s.Addr, err)
+		}
+		if r.Truncated {
+			return nil, fmt.Errorf("retrying %s over TCP after truncation: %w", s.Addr, errTruncated)
 		}
 	}
 	r.Id = q.Id
@@ -274,7 +281,14 @@ func (s *Server) tcp(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 
 var (
 	errMismatch = errors.New("reply does not match the query")
-	errStray    = fmt.Errorf("more than %d datagrams that are not the reply; socket abandoned", maxStray)
+	// errTruncated: a reply read over a stream (TCP, TLS) with TC set. TC
+	// tells a UDP client to ask again over TCP; over TCP there is nothing
+	// further to ask, so such a reply answers nothing. Passed on, it would
+	// reach the client as NOERROR without records ("no such record"): it
+	// is a failed attempt instead, though not one of the server's health
+	// (it answered).
+	errTruncated = errors.New("reply truncated over TCP")
+	errStray     = fmt.Errorf("more than %d datagrams that are not the reply; socket abandoned", maxStray)
 )
 
 // healthError reports whether err says something about the server's
@@ -282,7 +296,7 @@ var (
 // broken TCP peer, forged datagrams anyone can send) does not, or a
 // spoofer could mark a healthy server down.
 func healthError(err error) bool {
-	return !errors.Is(err, errMismatch) && !errors.Is(err, errStray)
+	return !errors.Is(err, errMismatch) && !errors.Is(err, errStray) && !errors.Is(err, errTruncated)
 }
 
 func isTimeout(err error) bool {
