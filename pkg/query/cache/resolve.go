@@ -148,6 +148,7 @@ func (c *Cache) fetch(ctx context.Context, o stage.Origin, k Key, id uint16) (r 
 		setTTLs(r, ttlSeconds(int64(life)))
 		return r, true, nil
 	}
+	zeroHugeTTLs(r)
 	return r, false, nil
 }
 

@@ -25,6 +25,11 @@ func (c *Cache) keeps(old *entry, now int64) bool {
 // them, as the RFCs they come from):
 //   - truncated replies are never stored: the TCP retry has the real answer;
 //   - the reply must answer exactly k's question;
+//   - a TTL (or SOA MINIMUM) of 2^31 or more counts as 0 (RFC 2181 §8, as
+//     unbound; RFC 8767 §4 would read it as a positive value capped at 7
+//     days instead): such a value only comes from a broken or hostile
+//     source, and it must not pin an answer for MaxTTL (a positive
+//     answer is then kept for MinTTL, as one with TTL 0 is);
 //   - NOERROR with answers: lifetime is the smallest TTL in the message (OPT
 //     excluded), clamped to [MinTTL, MaxTTL];
 //   - NXDOMAIN, or NOERROR without answers (NODATA): only with an SOA in the
@@ -56,7 +61,7 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 			return 0, false
 		}
 		kd = kindNegative
-		ttl := min(soa.Hdr.Ttl, soa.Minttl)
+		ttl := min(ttlOf(soa.Hdr.Ttl), ttlOf(soa.Minttl))
 		life = clamp(time.Duration(ttl)*time.Second, 0, c.conf().MaxNegativeTTL)
 	case r.Rcode == dns.RcodeServerFailure:
 		kd = kindServfail
@@ -87,16 +92,43 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 func clamp(d, lo, hi time.Duration) time.Duration { return max(lo, min(d, hi)) }
 
 func minTTL(r *dns.Msg) time.Duration {
-	m := uint32(1<<32 - 1)
+	m := uint32(1<<31 - 1)
 	for _, sec := range [][]dns.RR{r.Answer, r.Ns, r.Extra} {
 		for _, rr := range sec {
 			if rr.Header().Rrtype == dns.TypeOPT {
 				continue
 			}
-			m = min(m, rr.Header().Ttl)
+			m = min(m, ttlOf(rr.Header().Ttl))
 		}
 	}
 	return time.Duration(m) * time.Second
+}
+
+// ttlOf reads a TTL field as RFC 2181 §8 does: a value with the most
+// significant bit set is 0.
+func ttlOf(v uint32) uint32 {
+	if v >= 1<<31 {
+		return 0
+	}
+	return v
+}
+
+// zeroHugeTTLs rewrites every TTL (and SOA MINIMUM) of r of 2^31 or more to
+// 0, as ttlOf reads it, for a reply handed on without being stored: no such
+// value reaches a client.
+func zeroHugeTTLs(r *dns.Msg) {
+	for _, sec := range [][]dns.RR{r.Answer, r.Ns, r.Extra} {
+		for _, rr := range sec {
+			h := rr.Header()
+			if h.Rrtype == dns.TypeOPT {
+				continue // its TTL field holds the extended rcode and flags
+			}
+			h.Ttl = ttlOf(h.Ttl)
+			if soa, ok := rr.(*dns.SOA); ok {
+				soa.Minttl = ttlOf(soa.Minttl)
+			}
+		}
+	}
 }
 
 func findSOA(r *dns.Msg) *dns.SOA {

@@ -19,7 +19,9 @@ const maxChainHops = 16
 //     with its RRSIG; for a client that asked for DNSSEC records (DO), the
 //     NSEC/NSEC3 records and their RRSIGs, which prove the denial or the
 //     wildcard;
-//   - in the additional section, the OPT.
+//   - in the additional section, the OPT;
+//
+// and TTLs and SOA MINIMUMs of 2^31 or more read as 0 (zeroHugeTTLs).
 //
 // Everything else is dropped: NS records and glue, addresses of MX or SRV
 // targets, records for names the question did not lead to. They would be
@@ -102,7 +104,25 @@ func minimal(q, r *dns.Msg) *dns.Msg {
 		return false
 	})
 	r.Extra = filter(r.Extra, func(_ int, rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeOPT })
+	zeroHugeTTLs(r.Answer)
+	zeroHugeTTLs(r.Ns)
 	return r
+}
+
+// zeroHugeTTLs rewrites TTLs (and SOA MINIMUMs) of 2^31 or more to 0, as
+// RFC 2181 §8 reads them (unbound does the same): a reply handed on without
+// the cache (the cluster DNS before the index syncs) carries none of them,
+// and the cache, which reads them as 0 too, keeps no such reply.
+func zeroHugeTTLs(rrs []dns.RR) {
+	for _, rr := range rrs {
+		h := rr.Header()
+		if h.Ttl >= 1<<31 {
+			h.Ttl = 0
+		}
+		if soa, ok := rr.(*dns.SOA); ok && soa.Minttl >= 1<<31 {
+			soa.Minttl = 0
+		}
+	}
 }
 
 // keepSigs marks the RRSIGs in rrs that cover (owner, qtype).
