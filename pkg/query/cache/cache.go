@@ -5,7 +5,8 @@
 // prefetch of popular entries before they expire.
 //
 // Entries are kept in wire form: the packed reply (ID zero, lower-case
-// names, no OPT) plus the offsets of its TTL fields, so a hit is a copy and a
+// names, no OPT but one carrying the upstream's Extended DNS Errors, if it
+// sent any) plus the offsets of its TTL fields, so a hit is a copy and a
 // few stores. The LRU is github.com/hashicorp/golang-lru/v2's simplelru,
 // split in shards so that concurrent hits do not all queue on one lock;
 // each shard evicts its own least recently used entries, so the bounds are

@@ -26,7 +26,8 @@ const (
 // entry is immutable once stored, except for its counters. It is laid
 // out to fit 64 bytes: a full cache holds a hundred thousand of them.
 type entry struct {
-	// wire is the packed reply (ID 0, lower-case names, no OPT). Its spare
+	// wire is the packed reply (ID 0, lower-case names, no OPT but one
+	// with the upstream's EDE options, last). Its spare
 	// capacity holds the offsets of its TTL fields, two bytes each (see
 	// ttlOffsets): one allocation and no second slice header.
 	wire     []byte

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/miekg/dns"
 
@@ -145,7 +146,8 @@ var errTooLarge = errors.New("reply larger than the cache's entry limit")
 
 // pack stores r in wire form: ID 0, lower-case question and owner names (so
 // owners equal to the question compress against it and take the client's
-// case when the pipeline patches the question), no OPT. A reply that packs
+// case when the pipeline patches the question), no OPT but one holding the
+// upstream's EDE options (edeOPT), last. A reply that packs
 // into more than limit bytes is refused with errTooLarge.
 func pack(k Key, r *dns.Msg, limit int) ([]byte, error) {
 	m := &dns.Msg{MsgHdr: r.MsgHdr, Compress: true}
@@ -173,6 +175,9 @@ func pack(k Key, r *dns.Msg, limit int) ([]byte, error) {
 		return out
 	}
 	m.Answer, m.Ns, m.Extra = lower(r.Answer), lower(r.Ns), lower(r.Extra)
+	if opt := edeOPT(r); opt != nil {
+		m.Extra = append(m.Extra, opt)
+	}
 	packed, err := m.Pack()
 	if err != nil {
 		return nil, fmt.Errorf("packing reply for %s: %w", k.Name, err)
@@ -199,6 +204,51 @@ func pack(k Key, r *dns.Msg, limit int) ([]byte, error) {
 		buf = binary.BigEndian.AppendUint16(buf, o)
 	}
 	return buf[:len(packed)], nil
+}
+
+// Extended DNS Errors (RFC 8914) the upstream gave with its reply are kept
+// with it, bounded: at most maxEDE options, EXTRA-TEXT cut to maxEDEText
+// bytes (at a character boundary). Other EDNS options are the upstream's
+// business with us, never the client's.
+const (
+	maxEDE     = 3
+	maxEDEText = 64
+)
+
+// edeOPT returns an OPT record holding the EDE options of r's OPT, for the
+// stored reply (its last record: the pipeline makes it the reply's own
+// OPT, or drops it for a client without EDNS); nil when r has none.
+func edeOPT(r *dns.Msg) *dns.OPT {
+	in := r.IsEdns0()
+	if in == nil {
+		return nil
+	}
+	var out *dns.OPT
+	for _, o := range in.Option {
+		e, ok := o.(*dns.EDNS0_EDE)
+		if !ok {
+			continue
+		}
+		if out == nil {
+			out = &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT, Class: dns.DefaultMsgSize}}
+		}
+		out.Option = append(out.Option, &dns.EDNS0_EDE{InfoCode: e.InfoCode, ExtraText: cutText(e.ExtraText, maxEDEText)})
+		if len(out.Option) == maxEDE {
+			break
+		}
+	}
+	return out
+}
+
+// cutText cuts s to at most n bytes without splitting a UTF-8 character.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // packedFloor is a lower bound on r's packed size: the header, and each

@@ -26,6 +26,9 @@ func (c *call) setMaxSize(maxUDP int) {
 // appends it to dst.
 func (p *Pipeline) encode(dst []byte, c *call, m *dns.Msg) []byte {
 	start := len(dst)
+	if c.q.EDNS && len(m.Extra) > 0 {
+		c.ede.passOn(m)
+	}
 	dst, err := p.pack(dst, c, m)
 	if err != nil {
 		c.fail, c.failErr = failPack, err
@@ -73,7 +76,7 @@ const optLen = 11
 // size once the server's OPT is added.
 func (c *call) fits(n int) bool {
 	if c.q.EDNS {
-		n += optLen
+		n += optLen + c.ede.size()
 	}
 	return n <= c.maxSize
 }
@@ -90,7 +93,10 @@ func (p *Pipeline) finish(dst []byte, start int, c *call, rcode int) []byte {
 		// copy being sent (never in a stored reply).
 		dnswire.RotateAddrs(dst[start:], p.rotation.Add(1))
 	}
-	if c.q.EDNS {
+	switch {
+	case c.optAt > 0:
+		dst = storedOPT(dst, start, c, rcode)
+	case c.q.EDNS:
 		dst = appendOPT(dst, start, c, rcode)
 	}
 	if len(dst)-start <= c.maxSize {
@@ -151,9 +157,30 @@ func truncate(dst []byte, start int, c *call, rcode int, flags uint16) []byte {
 	return dst
 }
 
-// appendOPT appends our OPT to the message at dst[start:].
+// appendOPT appends our OPT, with c's EDE options, to the message at
+// dst[start:].
 func appendOPT(dst []byte, start int, c *call, rcode int) []byte {
 	m := dnswire.AppendOPT(dst[start:], ourUDPSize, c.q.DO, uint8(rcode>>4))
+	if c.ede.n > 0 {
+		m = c.ede.appendTo(m, len(m)-optLen)
+	}
+	return append(dst[:start], m...)
+}
+
+// storedOPT deals with the OPT record a stored reply at dst[start:] ends
+// with (at c.optAt), which holds its upstream's EDE options: for a client
+// that sent EDNS it becomes the reply's OPT (our size, the client's DO,
+// the upstream's options then c's), for one that did not it goes.
+func storedOPT(dst []byte, start int, c *call, rcode int) []byte {
+	m := dst[start:]
+	if !c.q.EDNS {
+		m = dnswire.DropLast(m, c.optAt)
+		return dst[:start+len(m)]
+	}
+	dnswire.PatchOPT(m, c.optAt, ourUDPSize, c.q.DO, uint8(rcode>>4))
+	if c.ede.n > 0 {
+		m = c.ede.appendTo(m, c.optAt)
+	}
 	return append(dst[:start], m...)
 }
 

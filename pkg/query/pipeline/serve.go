@@ -40,6 +40,13 @@ type call struct {
 	// failure log (failures.go); empty when a stage answered it.
 	fail    string
 	failErr error
+	// ede are the Extended DNS Errors of the reply (ede.go), sent to a
+	// client that sent EDNS.
+	ede edeSet
+	// optAt, when not 0, is the offset in the reply being finished of an
+	// OPT record the stored reply ends with (a cache hit whose upstream
+	// sent EDE options): finish makes it the reply's own.
+	optAt int
 }
 
 // Answer implements server.Handler: it answers req on the reader when no
@@ -63,6 +70,7 @@ func (p *Pipeline) Resolve(ctx context.Context, dst []byte, req *server.Request)
 // transport has no room to resolve.
 func (p *Pipeline) Refuse(dst []byte, req *server.Request) []byte {
 	c := call{req: req, q: &req.Query, name: req.Query.Name, parsed: true, fail: failOverloaded}
+	c.ede.add(dns.ExtendedErrorCodeOther, edeTextInflight)
 	c.setMaxSize(p.cfg.MaxUDPSize)
 	return p.reply(dst, &c, dns.RcodeServerFailure, stage.SourceLocal)
 }
@@ -76,6 +84,7 @@ func (p *Pipeline) serve(dst []byte, c *call) (out []byte, v server.Verdict) {
 		if x := recover(); x != nil {
 			p.cfg.Panics.Caught(p.log, x, "answering a query", "name", c.q.Name, "type", c.q.Type)
 			c.fail = failPanic
+			c.ede.add(dns.ExtendedErrorCodeOther, edeTextPanic)
 			out, v = p.reply(dst, c, dns.RcodeServerFailure, stage.SourceLocal), server.Reply
 		}
 	}()
@@ -129,10 +138,13 @@ func (p *Pipeline) check(dst []byte, c *call) (out []byte, v server.Verdict, don
 	case c.q.EDNS && c.q.EDNSVersion != 0:
 		return p.reply(dst, c, dns.RcodeBadVers, stage.SourceLocal), server.Reply, true
 	case c.q.Class != dns.ClassINET:
+		c.ede.add(dns.ExtendedErrorCodeNotSupported, edeTextClass)
 		return p.reply(dst, c, dns.RcodeRefused, stage.SourceLocal), server.Reply, true
 	}
 	switch c.q.Type {
 	case dns.TypeAXFR, dns.TypeIXFR:
+		// A policy: the whole cluster zone would list every Service.
+		c.ede.add(dns.ExtendedErrorCodeProhibited, edeTextTransfer)
 		return p.reply(dst, c, dns.RcodeRefused, stage.SourceLocal), server.Reply, true
 	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeMAILA, dns.TypeMAILB, 0:
 		return p.reply(dst, c, dns.RcodeFormatError, stage.SourceLocal), server.Reply, true
@@ -141,6 +153,7 @@ func (p *Pipeline) check(dst []byte, c *call) (out []byte, v server.Verdict, don
 		m := &dns.Msg{Answer: []dns.RR{&dns.HINFO{
 			Hdr: dns.RR_Header{Name: c.q.Name, Rrtype: dns.TypeHINFO, Class: dns.ClassINET, Ttl: 3600},
 			Cpu: "RFC8482"}}}
+		c.ede.add(dns.ExtendedErrorCodeSynthesized, edeTextANY)
 		return p.send(dst, c, m, stage.SourceLocal, 0, 0), server.Reply, true
 	}
 	return dst, 0, false
@@ -217,8 +230,16 @@ func (p *Pipeline) answer(dst []byte, c *call) ([]byte, server.Verdict) {
 		return dst, server.Wait
 	case a.err != nil:
 		c.fail, c.failErr = failureReason(a.err), a.err
+		c.ede.failed(a.err)
 		return p.reply(dst, c, dns.RcodeServerFailure, a.Source), server.Reply
 	case a.wire:
+		if a.rcode == dns.RcodeServerFailure {
+			c.ede.add(dns.ExtendedErrorCodeCachedError, "")
+		}
+		// Two loads for a reply without additional records (most).
+		if at, ok := dnswire.LastOPT(out[start:]); ok {
+			c.optAt = at
+		}
 		out = p.finish(out, start, c, a.rcode)
 		p.observe(c, a.Source, a.rcode, 0, 0, out[start:])
 		return out, server.Reply
@@ -408,6 +429,9 @@ func (p *Pipeline) externalName(c *call, res stage.Result, qtype uint16) answer 
 	if a.err != nil {
 		return answer{Result: stage.Result{Source: a.Source}, err: fmt.Errorf("resolving ExternalName target %s: %w", res.ExternalTarget, a.err)}
 	}
+	if a.Source == stage.SourceStale {
+		c.ede.stale(a.Msg.Rcode)
+	}
 	// The target's message may be a stage's own: its sections are read,
 	// never cut in place.
 	target := a.Msg.Answer
@@ -425,6 +449,12 @@ func (p *Pipeline) externalName(c *call, res stage.Result, qtype uint16) answer 
 func (p *Pipeline) send(dst []byte, c *call, m *dns.Msg, src stage.Source, steps, saved int) []byte {
 	if c.revert != nil {
 		m = c.revert(m)
+	}
+	switch {
+	case src == stage.SourceStale:
+		c.ede.stale(m.Rcode)
+	case src == stage.SourceCache && m.Rcode == dns.RcodeServerFailure:
+		c.ede.add(dns.ExtendedErrorCodeCachedError, "")
 	}
 	out := p.encode(dst, c, m)
 	rcode := m.Rcode

@@ -279,6 +279,9 @@ func (p *Pipeline) shortcutHit(dst []byte, c *call, ns string) ([]byte, bool) {
 	} else {
 		dst = append(dst, e.wire...)
 	}
+	if e.idx() > 0 {
+		c.ede.add(dns.ExtendedErrorCodeSynthesized, edeTextSearch)
+	}
 	dst = p.finish(dst, start, c, dns.RcodeSuccess)
 	p.observe(c, stage.SourceAutopath, dns.RcodeSuccess, 1, e.idx(), dst[start:])
 	return dst, true

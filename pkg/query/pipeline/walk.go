@@ -8,6 +8,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/query/autopath"
+	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
 // walkStatus is how a walk ended.
@@ -82,6 +83,7 @@ func (p *Pipeline) walk(c *call, ns, base string) (m *dns.Msg, steps, saved int,
 			case a.wait || !c.wait && (err != nil || a.Msg.Rcode != dns.RcodeSuccess):
 				return nil, 0, 0, walkWait
 			case err == nil && a.Msg.Rcode == dns.RcodeSuccess:
+				c.walkWon(i, a)
 				m := p.walkReply(c, names, i, a.Msg)
 				if !c.wait {
 					p.keepShortcut(c, ns, set, e, names[:i+1], a, m, gen)
@@ -91,6 +93,7 @@ func (p *Pipeline) walk(c *call, ns, base string) (m *dns.Msg, steps, saved int,
 				// NXDOMAIN here for a winner that still exists for the
 				// type that made it win (an upstream that answers A but
 				// not AAAA) becomes NODATA for the name asked: same path.
+				c.walkWon(i, a)
 				return p.walkReply(c, names, i, a.Msg), 1, i, walkDone
 			}
 			// The winner has gone (a deleted Service, say: NXDOMAIN now
@@ -122,6 +125,7 @@ func (p *Pipeline) walk(c *call, ns, base string) (m *dns.Msg, steps, saved int,
 			continue
 		}
 		e := p.memo.put(key, i, qtype)
+		c.walkWon(i, a)
 		m := p.walkReply(c, names, i, a.Msg)
 		if !c.wait {
 			p.keepShortcut(c, ns, set, e, names[:i+1], a, m, gen)
@@ -133,6 +137,18 @@ func (p *Pipeline) walk(c *call, ns, base string) (m *dns.Msg, steps, saved int,
 	// musl and dig all do), so no query is saved: the later expansions
 	// are answered locally or from the cache.
 	return first, tried + len(names), 0, walkDone
+}
+
+// walkWon notes on c what the walk's winner, step i answered by a, makes
+// of the reply: synthesized when it is not the name asked, stale when its
+// answer was.
+func (c *call) walkWon(i int, a answer) {
+	if i > 0 {
+		c.ede.add(dns.ExtendedErrorCodeSynthesized, edeTextSearch)
+	}
+	if a.Source == stage.SourceStale {
+		c.ede.stale(a.Msg.Rcode)
+	}
 }
 
 // stepsStillMissing reports whether every step in the cluster zone among

@@ -22,6 +22,7 @@ package stage
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 
 	"github.com/miekg/dns"
@@ -62,6 +63,17 @@ type Result struct {
 	// SERVFAIL. Msg is then a SERVFAIL. Cluster only.
 	NotSynced bool
 }
+
+// Classes of failure a stage's errors match (errors.Is), so that the
+// pipeline can say why a query failed (the Extended DNS Error of its
+// SERVFAIL) without importing the stage.
+var (
+	// ErrOverloaded: a bound on work in flight refused the query; no
+	// server failed.
+	ErrOverloaded = errors.New("bound on work in flight reached")
+	// ErrNoServer: no server is configured for the name.
+	ErrNoServer = errors.New("no server for the name")
+)
 
 // Origin is who a query is resolved for: the client's address and, when
 // the client is a pod the agent knows, its namespace. Stages that share a
@@ -118,8 +130,9 @@ type Pods interface {
 type Resolver interface {
 	// AppendHit appends the cached reply for the question to dst when a
 	// fresh one exists, on the reader: ID zero, lower-case question,
-	// TTLs counted down, no OPT. The pipeline patches ID, flags, the
-	// question's case and EDNS. ok is false on a miss or an expired entry
+	// TTLs counted down, no OPT but, as its last record, one holding the
+	// upstream's Extended DNS Error options when it gave any. The
+	// pipeline patches ID, flags, the question's case and EDNS. ok is false on a miss or an expired entry
 	// (Resolve deals with those).
 	AppendHit(dst []byte, name string, qtype, qclass uint16, do, cd bool) (out []byte, rcode int, ok bool)
 	// AppendHitRef is AppendHit that also returns the stored reply that

@@ -43,13 +43,24 @@ import (
 // Errors returned by Exchange.
 var (
 	// ErrOverloaded means the bound on in-flight exchanges was reached; the
-	// query was not sent.
-	ErrOverloaded = errors.New("upstream: too many exchanges in flight")
-	// ErrNoUpstream means no server is configured for the name.
-	ErrNoUpstream = errors.New("upstream: no server configured")
+	// query was not sent. It matches stage.ErrOverloaded.
+	ErrOverloaded error = &classed{"upstream: too many exchanges in flight", stage.ErrOverloaded}
+	// ErrNoUpstream means no server is configured for the name. It matches
+	// stage.ErrNoServer.
+	ErrNoUpstream error = &classed{"upstream: no server configured", stage.ErrNoServer}
 	// ErrAllFailed means every attempt within the budget failed.
 	ErrAllFailed = errors.New("upstream: every attempt failed")
 )
+
+// classed is a sentinel error that also matches a class of failure of
+// pkg/query/stage, which the pipeline reads without importing this package.
+type classed struct {
+	msg   string
+	class error
+}
+
+func (e *classed) Error() string        { return e.msg }
+func (e *classed) Is(target error) bool { return target == e.class }
 
 // Policy orders the servers of a group for one query.
 type Policy string
