@@ -210,14 +210,25 @@ func (s *Server) exchangeOnce(ctx context.Context, q *dns.Msg, timeout time.Dura
 }
 
 // udp sends m from a fresh socket (a fresh random source port per exchange)
-// and waits for a datagram that matches; others are dropped.
+// and waits for a datagram that matches; others are dropped. Replies are
+// read whole whatever size was advertised (readDatagram): a server that
+// answers larger than asked, without TC, is answered from, not timed out.
+// A datagram that does not parse is not a reply either: the exchange waits
+// on, and if nothing better comes it fails with errGarbled, which says
+// nothing of the server's health (anyone who learns the port can send
+// one).
 func (s *Server) udp(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
+	buf, err := m.Pack()
+	if err != nil {
+		return nil, fmt.Errorf("packing query for %s: %w", s.Addr, err)
+	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "udp", s.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("dialing %s over UDP: %w", s.Addr, err)
 	}
 	defer nc.Close()
+	uc := nc.(*net.UDPConn)
 	if dl, ok := ctx.Deadline(); ok {
 		if err := nc.SetDeadline(dl); err != nil {
 			return nil, fmt.Errorf("setting deadline on %s: %w", s.Addr, err)
@@ -225,21 +236,25 @@ func (s *Server) udp(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	}
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	co := &dns.Conn{Conn: nc, UDPSize: udpSizeOf(m)}
-	if err := co.WriteMsg(m); err != nil {
+	if _, err := uc.Write(buf); err != nil {
 		return nil, fmt.Errorf("writing to %s: %w", s.Addr, err)
 	}
+	garbled := 0
 	for stray := 0; ; stray++ {
 		if stray > maxStray {
 			return nil, fmt.Errorf("reading from %s: %w", s.Addr, errStray)
 		}
-		r, err := co.ReadMsg()
+		b, err := readDatagram(uc)
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) || errors.Is(err, net.ErrClosed) {
-				return nil, fmt.Errorf("reading from %s: %w", s.Addr, err)
+			if garbled > 0 && isTimeout(err) {
+				return nil, fmt.Errorf("reading from %s: %w (%d datagrams)", s.Addr, errGarbled, garbled)
 			}
+			return nil, fmt.Errorf("reading from %s: %w", s.Addr, err)
+		}
+		r := new(dns.Msg)
+		if err := r.Unpack(b); err != nil {
 			// Garbage that does not parse: not a reply, keep waiting.
+			garbled++
 			continue
 		}
 		if err := Validate(m, r); err != nil {
@@ -249,13 +264,6 @@ func (s *Server) udp(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 		}
 		return r, nil
 	}
-}
-
-func udpSizeOf(m *dns.Msg) uint16 {
-	if o := m.IsEdns0(); o != nil && o.UDPSize() > dns.MinMsgSize {
-		return o.UDPSize()
-	}
-	return dns.MinMsgSize
 }
 
 // tcp sends m over a pooled connection (or a new one) and reads its reply. A
@@ -289,6 +297,9 @@ var (
 	// (it answered).
 	errTruncated = errors.New("reply truncated over TCP")
 	errStray     = fmt.Errorf("more than %d datagrams that are not the reply; socket abandoned", maxStray)
+	// errGarbled: the try ended with no reply, but datagrams that do not
+	// parse had arrived: not a timeout of the server.
+	errGarbled = errors.New("no reply, only datagrams that do not parse")
 )
 
 // healthError reports whether err says something about the server's
@@ -296,7 +307,7 @@ var (
 // broken TCP peer, forged datagrams anyone can send) does not, or a
 // spoofer could mark a healthy server down.
 func healthError(err error) bool {
-	return !errors.Is(err, errMismatch) && !errors.Is(err, errStray) && !errors.Is(err, errTruncated)
+	return !errors.Is(err, errMismatch) && !errors.Is(err, errStray) && !errors.Is(err, errTruncated) && !errors.Is(err, errGarbled)
 }
 
 func isTimeout(err error) bool {

@@ -1,0 +1,66 @@
+package upstream
+
+// The health probe of a down server asks ". IN NS" without EDNS, and its
+// reply was read into a 512-byte buffer. A server that answers the root NS
+// query with its full referral (13 NS and their glue: about 800 bytes)
+// without setting TC, as some forwarders and middleboxes do, never passed
+// the probe: the datagram was cut, did not parse, the probe timed out, and
+// the server stayed down for good while it answered every query at once.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
+)
+
+func TestAttackProbeReadsLargeRootReferral(t *testing.T) {
+	up := dnstest.Start(t, func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		for i := 0; i < 13; i++ {
+			ns := fmt.Sprintf("%c.root-servers.net.", 'a'+i)
+			m.Answer = append(m.Answer, &dns.NS{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeNS, Class: dns.ClassINET, Ttl: 518400}, Ns: ns})
+			m.Extra = append(m.Extra,
+				&dns.A{Hdr: dns.RR_Header{Name: ns, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 518400}, A: net.IPv4(198, 41, 0, byte(i))},
+				&dns.AAAA{Hdr: dns.RR_Header{Name: ns, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 518400}, AAAA: net.ParseIP(fmt.Sprintf("2001:503:ba3e::2:%d", i))})
+		}
+		_ = w.WriteMsg(m) // about 800 bytes, no TC, whatever the query said
+	})
+	cfg := Config{Servers: []string{up.Addr}, TryTimeout: 500 * time.Millisecond, Logger: quietLog}
+	cfg.defaults()
+	s := newServer(up.Addr, &cfg)
+	s.down.Store(true)
+	s.probe(context.Background())
+	if s.Down() {
+		t.Errorf("a live server whose root NS reply is larger than 512 bytes (no TC) stays down after a probe (probe failures %d)",
+			s.Stats().ProbeFailures)
+	}
+}
+
+// Data that does not parse, on the exchange's own socket, is not a reply:
+// the exchange waits on for the real one, and when none comes it fails
+// without counting against the server's health (anyone who learns the port
+// can send such datagrams).
+func TestGarbageIsNotAHealthFailure(t *testing.T) {
+	raw := dnstest.StartRaw(t, func(pkt []byte, send func([]byte)) {
+		send(append(pkt[:2:2], 0x81, 0x80, 0, 1, 0, 1)) // a header that promises records that are not there
+	}, nil)
+	cfg := Config{Servers: []string{raw.Addr}, TryTimeout: 200 * time.Millisecond, Logger: quietLog}
+	cfg.defaults()
+	s := newServer(raw.Addr, &cfg)
+	q := new(dns.Msg)
+	q.SetQuestion("garbage.example.", dns.TypeA)
+	_, err := s.exchange(context.Background(), q, cfg.TryTimeout)
+	if err == nil {
+		t.Fatal("garbage accepted as a reply")
+	}
+	if healthError(err) {
+		t.Errorf("garbage counted as a health failure: %v", err)
+	}
+}
