@@ -42,25 +42,3 @@ func TestAttackProbeReadsLargeRootReferral(t *testing.T) {
 			s.Stats().ProbeFailures)
 	}
 }
-
-// Data that does not parse, on the exchange's own socket, is not a reply:
-// the exchange waits on for the real one, and when none comes it fails
-// without counting against the server's health (anyone who learns the port
-// can send such datagrams).
-func TestGarbageIsNotAHealthFailure(t *testing.T) {
-	raw := dnstest.StartRaw(t, func(pkt []byte, send func([]byte)) {
-		send(append(pkt[:2:2], 0x81, 0x80, 0, 1, 0, 1)) // a header that promises records that are not there
-	}, nil)
-	cfg := Config{Servers: []string{raw.Addr}, TryTimeout: 200 * time.Millisecond, Logger: quietLog}
-	cfg.defaults()
-	s := newServer(raw.Addr, &cfg)
-	q := new(dns.Msg)
-	q.SetQuestion("garbage.example.", dns.TypeA)
-	_, err := s.exchange(context.Background(), q, cfg.TryTimeout)
-	if err == nil {
-		t.Fatal("garbage accepted as a reply")
-	}
-	if healthError(err) {
-		t.Errorf("garbage counted as a health failure: %v", err)
-	}
-}

@@ -214,9 +214,8 @@ func (s *Server) exchangeOnce(ctx context.Context, q *dns.Msg, timeout time.Dura
 // read whole whatever size was advertised (readDatagram): a server that
 // answers larger than asked, without TC, is answered from, not timed out.
 // A datagram that does not parse is not a reply either: the exchange waits
-// on, and if nothing better comes it fails with errGarbled, which says
-// nothing of the server's health (anyone who learns the port can send
-// one).
+// on for the real one (a try that gets only such datagrams times out, a
+// failure of the server's: it sent nothing usable in time).
 func (s *Server) udp(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	buf, err := m.Pack()
 	if err != nil {
@@ -239,22 +238,17 @@ func (s *Server) udp(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
 	if _, err := uc.Write(buf); err != nil {
 		return nil, fmt.Errorf("writing to %s: %w", s.Addr, err)
 	}
-	garbled := 0
 	for stray := 0; ; stray++ {
 		if stray > maxStray {
 			return nil, fmt.Errorf("reading from %s: %w", s.Addr, errStray)
 		}
 		b, err := readDatagram(uc)
 		if err != nil {
-			if garbled > 0 && isTimeout(err) {
-				return nil, fmt.Errorf("reading from %s: %w (%d datagrams)", s.Addr, errGarbled, garbled)
-			}
 			return nil, fmt.Errorf("reading from %s: %w", s.Addr, err)
 		}
 		r := new(dns.Msg)
 		if err := r.Unpack(b); err != nil {
 			// Garbage that does not parse: not a reply, keep waiting.
-			garbled++
 			continue
 		}
 		if err := Validate(m, r); err != nil {
@@ -297,9 +291,6 @@ var (
 	// (it answered).
 	errTruncated = errors.New("reply truncated over TCP")
 	errStray     = fmt.Errorf("more than %d datagrams that are not the reply; socket abandoned", maxStray)
-	// errGarbled: the try ended with no reply, but datagrams that do not
-	// parse had arrived: not a timeout of the server.
-	errGarbled = errors.New("no reply, only datagrams that do not parse")
 )
 
 // healthError reports whether err says something about the server's
@@ -307,7 +298,7 @@ var (
 // broken TCP peer, forged datagrams anyone can send) does not, or a
 // spoofer could mark a healthy server down.
 func healthError(err error) bool {
-	return !errors.Is(err, errMismatch) && !errors.Is(err, errStray) && !errors.Is(err, errTruncated) && !errors.Is(err, errGarbled)
+	return !errors.Is(err, errMismatch) && !errors.Is(err, errStray) && !errors.Is(err, errTruncated)
 }
 
 func isTimeout(err error) bool {
