@@ -78,7 +78,11 @@ func Cases() []Case {
 		// never FORMERR, with no answer data; with and without a question.
 		// (CoreDNS echoes no question and drops the OPT; we echo what we
 		// could read and answer EDNS with EDNS.)
+		// RD, RA and CD are QUERY's only: the NOTIMP has them clear
+		// whatever the query set (RFC 1035 §4.1.1, RFC 4035 §3.2.2).
 		{Name: "opcode 15", Opcode: 15, Hflags: hRD, Rcode: dns.RcodeNotImplemented, ErrReply: true, Question: true},
+		{Name: "opcode 15, RD CD AD", Opcode: 15, Hflags: hRD | hCD | hAD, Rcode: dns.RcodeNotImplemented, ErrReply: true, Question: true},
+		{Name: "opcode NOTIFY, RD CD, EDNS0 DO", Opcode: dns.OpcodeNotify, Hflags: hRD | hCD, Edns: true, Eflags: eDO, Size: 1232, Rcode: dns.RcodeNotImplemented, ErrReply: true, Question: true},
 		{Name: "opcode 15, no question", Opcode: 15, NoQuestion: true, Rcode: dns.RcodeNotImplemented, ErrReply: true},
 		{Name: "opcode 15, no question, RD", Opcode: 15, Hflags: hRD, NoQuestion: true, Rcode: dns.RcodeNotImplemented, ErrReply: true},
 		{Name: "opcode 15, no question, EDNS0", Opcode: 15, NoQuestion: true, Edns: true, Size: 1232, Rcode: dns.RcodeNotImplemented, ErrReply: true},
@@ -192,11 +196,14 @@ func Check(c Case, authoritative bool, proto string, pkt, b []byte) []string {
 	wantAA := authoritative && !c.ErrReply && (c.Rcode == dns.RcodeSuccess || c.Rcode == dns.RcodeNameError)
 	bit("AA", hAA, wantAA)
 	bit("TC", hTC, c.Tc && proto == "udp")
-	bit("RD", hRD, qflags&hRD != 0)
-	bit("RA", hRA, true)
+	// RD, RA and CD are defined for QUERY only (RFC 1035 §4.1.1, RFC 4035
+	// §3.2.2): the NOTIMP to another opcode clears them, as CoreDNS's.
+	query := c.Opcode == dns.OpcodeQuery
+	bit("RD", hRD, query && qflags&hRD != 0)
+	bit("RA", hRA, query)
 	bit("Z", hZ, false)
 	bit("AD", hAD, false)
-	bit("CD", hCD, qflags&hCD != 0)
+	bit("CD", hCD, query && qflags&hCD != 0)
 	// The question.
 	wantQD := 0
 	if c.Question {

@@ -191,6 +191,12 @@ func (p *Pipeline) errorReply(dst []byte, c *call, rcode int) []byte {
 	var h [dnswire.HeaderLen]byte
 	binary.BigEndian.PutUint16(h[0:], c.q.ID)
 	flags := dnswire.FlagQR | dnswire.FlagRA | c.q.Flags&(dnswire.FlagRD|dnswire.FlagCD|0x7800) | uint16(rcode&0xF)
+	if c.q.Opcode() != dns.OpcodeQuery {
+		// RD, RA and CD are defined for QUERY only (RFC 1035 §4.1.1, RFC
+		// 4035 §3.2.2): the NOTIMP to another opcode has QR, the opcode
+		// and the rcode, as CoreDNS's.
+		flags = dnswire.FlagQR | c.q.Flags&0x7800 | uint16(rcode&0xF)
+	}
 	binary.BigEndian.PutUint16(h[2:], flags)
 	dst = append(dst, h[:]...)
 	if c.parsed && c.q.QEnd <= len(c.req.Packet) {
