@@ -37,6 +37,8 @@ func (m *migrator) cache(b *block, d *Directive, clusterFwd bool) {
 	}
 	succCap, denCap := -1, -1
 	prefetch, stale := -1, none
+	minNeg := none
+	var opts cacheOpts
 	for _, o := range d.Block {
 		oa := o.ArgTexts()
 		switch o.Name {
@@ -74,51 +76,19 @@ func (m *migrator) cache(b *block, d *Directive, clusterFwd bool) {
 				if ttl != none {
 					negTTL = ttl
 				}
-				if mttl != none && mttl != 5*time.Second {
-					m.drop(o.Line, "cache %s: the minimum TTL of denials is not carried (nodedns keeps a denial for its SOA's TTL, capped by max-negative-ttl)", o.String())
+				if mttl != none {
+					minNeg = mttl
 				}
 			}
 		case "prefetch":
 			if n, err := strconv.Atoi(firstArg(oa)); err == nil && n >= 0 {
 				prefetch = n
 			}
-			if len(oa) > 1 && !(oa[1] == "1m" && (len(oa) < 3 || oa[2] == "10%")) {
-				m.drop(o.Line, "cache %s: the window and percentage are not carried; nodedns refreshes an entry hit that often before it expires", o.String())
-			}
+			m.prefetchOptions(o, oa, &opts)
 		case "serve_stale":
-			dur := time.Hour
-			if len(oa) > 0 {
-				if x, err := time.ParseDuration(oa[0]); err == nil && x >= 0 {
-					dur = x
-				}
-			}
-			stale = dur
-			if len(oa) > 2 {
-				m.drop(o.Line, "cache %s: the stale TTL and recheck options are not carried", o.String())
-			}
-		case "servfail":
-			if dur, err := time.ParseDuration(firstArg(oa)); err != nil || dur != 5*time.Second {
-				m.drop(o.Line, "cache %s: not carried; nodedns keeps a SERVFAIL for 5s", o.String())
-			}
-		case "disable":
-			// Cluster answers come from the index and are never cached:
-			// disabling the cache for the cluster zone is what nodedns does.
-			zs := oa[min(1, len(oa)):]
-			cluster := len(zs) > 0 && (oa[0] == "success" || oa[0] == "denial")
-			for _, z := range zs {
-				if !m.isClusterZone(dnsname.Canonical(z)) {
-					cluster = false
-				}
-			}
-			if !cluster {
-				m.drop(o.Line, "cache %s: not carried; nodedns caches answers and denials of every external name", o.String())
-			}
-		case "keepttl":
-			m.drop(o.Line, "cache %s: not carried; nodedns counts TTLs down", o.String())
-		case "serve_stale_policy":
-			m.drop(o.Line, "cache %s: not carried", o.String())
+			stale = m.serveStale(o, oa, &opts)
 		default:
-			m.drop(o.Line, "cache option %s: not known to nodedns", o.String())
+			m.cacheOption(b, o, oa, &opts)
 		}
 	}
 	switch {
@@ -153,9 +123,13 @@ func (m *migrator) cache(b *block, d *Directive, clusterFwd bool) {
 	if prefetch >= 0 {
 		set(m, &m.cfg.Prefetch, prefetch, d.Line)
 	}
-	if stale != none {
-		set(m, &m.cfg.ServeStale, config.Duration(stale), d.Line, "nodedns serves a stale answer when refreshing it fails (CoreDNS's verify mode)")
+	if minNeg != none {
+		set(m, &m.cfg.MinNegativeTTL, config.Duration(minNeg), d.Line)
 	}
+	if stale != none {
+		set(m, &m.cfg.ServeStale, config.Duration(stale), d.Line)
+	}
+	m.setCacheOpts(d, &opts)
 	if succCap >= 0 || denCap >= 0 {
 		if succCap < 0 {
 			succCap = 10000

@@ -88,6 +88,13 @@ func (m *migrator) finish(blocks []*block) {
 			}
 			set(m, &m.cfg.MinTTL, minTTL, 0, "CoreDNS's cache keeps an answer at least 5s")
 		}
+		if !m.isSet(&m.cfg.MinNegativeTTL) {
+			minNeg := config.Duration(5 * time.Second)
+			if m.isSet(&m.cfg.MaxNegativeTTL) {
+				minNeg = min(minNeg, m.cfg.MaxNegativeTTL)
+			}
+			set(m, &m.cfg.MinNegativeTTL, minNeg, 0, "CoreDNS's cache keeps a denial at least 5s")
+		}
 		if !m.isSet(&m.cfg.Prefetch) {
 			set(m, &m.cfg.Prefetch, 0, 0, "no prefetch in the Corefile's cache (nodedns's default refreshes entries hit twice before they expire)")
 		}

@@ -57,6 +57,7 @@ func clusterCacheConfig(cfg config.Config, log *slog.Logger) cache.Config {
 		ttl = time.Nanosecond // 0 would mean the cache's default
 	}
 	cc.MinTTL, cc.MaxTTL, cc.MaxNegativeTTL = 0, ttl, ttl
+	cc.MinNegativeTTL = min(cc.MinNegativeTTL, ttl)
 	return cc
 }
 

@@ -142,8 +142,34 @@ func cacheConfig(cfg config.Config, log *slog.Logger) cache.Config {
 	if stale == 0 {
 		stale = -1
 	}
-	return cache.Config{Size: cfg.CacheSize, MaxBytes: int64(cfg.CacheMaxBytes), MinTTL: time.Duration(cfg.MinTTL), MaxTTL: time.Duration(cfg.MaxTTL),
+	cc := cache.Config{Size: cfg.CacheSize, MaxBytes: int64(cfg.CacheMaxBytes), MinTTL: time.Duration(cfg.MinTTL), MaxTTL: time.Duration(cfg.MaxTTL),
 		MaxNegativeTTL: time.Duration(cfg.MaxNegativeTTL), StaleFor: stale, PrefetchHits: prefetch, Logger: log}
+	cacheOptions(&cc, cfg)
+	return cc
+}
+
+// cacheOptions maps CoreDNS's other cache options onto cc. A 0s the
+// settings give on purpose (no SERVFAIL caching, no verify timer, TTL 0,
+// no recheck period) the cache spells negative: its 0 is its default.
+func cacheOptions(cc *cache.Config, cfg config.Config) {
+	orOff := func(d config.Duration) time.Duration {
+		if d == 0 {
+			return -1
+		}
+		return time.Duration(d)
+	}
+	cc.MinNegativeTTL = time.Duration(cfg.MinNegativeTTL)
+	cc.ServfailTTL = orOff(cfg.ServfailTTL)
+	cc.KeepTTL = cfg.CacheKeepTTL
+	cc.StaleImmediate = cfg.ServeStaleMode == config.ServeStaleImmediate
+	cc.StaleAnswerAfter = orOff(cfg.ServeStaleTimeout)
+	cc.StaleTTL = orOff(cfg.ServeStaleTTL)
+	cc.StaleRetry = orOff(cfg.ServeStaleRecheck)
+	cc.StalePreferPositive = cfg.ServeStalePolicy == config.ServeStalePreferPositive
+	cc.PrefetchWindow = time.Duration(cfg.PrefetchWindow)
+	cc.PrefetchPercent = cfg.PrefetchPercent
+	cc.DisableSuccess = cfg.CacheDisableSuccess.Zones()
+	cc.DisableDenial = cfg.CacheDisableDenial.Zones()
 }
 
 // forwarderConfig maps cfg, the default upstreams resolved for it and the

@@ -37,6 +37,19 @@ type Config struct {
 	MaxNegativeTTL Duration
 	ServeStale     Duration
 	Prefetch       int
+	// CoreDNS's other cache options (cacheopts.go).
+	MinNegativeTTL      Duration
+	ServfailTTL         Duration
+	CacheKeepTTL        bool
+	ServeStaleMode      string
+	ServeStaleTimeout   Duration
+	ServeStaleTTL       Duration
+	ServeStaleRecheck   Duration
+	ServeStalePolicy    string
+	PrefetchWindow      Duration
+	PrefetchPercent     int
+	CacheDisableSuccess List
+	CacheDisableDenial  List
 
 	MaxInflight int
 	// MaxClientInflight: 0 is the server's default share, negative none.

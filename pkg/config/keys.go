@@ -241,6 +241,49 @@ var settings = []*Setting{
 		field: func(c *Config) any { return &c.Prefetch }, apply: on(ApplyCache), check: func(c *Config) error {
 			return between("prefetch", c.Prefetch, 0, maxPrefetch)
 		}},
+	// CoreDNS's other cache options (cacheopts.go).
+	{key: "min-negative-ttl", def: "0s", help: "lower bound on cached NXDOMAIN/NODATA, at most max-negative-ttl (CoreDNS's denial MINTTL, 5s there)",
+		field: func(c *Config) any { return &c.MinNegativeTTL }, apply: on(ApplyCache), check: func(c *Config) error {
+			return durationBetween("min-negative-ttl", c.MinNegativeTTL, 0, maxNegativeTTL)
+		}},
+	{key: "servfail-ttl", def: "5s", help: "how long a SERVFAIL or NOTIMP, or a failure of every upstream, is cached; 0s disables; at most 5m (RFC 2308)",
+		field: func(c *Config) any { return &c.ServfailTTL }, apply: on(ApplyCache), check: func(c *Config) error {
+			return durationBetween("servfail-ttl", c.ServfailTTL, 0, maxServfailTTL)
+		}},
+	{key: "cache-keep-ttl", help: "cache hits carry the TTL the answer was stored with instead of counting it down (CoreDNS keepttl)",
+		field: func(c *Config) any { return &c.CacheKeepTTL }, apply: on(ApplyCache)},
+	{key: "serve-stale-mode", def: ServeStaleVerify, help: "verify: an expired answer is served stale only once the upstream failed (or was slower than serve-stale-timeout); immediate: at once, refreshed in the background",
+		field: func(c *Config) any { return &c.ServeStaleMode }, apply: on(ApplyCache), check: func(c *Config) error {
+			return oneOf("serve-stale-mode", c.ServeStaleMode, ServeStaleVerify, ServeStaleImmediate)
+		}},
+	{key: "serve-stale-timeout", def: "1.8s", help: "verify: how long a query waits for the upstream before the stale answer (0s: until the upstream fails); at most 1m",
+		field: func(c *Config) any { return &c.ServeStaleTimeout }, apply: on(ApplyCache), check: func(c *Config) error {
+			return durationBetween("serve-stale-timeout", c.ServeStaleTimeout, 0, maxStaleTimeout)
+		}},
+	{key: "serve-stale-ttl", def: "30s", help: "TTL of stale answers, whole seconds (RFC 8767: 30s)",
+		field: func(c *Config) any { return &c.ServeStaleTTL }, apply: on(ApplyCache), check: checkServeStaleTTL},
+	{key: "serve-stale-recheck", def: "10s", help: "after a failed refresh, how long stale answers go at once before the upstream is asked again in the foreground (0s: every query); at most 5m",
+		field: func(c *Config) any { return &c.ServeStaleRecheck }, apply: on(ApplyCache), check: func(c *Config) error {
+			return durationBetween("serve-stale-recheck", c.ServeStaleRecheck, 0, maxStaleRecheck)
+		}},
+	{key: "serve-stale-policy", help: "prefer_positive: an answer is kept over a denial or failure while it may be served stale (empty: none)",
+		field: func(c *Config) any { return &c.ServeStalePolicy }, apply: on(ApplyCache), check: checkServeStalePolicy},
+	{key: "prefetch-window", def: "1m", help: "hits count toward prefetch only within this of the previous hit; 1s to 24h",
+		field: func(c *Config) any { return &c.PrefetchWindow }, apply: on(ApplyCache), check: func(c *Config) error {
+			return durationBetween("prefetch-window", c.PrefetchWindow, minPrefetchWindow, maxPrefetchWindow)
+		}},
+	{key: "prefetch-percent", def: "10", help: "a popular entry is refreshed on the hit that sees its TTL at this percentage of the original or less; 10 to 90",
+		field: func(c *Config) any { return &c.PrefetchPercent }, apply: on(ApplyCache), check: func(c *Config) error {
+			return between("prefetch-percent", c.PrefetchPercent, 10, 90)
+		}},
+	{key: "cache-disable-success", help: "comma-separated zones whose answers are never cached ('.' every name), as CoreDNS `disable success`; at most 64",
+		field: func(c *Config) any { return &c.CacheDisableSuccess }, apply: on(ApplyCache), check: func(c *Config) error {
+			return checkDisableZones("cache-disable-success", c.CacheDisableSuccess)
+		}},
+	{key: "cache-disable-denial", help: "comma-separated zones whose NXDOMAIN, NODATA and SERVFAIL are never cached ('.' every name), as CoreDNS `disable denial`; at most 64",
+		field: func(c *Config) any { return &c.CacheDisableDenial }, apply: on(ApplyCache), check: func(c *Config) error {
+			return checkDisableZones("cache-disable-denial", c.CacheDisableDenial)
+		}},
 
 	// Bounds and readers.
 	{key: "max-inflight", def: "2000", help: "queries resolved at once off the readers; beyond it: SERVFAIL at once; 1 to 10000",
@@ -476,6 +519,7 @@ var crossChecks = []func(c *Config) error{
 	func(c *Config) error { return c.validateUpstreams() },
 	// --cluster-zone forward needs --cluster-dns, which must not be ourselves.
 	func(c *Config) error { return c.validateForward() },
+	checkMinNegativeTTL,
 	func(c *Config) error {
 		// (A min-ttl past its own bound is reported by its check.)
 		if c.MinTTL > c.MaxTTL && time.Duration(c.MinTTL) <= maxMinTTL {

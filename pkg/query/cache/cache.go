@@ -1,8 +1,10 @@
 // Package cache keeps answers for external names and fetches misses through
 // an upstream (a stage.Exchanger). It owns the caching rules: what is stored and for
-// how long (RFC 2308 negative caching, clamps, short-lived SERVFAIL), TTLs
-// that count down, serve-stale when the upstream fails (RFC 8767) and
-// prefetch of popular entries before they expire.
+// how long (RFC 2308 negative caching, clamps, short-lived SERVFAIL and
+// upstream failures, zones not cached), TTLs that count down (or are
+// kept), serve-stale when the upstream fails (RFC 8767; verify or
+// immediate, prefer-positive) and prefetch of popular entries before they
+// expire: CoreDNS 1.15's cache options.
 //
 // Entries are kept in wire form: the packed reply (ID zero, lower-case
 // names, no OPT but one carrying the upstream's Extended DNS Errors, if it
@@ -59,28 +61,57 @@ type Config struct {
 	// and 1h. A record's own TTL is honoured down to MinTTL.
 	MinTTL, MaxTTL time.Duration
 	// MaxNegativeTTL bounds NXDOMAIN/NODATA lifetimes; default 30m. The
-	// lifetime is the SOA's TTL or MINIMUM, whichever is lower (RFC 2308).
-	MaxNegativeTTL time.Duration
-	// ServfailTTL is how long a SERVFAIL is kept; default 5s, at most 30s.
+	// lifetime is the SOA's TTL or MINIMUM, whichever is lower (RFC 2308),
+	// at least MinNegativeTTL (default 0).
+	MaxNegativeTTL, MinNegativeTTL time.Duration
+	// ServfailTTL is how long a SERVFAIL or NOTIMP is kept, and a failure
+	// of every upstream (no usable reply) remembered as a SERVFAIL;
+	// default 5s, at most 5m (RFC 2308 §7.1); negative: never kept.
 	ServfailTTL time.Duration
+	// KeepTTL: hits carry the TTL the entry was stored with instead of
+	// counting it down (CoreDNS's keepttl).
+	KeepTTL bool
 	// StaleFor is how long past expiry an entry may still be served when
 	// every upstream fails; default 1h; negative disables serve-stale.
 	StaleFor time.Duration
-	// StaleTTL is the TTL on a stale answer; default 30s (RFC 8767).
+	// StaleTTL is the TTL on a stale answer; default 30s (RFC 8767);
+	// negative: 0.
 	StaleTTL time.Duration
+	// StaleImmediate answers a query for an expired entry stale at once
+	// and refreshes it in the background (CoreDNS's serve_stale
+	// immediate), instead of verifying with the upstream first.
+	StaleImmediate bool
 	// StaleAnswerAfter is how long a query for an expired entry waits for
-	// the upstream before it is answered stale; default 1.8s (RFC 8767's
-	// client response timer).
+	// the upstream (verifying) before it is answered stale; default 1.8s
+	// (RFC 8767's client response timer); negative: until the upstream
+	// fails or answers (CoreDNS's verify without a timeout).
 	StaleAnswerAfter time.Duration
 	// StaleRetry is how long after a failed refresh stale answers are given
-	// at once, without waiting on the upstream again; default 10s.
+	// at once, without waiting on the upstream again (and, immediate,
+	// before another refresh starts); default 10s; negative: 0.
 	StaleRetry time.Duration
+	// StalePreferPositive keeps an answer over a denial, a failure or an
+	// answer that does not answer the question, for as long as it may be
+	// served stale (CoreDNS's serve_stale_policy prefer_positive).
+	StalePreferPositive bool
 	// PrefetchHits is how many hits make an entry popular; default 2; a
 	// negative value disables prefetch.
 	PrefetchHits int
-	// PrefetchPercent: a popular entry is refreshed when its remaining
-	// lifetime falls to this share of its original; default 10.
+	// PrefetchWindow: only hits each within this of the previous one
+	// count (a longer gap counts from 1 again); default 1m; negative: no
+	// window.
+	PrefetchWindow time.Duration
+	// PrefetchPercent: a popular entry is refreshed on the hit that sees
+	// its TTL at this share of the original or less (whole seconds,
+	// rounded up, as CoreDNS); default 10.
 	PrefetchPercent int
+	// DisableSuccess and DisableDenial are zones (lower-case, fully
+	// qualified; "." every name) whose answers, respectively denials
+	// (NXDOMAIN, NODATA, SERVFAIL), are never stored (CoreDNS's disable).
+	DisableSuccess, DisableDenial []string
+	// ClearRD asks the upstream with RD clear (CoreDNS's header { query
+	// clear rd }).
+	ClearRD bool
 	// MaxRefresh bounds concurrent background refreshes; default 32.
 	MaxRefresh int
 	// Clock reads monotonic time: the time elapsed since an origin of its
@@ -93,6 +124,10 @@ type Config struct {
 	Panics *recovery.Counter
 	Logger *slog.Logger
 }
+
+// maxServfailTTL bounds ServfailTTL: RFC 2308 §7.1's 5 minutes, CoreDNS's
+// bound too.
+const maxServfailTTL = 5 * time.Minute
 
 // Defaults of the byte bounds. DefaultMaxBytes fits the DaemonSet's memory
 // limit (deploy/daemonset.yaml: 256 MiB) with room for the cluster index at
@@ -132,26 +167,34 @@ func (c *Config) defaults() error {
 	if c.MinTTL < 0 || c.MaxTTL < 0 || c.MaxNegativeTTL < 0 || c.MinTTL > c.MaxTTL {
 		return fmt.Errorf("cache TTL bounds min %s max %s negative %s: want 0 <= min <= max", c.MinTTL, c.MaxTTL, c.MaxNegativeTTL)
 	}
+	if c.MinNegativeTTL < 0 || c.MinNegativeTTL > c.MaxNegativeTTL {
+		return fmt.Errorf("cache negative TTL bounds min %s max %s: want 0 <= min <= max", c.MinNegativeTTL, c.MaxNegativeTTL)
+	}
 	if c.ServfailTTL == 0 {
 		c.ServfailTTL = 5 * time.Second
 	}
-	if c.ServfailTTL > 30*time.Second {
-		c.ServfailTTL = 30 * time.Second
+	if c.ServfailTTL > maxServfailTTL {
+		c.ServfailTTL = maxServfailTTL
 	}
 	if c.StaleFor == 0 {
 		c.StaleFor = time.Hour
 	}
-	if c.StaleTTL <= 0 {
+	// Negative values of the stale settings mean 0 (or no timer) and are
+	// kept as they are: defaults may run again on a defaulted Config.
+	if c.StaleTTL == 0 {
 		c.StaleTTL = 30 * time.Second
 	}
-	if c.StaleAnswerAfter <= 0 {
+	if c.StaleAnswerAfter == 0 {
 		c.StaleAnswerAfter = 1800 * time.Millisecond
 	}
-	if c.StaleRetry <= 0 {
+	if c.StaleRetry == 0 {
 		c.StaleRetry = 10 * time.Second
 	}
 	if c.PrefetchHits == 0 {
 		c.PrefetchHits = 2
+	}
+	if c.PrefetchWindow == 0 {
+		c.PrefetchWindow = time.Minute
 	}
 	if c.PrefetchPercent <= 0 || c.PrefetchPercent > 100 {
 		c.PrefetchPercent = 10
@@ -246,7 +289,7 @@ func New(cfg Config, up stage.Exchanger) (*Cache, error) {
 		sh := &shard{budget: split(cfg.MaxBytes, n, i)}
 		// The callback runs under sh.mu: only the shard's own calls evict.
 		l, err := simplelru.NewLRU(size, func(_ uint64, e *entry) {
-			e.gone.Store(true)
+			e.setGone()
 			sh.bytes -= e.cost()
 			c.evictions.Add(1)
 			if e.denial() {

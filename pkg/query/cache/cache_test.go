@@ -415,7 +415,6 @@ func TestNotCached(t *testing.T) {
 		{"referral", dns.RcodeSuccess, nil},
 		{"REFUSED", dns.RcodeRefused, nil},
 		{"FORMERR", dns.RcodeFormatError, nil},
-		{"NOTIMP", dns.RcodeNotImplemented, nil},
 		{"SOA with TTL 0", dns.RcodeNameError, []string{soa(0, 300)}},
 		{"answer with TTL 0", dns.RcodeSuccess, []string{"{q} 0 IN A 192.0.2.1"}},
 	} {
@@ -552,16 +551,35 @@ func TestServfail(t *testing.T) {
 			t.Fatalf("upstream counted %d queries while stopped", up.Count()-asked)
 		}
 	})
-	t.Run("ServfailTTL capped at 30s", func(t *testing.T) {
+	t.Run("ServfailTTL capped at 5m", func(t *testing.T) {
 		c, _, clk := setup(t, cache.Config{ServfailTTL: time.Hour}, dnstest.Rcode(dns.RcodeServerFailure))
 		resolve(t, c, "sf.example.test.", dns.TypeA)
-		clk.Advance(29 * time.Second)
+		clk.Advance(299 * time.Second)
 		if _, _, ok := hit(t, c, "sf.example.test.", dns.TypeA, false, false); !ok {
-			t.Fatal("SERVFAIL gone before 30s")
+			t.Fatal("SERVFAIL gone before 5m")
 		}
 		clk.Advance(time.Second)
 		if _, _, ok := hit(t, c, "sf.example.test.", dns.TypeA, false, false); ok {
-			t.Fatal("SERVFAIL kept for more than 30s")
+			t.Fatal("SERVFAIL kept for more than 5m (RFC 2308 §7.1)")
+		}
+	})
+	t.Run("NOTIMP is kept as SERVFAIL is", func(t *testing.T) {
+		c, _, clk := setup(t, cache.Config{ServfailTTL: 3 * time.Second}, dnstest.Rcode(dns.RcodeNotImplemented))
+		resolve(t, c, "ni.example.test.", dns.TypeA)
+		clk.Advance(2 * time.Second)
+		if _, rcode, ok := hit(t, c, "ni.example.test.", dns.TypeA, false, false); !ok || rcode != dns.RcodeNotImplemented {
+			t.Fatalf("NOTIMP not cached: ok %v rcode %d", ok, rcode)
+		}
+		if st := c.Stats(); st.DenialEntries != 1 {
+			t.Fatalf("NOTIMP not counted a denial: %+v", st)
+		}
+	})
+	t.Run("negative: never kept", func(t *testing.T) {
+		c, up, _ := setup(t, cache.Config{ServfailTTL: -1}, dnstest.Rcode(dns.RcodeServerFailure))
+		resolve(t, c, "sf.example.test.", dns.TypeA)
+		resolve(t, c, "sf.example.test.", dns.TypeA)
+		if c.Len() != 0 || up.CountName("sf.example.test.", dns.TypeA) != 2 {
+			t.Fatalf("%d entries, upstream asked %d times: want none kept", c.Len(), up.CountName("sf.example.test.", dns.TypeA))
 		}
 	})
 	t.Run("never replaces a stale-capable entry", func(t *testing.T) {
@@ -1031,16 +1049,26 @@ func BenchmarkResolveHit(b *testing.B) {
 }
 
 func TestAppendHitAllocs(t *testing.T) {
-	c, _, _ := setup(t, cache.Config{}, dnstest.Zone(3600))
-	resolve(t, c, "www.example.test.", dns.TypeA)
-	buf := make([]byte, 0, 512)
-	allocs := testing.AllocsPerRun(1000, func() {
-		if _, _, ok := c.AppendHit(buf[:0], "www.example.test.", dns.TypeA, dns.ClassINET, false, false); !ok {
-			t.Fatal("miss")
+	for _, tc := range []struct {
+		name string
+		cfg  cache.Config
+	}{
+		{"defaults", cache.Config{}},
+		// The CoreDNS options on the hit path: the stored TTL, the
+		// prefetch window's count.
+		{"keepttl, prefetch window", cache.Config{KeepTTL: true, PrefetchWindow: 3 * time.Second, PrefetchPercent: 50}},
+	} {
+		c, _, _ := setup(t, tc.cfg, dnstest.Zone(3600))
+		resolve(t, c, "www.example.test.", dns.TypeA)
+		buf := make([]byte, 0, 512)
+		allocs := testing.AllocsPerRun(1000, func() {
+			if _, _, ok := c.AppendHit(buf[:0], "www.example.test.", dns.TypeA, dns.ClassINET, false, false); !ok {
+				t.Fatal("miss")
+			}
+		})
+		if allocs != 0 {
+			t.Fatalf("AppendHit %s: %v allocations per hit, want 0", tc.name, allocs)
 		}
-	})
-	if allocs != 0 {
-		t.Fatalf("AppendHit: %v allocations per hit, want 0", allocs)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/miekg/dns"
@@ -18,9 +19,17 @@ import (
 type kind uint8
 
 const (
+	// kindPositive: NOERROR with records that answer the question.
 	kindPositive kind = iota
 	kindNegative
+	// kindServfail: SERVFAIL or NOTIMP (CoreDNS's server errors), or a
+	// failure without a reply remembered as SERVFAIL.
 	kindServfail
+	// kindPartial: NOERROR with records that do not answer the question
+	// (a CNAME chain that does not reach the type asked): stored as a
+	// positive answer, but not one serve-stale-policy prefer-positive
+	// keeps.
+	kindPartial
 )
 
 // entry is immutable once stored, except for its counters. It is laid
@@ -36,16 +45,46 @@ type entry struct {
 	// staleUntil: after a failed refresh, stale answers are given at once
 	// until this Clock reading.
 	staleUntil atomic.Int64
-	hits       atomic.Uint32
-	rcode      uint16 // up to 4095 with the extended bits
-	kind       kind
-	flags      uint8 // keyFlags of the key it was stored for
-	// refreshing is set while one background refresh runs for this entry.
-	refreshing atomic.Bool
-	// gone is set when the entry leaves the cache (evicted, or replaced by
-	// a newer reply for its key): a kept StoredHit then misses.
-	gone atomic.Bool
+	// freq counts the hits for prefetch (see hit): the last hit's Clock
+	// reading in milliseconds above freqHitBits bits of count. One word,
+	// so the entry keeps its 64 bytes.
+	freq  atomic.Uint64
+	rcode uint16 // up to 4095 with the extended bits
+	kind  kind
+	flags uint8 // keyFlags of the key it was stored for
+	// st holds stRefreshing, set while one refresh runs for this entry,
+	// and stGone, set when the entry leaves the cache (evicted, or
+	// replaced by a newer reply for its key): a kept StoredHit then
+	// misses. One word for both keeps the entry at 64 bytes.
+	st atomic.Uint32
 }
+
+const (
+	stRefreshing uint32 = 1 << iota
+	stGone
+)
+
+// startRefresh marks a refresh of e under way; false if one already is.
+func (e *entry) startRefresh() bool {
+	for {
+		old := e.st.Load()
+		if old&stRefreshing != 0 {
+			return false
+		}
+		if e.st.CompareAndSwap(old, old|stRefreshing) {
+			return true
+		}
+	}
+}
+
+// endRefresh lets another refresh of e start.
+func (e *entry) endRefresh() { e.st.And(^stRefreshing) }
+
+func (e *entry) refreshing() bool { return e.st.Load()&stRefreshing != 0 }
+
+func (e *entry) setGone() { e.st.Or(stGone) }
+
+func (e *entry) gone() bool { return e.st.Load()&stGone != 0 }
 
 // ttlOffsets returns the TTL offsets kept after the packed reply.
 func (e *entry) ttlOffsets() []byte { return e.wire[len(e.wire):cap(e.wire)] }
@@ -61,7 +100,38 @@ func (e *entry) putTTLs(m []byte, ttl uint32) {
 func (e *entry) expires() int64 { return e.stored + e.lifetime }
 
 // denial reports whether e is a denial (NXDOMAIN, NODATA or SERVFAIL).
-func (e *entry) denial() bool { return e.kind != kindPositive }
+func (e *entry) denial() bool { return e.kind == kindNegative || e.kind == kindServfail }
+
+// freqHitBits is the width of the hit count in entry.freq; the count
+// saturates there.
+const (
+	freqHitBits = 20
+	freqHitMax  = 1<<freqHitBits - 1
+)
+
+// hits is the hit count of e (for prefetch, and how often a StoredHit
+// touches the LRU).
+func (e *entry) hits() uint32 { return uint32(e.freq.Load() & freqHitMax) }
+
+// hit counts a hit at now (Clock nanoseconds) and returns the count. With
+// a window (> 0), a hit more than window after the previous one starts the
+// count again at 1, as CoreDNS's prefetch counts hits.
+func (e *entry) hit(now int64, window time.Duration) uint32 {
+	ms := uint64(max(now, 0) / int64(time.Millisecond))
+	for {
+		old := e.freq.Load()
+		n := old & freqHitMax
+		if window > 0 && int64(ms-min(old>>freqHitBits, ms)) > int64(window/time.Millisecond) {
+			n = 0
+		}
+		if n < freqHitMax {
+			n++
+		}
+		if e.freq.CompareAndSwap(old, ms<<freqHitBits|n) {
+			return uint32(n)
+		}
+	}
+}
 
 // cost is what e counts against MaxBytes.
 func (e *entry) cost() int64 { return int64(cap(e.wire)) + entryOverhead }
@@ -90,7 +160,7 @@ func (sh *shard) add(h uint64, e *entry) {
 		if old.denial() {
 			sh.denials--
 		}
-		old.gone.Store(true)
+		old.setGone()
 	}
 	sh.bytes += e.cost()
 	if e.denial() {

@@ -19,7 +19,7 @@ func (c *Cache) AppendHit(dst []byte, name string, qtype, qclass uint16, do, cd 
 	}
 	start := len(dst)
 	dst = append(dst, e.wire...)
-	e.putTTLs(dst[start:], ttlSeconds(remain))
+	e.putTTLs(dst[start:], c.hitTTL(e, remain))
 	return dst, int(e.rcode), true
 }
 
@@ -33,7 +33,7 @@ func (c *Cache) AppendHitRef(dst []byte, name string, qtype, qclass uint16, do, 
 	}
 	start := len(dst)
 	dst = append(dst, e.wire...)
-	e.putTTLs(dst[start:], ttlSeconds(remain))
+	e.putTTLs(dst[start:], c.hitTTL(e, remain))
 	k := Key{Name: strings.Clone(name), Type: qtype, Class: qclass, DO: do, CD: cd}
 	return dst, int(e.rcode), &StoredHit{c: c, e: e, k: k}, true
 }
@@ -57,19 +57,20 @@ const storedTouchEvery = 64
 // it is still the cache's fresh answer for its key, with its TTL now.
 func (h *StoredHit) Hit() (ttl uint32, ok bool) {
 	e := h.e
-	if e.gone.Load() {
+	if e.gone() {
 		return 0, false
 	}
-	remain := e.expires() - h.c.now()
+	now := h.c.now()
+	remain := e.expires() - now
 	if remain <= 0 {
 		return 0, false
 	}
 	h.c.countHit(e)
-	h.c.maybePrefetch(h.k, e, remain)
-	if e.hits.Load()%storedTouchEvery == 0 {
+	h.c.maybePrefetch(h.k, e, remain, now)
+	if e.hits()%storedTouchEvery == 0 {
 		h.c.get(&h.k)
 	}
-	return ttlSeconds(remain), true
+	return h.c.hitTTL(e, remain), true
 }
 
 // hit returns the fresh entry for the key and its remaining lifetime,
@@ -80,13 +81,24 @@ func (c *Cache) hit(name string, qtype, qclass uint16, do, cd bool) (*entry, int
 	if !found {
 		return nil, 0, false
 	}
-	remain := e.expires() - c.now()
+	now := c.now()
+	remain := e.expires() - now
 	if remain <= 0 {
 		return nil, 0, false
 	}
 	c.countHit(e)
-	c.maybePrefetch(k, e, remain)
+	c.maybePrefetch(k, e, remain, now)
 	return e, remain, true
+}
+
+// hitTTL is the TTL a hit on e carries with remain nanoseconds left: the
+// remaining whole seconds, or with KeepTTL the lifetime it was stored
+// with.
+func (c *Cache) hitTTL(e *entry, remain int64) uint32 {
+	if c.conf().KeepTTL {
+		return ttlSeconds(e.lifetime)
+	}
+	return ttlSeconds(remain)
 }
 
 func ttlSeconds(ns int64) uint32 {

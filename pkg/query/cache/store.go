@@ -10,6 +10,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 	"github.com/nodedns/nodedns/pkg/query/dnswire"
 )
 
@@ -20,6 +21,13 @@ func (c *Cache) Put(k Key, r *dns.Msg) { c.store(k, r) }
 // could still be served stale (either is worth more than the failure).
 func (c *Cache) keeps(old *entry, now int64) bool {
 	return old.kind != kindServfail && (old.expires() > now || c.usableStale(old, now))
+}
+
+// keepsAnswer reports whether old, an answer to its question still fresh
+// or servable stale, must survive a reply that is no answer to it, under
+// StalePreferPositive.
+func (c *Cache) keepsAnswer(old *entry, now int64) bool {
+	return c.conf().StalePreferPositive && old.kind == kindPositive && (old.expires() > now || c.usableStale(old, now))
 }
 
 // store applies the caching rules (written next to the code that enforces
@@ -35,11 +43,16 @@ func (c *Cache) keeps(old *entry, now int64) bool {
 //     excluded), clamped to [MinTTL, MaxTTL];
 //   - NXDOMAIN, or NOERROR without answers (NODATA): only with an SOA in the
 //     authority section; lifetime min(SOA TTL, SOA MINIMUM) (RFC 2308 §5),
-//     at most MaxNegativeTTL; SOA-less denials are not stored;
-//   - SERVFAIL: ServfailTTL, and never over an entry that is still fresh
-//     (a failed prefetch) or could still be served stale: that entry is
-//     worth more than the failure;
-//   - everything else (REFUSED, FORMERR, NOTIMP, ...) is not stored.
+//     clamped to [MinNegativeTTL, MaxNegativeTTL]; SOA-less denials are not
+//     stored;
+//   - SERVFAIL and NOTIMP: ServfailTTL, and never over an entry that is
+//     still fresh (a failed prefetch) or could still be served stale: that
+//     entry is worth more than the failure;
+//   - everything else (REFUSED, FORMERR, ...) is not stored;
+//   - nothing under a zone of DisableSuccess (answers) or DisableDenial
+//     (the rest) is stored;
+//   - with StalePreferPositive, an answer to the question still fresh or
+//     servable stale is not replaced by anything but another answer.
 //
 // It returns the entry's lifetime and whether r was stored.
 func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
@@ -49,13 +62,17 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 	if q := r.Question[0]; q.Qtype != k.Type || q.Qclass != k.Class || !strings.EqualFold(q.Name, k.Name) {
 		return 0, false
 	}
+	cfg := c.conf()
 	now := c.now()
 	var life time.Duration
 	var kd kind
 	switch {
 	case r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0:
 		kd = kindPositive
-		life = clamp(minTTL(r), c.conf().MinTTL, c.conf().MaxTTL)
+		if !answers(k, r) {
+			kd = kindPartial
+		}
+		life = clamp(minTTL(r), cfg.MinTTL, cfg.MaxTTL)
 	case r.Rcode == dns.RcodeNameError || r.Rcode == dns.RcodeSuccess:
 		soa := findSOA(r)
 		if soa == nil {
@@ -63,20 +80,29 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 		}
 		kd = kindNegative
 		ttl := min(ttlOf(soa.Hdr.Ttl), ttlOf(soa.Minttl))
-		life = clamp(time.Duration(ttl)*time.Second, 0, c.conf().MaxNegativeTTL)
-	case r.Rcode == dns.RcodeServerFailure:
+		life = clamp(time.Duration(ttl)*time.Second, cfg.MinNegativeTTL, cfg.MaxNegativeTTL)
+	case r.Rcode == dns.RcodeServerFailure || r.Rcode == dns.RcodeNotImplemented:
 		kd = kindServfail
-		life = c.conf().ServfailTTL
-		if old, ok := c.peek(&k); ok && c.keeps(old, now) {
-			return 0, false
-		}
+		life = cfg.ServfailTTL
 	default:
 		return 0, false
 	}
 	if life <= 0 {
 		return 0, false
 	}
-	wire, err := pack(k, r, c.conf().MaxEntryBytes)
+	disabled := cfg.DisableDenial
+	if kd == kindPositive || kd == kindPartial {
+		disabled = cfg.DisableSuccess
+	}
+	if len(disabled) > 0 && dnsname.InZones(k.Name, disabled) {
+		return 0, false
+	}
+	if kd != kindPositive {
+		if old, ok := c.peek(&k); ok && (kd == kindServfail && c.keeps(old, now) || c.keepsAnswer(old, now)) {
+			return 0, false
+		}
+	}
+	wire, err := pack(k, r, cfg.MaxEntryBytes)
 	if err != nil {
 		if errors.Is(err, errTooLarge) {
 			c.tooLarge.Add(1)
@@ -88,6 +114,36 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 	sh, h := c.slot(&k)
 	sh.add(h, e)
 	return life, true
+}
+
+// answers reports whether r's answer section answers k's question: a
+// record of k's type (any type for ANY) owned by the name its CNAME chain
+// from k's name ends at, or for CNAME the question's CNAME. A malformed
+// chain (a loop, two targets for one owner) answers nothing.
+func answers(k Key, r *dns.Msg) bool {
+	name := k.Name
+	for hops := 0; ; hops++ {
+		var target string
+		for _, rr := range r.Answer {
+			h := rr.Header()
+			if !strings.EqualFold(h.Name, name) {
+				continue
+			}
+			if h.Rrtype == k.Type || k.Type == dns.TypeANY {
+				return true
+			}
+			if cn, ok := rr.(*dns.CNAME); ok {
+				if target != "" && !strings.EqualFold(target, cn.Target) {
+					return false
+				}
+				target = cn.Target
+			}
+		}
+		if target == "" || hops > len(r.Answer) {
+			return false
+		}
+		name = target
+	}
 }
 
 func clamp(d, lo, hi time.Duration) time.Duration { return max(lo, min(d, hi)) }
