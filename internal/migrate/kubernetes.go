@@ -57,11 +57,13 @@ func (m *migrator) kubernetes(b *block, d *Directive) {
 		case "tls":
 			m.drop(o.Line, "kubernetes %s: not carried; client certificates for the API server come from the kubeconfig", o.String())
 		case "kubeconfig":
-			if len(args) >= 1 {
-				set(m, &m.cfg.Kubeconfig, args[0], o.Line)
+			if len(args) < 1 || len(args) > 2 {
+				m.drop(o.Line, "kubernetes %s: want FILE [CONTEXT]", o.String())
+				break
 			}
+			set(m, &m.cfg.Kubeconfig, args[0], o.Line)
 			if len(args) == 2 {
-				m.drop(o.Line, "kubernetes kubeconfig context %s: not carried; nodedns uses the kubeconfig's current context", args[1])
+				set(m, &m.cfg.KubeconfigContext, args[1], o.Line)
 			}
 		case "fallthrough":
 			fall = true

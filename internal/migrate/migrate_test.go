@@ -305,6 +305,8 @@ func TestCarried(t *testing.T) {
 			map[string]any{"rewrite": []any{map[string]any{"type": "regex", "from": "(.*)\\.a\\.example", "to": "{1}.b.example", "mode": "stop"}}}},
 		{".:53 {\n  kubernetes cluster.local {\n    pods verified\n    noendpoints\n    namespace_labels env in (prod)\n    startup_timeout 10s\n    kubeconfig /etc/kubeconfig\n  }\n}\n",
 			map[string]any{"pods": "verified", "no-endpoints": true, "namespace-labels": "env in (prod)", "cluster-sync-wait": "10s", "kubeconfig": "/etc/kubeconfig", "fallthrough": []any{}}},
+		{".:53 {\n  kubernetes cluster.local {\n    kubeconfig /etc/coredns/kubeconfig prod-admin\n    pods insecure\n  }\n}\n",
+			map[string]any{"kubeconfig": "/etc/coredns/kubeconfig", "kubeconfig-context": "prod-admin"}},
 		{"cluster.local:53 {\n  errors\n  kubernetes {\n    pods verified\n  }\n  cache 30\n}\nin-addr.arpa:53 ip6.arpa:53 {\n  kubernetes\n}\n.:53 {\n  errors\n  forward . 9.9.9.9\n  cache 300\n}\n",
 			map[string]any{"cluster-domain": []any{"cluster.local"}, "pods": "verified", "upstream": []any{"9.9.9.9"}, "max-ttl": "5m0s", "cluster-zone": nil, "stub-domains": nil}},
 		{"in-addr.arpa ip6.arpa {\n  kubernetes\n}\ncluster.local {\n  kubernetes {\n    pods verified\n  }\n}\n",

@@ -23,7 +23,7 @@ func (a *Agent) wireCluster(pcfg *pipeline.Config) error {
 	if a.cfg.ClusterZone == config.ClusterZoneForward {
 		return a.wireForward(pcfg)
 	}
-	rc, err := k8s.RESTConfig(a.cfg.Kubeconfig)
+	rc, err := k8s.RESTConfigContext(a.cfg.Kubeconfig, a.cfg.KubeconfigContext)
 	if err != nil {
 		return err
 	}

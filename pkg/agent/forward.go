@@ -95,7 +95,7 @@ func (a *Agent) wireForward(pcfg *pipeline.Config) error {
 		a.log.Warn("autopath needs --node-name (or $NODE_NAME) to know this node's pods: search-path walk off")
 		return nil
 	}
-	rc, err := k8s.RESTConfig(a.cfg.Kubeconfig)
+	rc, err := k8s.RESTConfigContext(a.cfg.Kubeconfig, a.cfg.KubeconfigContext)
 	if err != nil {
 		return err
 	}

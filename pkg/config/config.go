@@ -62,6 +62,9 @@ type Config struct {
 	LoopCheck         bool
 
 	Kubeconfig string
+	// KubeconfigContext is the kubeconfig's context used ("": its
+	// current context).
+	KubeconfigContext string
 	// ClusterDomain lists the cluster's zones, the primary first: a
 	// string or a list in the file, a repeatable flag.
 	ClusterDomain List

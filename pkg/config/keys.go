@@ -326,6 +326,13 @@ var settings = []*Setting{
 	// Cluster zone.
 	{key: "kubeconfig", help: "kubeconfig file (default: in-cluster config inside a pod, else no cluster zone)",
 		field: func(c *Config) any { return &c.Kubeconfig }},
+	{key: "kubeconfig-context", help: "context of --kubeconfig to use (default: the file's current context), as CoreDNS's `kubeconfig FILE CONTEXT`",
+		field: func(c *Config) any { return &c.KubeconfigContext }, check: func(c *Config) error {
+			if c.KubeconfigContext != "" && c.Kubeconfig == "" {
+				return fmt.Errorf("--kubeconfig-context %q needs --kubeconfig: the in-cluster configuration has no contexts", c.KubeconfigContext)
+			}
+			return nil
+		}},
 	{key: "cluster-domain", def: "cluster.local", repeat: true, help: "the cluster's DNS domain; repeat (or separate by commas) to answer several zones from one index, the first primary (PTR targets, search-path walk); in the file a string or a list; at most 8, none twice",
 		field: func(c *Config) any { return &c.ClusterDomain }, check: func(c *Config) error {
 			if len(c.ClusterDomain) == 0 {

@@ -303,24 +303,40 @@ func related(z string, zones []string) bool {
 }
 
 // RESTConfig returns the client configuration for kubeconfig, a kubeconfig
-// file path. With "" it returns the in-cluster configuration when running in
-// a pod (KUBERNETES_SERVICE_HOST is set), and (nil, nil) otherwise: the
-// caller then runs without a cluster zone.
+// file path, in the file's current context (RESTConfigContext).
+func RESTConfig(kubeconfig string) (*rest.Config, error) {
+	return RESTConfigContext(kubeconfig, "")
+}
+
+// RESTConfigContext returns the client configuration for kubeconfig, a
+// kubeconfig file path, in its context kctx ("": the file's current
+// context), loaded as CoreDNS's `kubeconfig FILE CONTEXT` loads it
+// (client-go's deferred loading rules with the context as an override).
+// With kubeconfig "" it returns the in-cluster configuration when running
+// in a pod (KUBERNETES_SERVICE_HOST is set), and (nil, nil) otherwise: the
+// caller then runs without a cluster zone. A context needs a kubeconfig.
 //
 // The returned config asks for protobuf: decoding a 10k-service list is
 // several times cheaper in memory than JSON, and that list is the agent's
 // peak allocation.
-func RESTConfig(kubeconfig string) (*rest.Config, error) {
+func RESTConfigContext(kubeconfig, kctx string) (*rest.Config, error) {
 	var (
 		cfg *rest.Config
 		err error
 	)
 	switch {
 	case kubeconfig != "":
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig},
+			&clientcmd.ConfigOverrides{CurrentContext: kctx}).ClientConfig()
 		if err != nil {
+			if kctx != "" {
+				return nil, fmt.Errorf("loading kubeconfig %s, context %q: %w", kubeconfig, kctx, err)
+			}
 			return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
 		}
+	case kctx != "":
+		return nil, fmt.Errorf("kubeconfig context %q without a kubeconfig file", kctx)
 	case os.Getenv("KUBERNETES_SERVICE_HOST") != "":
 		cfg, err = rest.InClusterConfig()
 		if err != nil {
