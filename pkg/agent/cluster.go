@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodedns/nodedns/pkg/cluster/k8s"
@@ -38,6 +39,13 @@ func (a *Agent) wireCluster(pcfg *pipeline.Config) error {
 	}
 	kc := a.cfg.ClusterSettings()
 	kc.Logger = a.log
+	if len(kc.MulticlusterZones) > 0 {
+		// ServiceImports are custom resources: JSON only, through the
+		// dynamic client (which asks for JSON whatever rc says).
+		if kc.Imports, err = dynamic.NewForConfig(rc); err != nil {
+			return fmt.Errorf("creating the Kubernetes client for ServiceImports: %w", err)
+		}
+	}
 	a.ix, err = k8s.New(client, kc)
 	if err != nil {
 		return err

@@ -81,9 +81,11 @@ func (a *Agent) wireForward(pcfg *pipeline.Config) error {
 	// A stub domain inside a forwarded zone (10.in-addr.arpa, say) keeps
 	// its own servers, as its more specific server block would in a
 	// Corefile.
-	pcfg.Route = &pipeline.Route{Zones: append(append([]string(nil), zones...), reverseZones...), Except: stubZones(a.cfg), Resolver: a.clusterCache}
+	// The multicluster zones too: the central DNS answers them.
+	routed := append(append(append([]string(nil), zones...), a.cfg.MulticlusterZones()...), reverseZones...)
+	pcfg.Route = &pipeline.Route{Zones: routed, Except: stubZones(a.cfg), Resolver: a.clusterCache}
 	pcfg.Search = searchDomains(a.cfg, zones[0])
-	a.log.Info("cluster zone forwarded", "zones", zones, "reverse", reverseZones, "cluster-dns", a.cfg.ClusterDNS,
+	a.log.Info("cluster zone forwarded", "zones", zones, "multicluster", a.cfg.MulticlusterZones(), "reverse", reverseZones, "cluster-dns", a.cfg.ClusterDNS,
 		"protocol", a.cfg.ClusterDNSProtocol, "cache-ttl", a.cfg.ClusterTTL.String())
 	if ignored := localOnlyOptions(a.cfg); len(ignored) > 0 {
 		a.log.Warn("cluster zone options ignored with --cluster-zone forward: the central DNS answers the zone", "options", ignored)

@@ -30,6 +30,15 @@ func (c *Config) ClusterZones() []string {
 	return out
 }
 
+// MulticlusterZones are the multicluster domains as lower-case FQDNs.
+func (c *Config) MulticlusterZones() []string {
+	out := make([]string, 0, len(c.MulticlusterDomain))
+	for _, z := range c.MulticlusterDomain {
+		out = append(out, dnsname.Canonical(z))
+	}
+	return out
+}
+
 // ClusterSettings maps c onto the cluster index's settings.
 func (c *Config) ClusterSettings() k8s.Config {
 	fall := []string(c.Fallthrough)
@@ -38,6 +47,7 @@ func (c *Config) ClusterSettings() k8s.Config {
 	}
 	return k8s.Config{
 		Zones:              c.ClusterDomain,
+		MulticlusterZones:  c.MulticlusterDomain,
 		TTL:                uint32(time.Duration(c.ClusterTTL) / time.Second),
 		Pods:               k8s.PodMode(c.Pods),
 		NodeName:           c.NodeName,

@@ -68,9 +68,12 @@ type Config struct {
 	// ClusterDomain lists the cluster's zones, the primary first: a
 	// string or a list in the file, a repeatable flag.
 	ClusterDomain List
-	ClusterTTL    Duration
-	Pods          string
-	ClusterDNS    string
+	// MulticlusterDomain lists the zones answered from ServiceImports
+	// (Multi-Cluster Services), as CoreDNS's `multicluster`.
+	MulticlusterDomain List
+	ClusterTTL         Duration
+	Pods               string
+	ClusterDNS         string
 	// ClusterZone is local (answered from the API server) or forward
 	// (sent to ClusterDNS, as NodeLocal DNSCache does).
 	ClusterZone        string

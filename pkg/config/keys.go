@@ -340,6 +340,10 @@ var settings = []*Setting{
 			}
 			return checkList("cluster-domain", "domains", c.ClusterDomain, maxClusterDomains, canonClusterDomain)
 		}},
+	{key: "multicluster-domain", repeat: true, help: "a zone answered from the ServiceImports of the Multi-Cluster Services API (multicluster.x-k8s.io/v1alpha1) and their EndpointSlices, e.g. clusterset.local, as CoreDNS's multicluster; repeat for several; not a --cluster-domain; at most 8",
+		field: func(c *Config) any { return &c.MulticlusterDomain }, check: func(c *Config) error {
+			return checkList("multicluster-domain", "domains", c.MulticlusterDomain, maxClusterDomains, canonClusterDomain)
+		}},
 	{key: "cluster-ttl", def: "5s", help: "TTL of cluster answers (0s-3600s)",
 		field: func(c *Config) any { return &c.ClusterTTL }, check: func(c *Config) error {
 			if c.ClusterTTL < 0 || time.Duration(c.ClusterTTL) > time.Hour {

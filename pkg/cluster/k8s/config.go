@@ -12,6 +12,7 @@ import (
 	"github.com/miekg/dns"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -111,6 +112,16 @@ type Config struct {
 	// for every PTR query in the reverse zones.
 	Fallthrough []string
 
+	// MulticlusterZones are zones answered from the ServiceImports of
+	// the Multi-Cluster Services API (multicluster.x-k8s.io/v1alpha1) and
+	// the EndpointSlices labelled multicluster.kubernetes.io/service-name,
+	// as CoreDNS's `multicluster` option answers them (multicluster.go).
+	// They are not cluster zones: Services are not visible there.
+	MulticlusterZones []string
+	// Imports lists and watches ServiceImports (custom resources, served
+	// as JSON only); New needs it with MulticlusterZones.
+	Imports dynamic.Interface
+
 	// PodsOnly watches nothing but this node's pods (NodeName), for
 	// PodNamespace: no Services, EndpointSlices or Namespaces. The index
 	// then answers nothing of the zone; it serves the search-path walk
@@ -149,6 +160,21 @@ func (c Config) normalize() (Config, error) {
 		}
 	}
 	c.Zone, c.Zones = norm[0], norm
+	mc := make([]string, 0, len(c.MulticlusterZones))
+	for _, raw := range c.MulticlusterZones {
+		z, err := normalizeZone(raw)
+		if err != nil {
+			return c, fmt.Errorf("%w (multicluster)", err)
+		}
+		if slices.Contains(norm, z) {
+			return c, fmt.Errorf("%w: multicluster zone %q is also a cluster domain: a zone is answered from Services or from ServiceImports, not both", ErrConfig, raw)
+		}
+		if slices.Contains(mc, z) {
+			return c, fmt.Errorf("%w: multicluster zone %q given twice", ErrConfig, raw)
+		}
+		mc = append(mc, z)
+	}
+	c.MulticlusterZones = mc
 	if c.TTL > MaxTTL {
 		return c, fmt.Errorf("%w: ttl %d out of range 0-%d", ErrConfig, c.TTL, MaxTTL)
 	}
@@ -176,7 +202,7 @@ func (c Config) normalize() (Config, error) {
 	if err := c.normalizeNamespaces(); err != nil {
 		return c, err
 	}
-	fall, err := normalizeFallthrough(c.Fallthrough, c.Zones)
+	fall, err := normalizeFallthrough(c.Fallthrough, append(slices.Clone(c.Zones), c.MulticlusterZones...))
 	if err != nil {
 		return c, err
 	}

@@ -5,8 +5,9 @@
 // leave the node.
 //
 // It owns the Service, EndpointSlice (discovery.k8s.io/v1), Namespace and,
-// when a mode needs them, Pod informers, and how they list (list.go): at
-// resourceVersion "0", whole, from the API server's watch cache, never a
+// when a mode needs them, Pod informers (for multicluster zones also the
+// ServiceImport and imported EndpointSlice informers), and how they list
+// (list.go): at resourceVersion "0", whole, from the API server's watch cache, never a
 // paged quorum read from etcd; the protobuf list is read as a stream and
 // each item decoded straight into the stripped object DNS needs
 // (decode.go), watch events by an informer transform. An event rebuilds
@@ -24,11 +25,12 @@
 // The options of CoreDNS's kubernetes plugin that change answers are
 // Config fields with the plugin's semantics: several zones from one index,
 // endpoint_pod_names, ignore empty_service, noendpoints, namespaces,
-// namespace_labels and fallthrough.
+// namespace_labels, fallthrough and multicluster.
 //
 // Limits:
-//   - Multicluster (ServiceImport), zonal names, wildcards (removed from
-//     CoreDNS in 1.9) and the `labels` Service filter are not implemented.
+//   - Zonal names, wildcards (removed from CoreDNS in 1.9) and the
+//     `labels` Service filter are not implemented. Multi-Cluster Services
+//     (Config.MulticlusterZones, multicluster.go) are.
 //   - In the reverse zones only PTR queries are answered; other types go
 //     to the upstream.
 //   - In verified pod mode every pod of the cluster is watched, as in

@@ -50,6 +50,11 @@ type Index struct {
 	podNS    atomic.Pointer[podTable]
 	podNSMap map[netip.Addr]string
 
+	// mcZones are the multicluster zones (Config.MulticlusterZones);
+	// mc holds their writer-side state (multicluster.go).
+	mcZones []string
+	mc      *mcState
+
 	// Writer side: touched only by informer handlers, under wmu.
 	wmu        sync.Mutex
 	svcs       map[string]*service            // key "name.ns"
@@ -72,6 +77,7 @@ type Index struct {
 	epIPs      epIndex             // ready endpoint IP -> endpoints (PTR, IP labels)
 	podIPs     addrIndex[*pod]     // verified mode: pod IP -> pods, cluster-wide
 	localPods  addrIndex[*pod]     // this node's pods (PodNamespace)
+	mcViews    map[string]*svcView // key "name.ns": ServiceImports and their records
 }
 
 const (
@@ -90,6 +96,9 @@ func New(client kubernetes.Interface, cfg Config) (*Index, error) {
 	c, err := cfg.normalize()
 	if err != nil {
 		return nil, err
+	}
+	if len(c.MulticlusterZones) > 0 && c.Imports == nil && !c.PodsOnly {
+		return nil, fmt.Errorf("%w: multicluster zones without a client for ServiceImports", ErrConfig)
 	}
 	ns, name, _ := strings.Cut(c.DNSService, "/")
 	ix := &Index{
@@ -113,6 +122,11 @@ func New(client kubernetes.Interface, cfg Config) (*Index, error) {
 		podIPs:     make(addrIndex[*pod]),
 		localPods:  make(addrIndex[*pod]),
 		answers:    newAnswerMemo(),
+		mcZones:    c.MulticlusterZones,
+		mcViews:    make(map[string]*svcView),
+	}
+	if len(ix.mcZones) > 0 {
+		ix.mc = newMCState()
 	}
 	ix.podNSMap = map[netip.Addr]string{}
 	ix.podNS.Store(newPodTable(ix.podNSMap))

@@ -82,6 +82,9 @@ func (ix *Index) Run(ctx context.Context) error {
 			}))
 		}
 	}
+	if !ix.cfg.PodsOnly && ix.mc != nil {
+		ctrls = append(ctrls, ix.mcControllers()...)
+	}
 	var podCtrl cache.Controller
 	if watchPods, clusterWide := ix.watchesPods(); watchPods {
 		sel := ""
@@ -115,7 +118,7 @@ func (ix *Index) Run(ctx context.Context) error {
 			ix.log.Info("fallthrough does not cover all of a reverse zone: PTR queries there for addresses the cluster does not know get NXDOMAIN", "zone", z, "fallthrough", ix.cfg.Fallthrough)
 		}
 	}
-	ix.log.Info("starting informers", "zones", ix.zones, "pods", string(ix.cfg.Pods), "node", ix.cfg.NodeName,
+	ix.log.Info("starting informers", "zones", ix.zones, "multiclusterZones", ix.mcZones, "pods", string(ix.cfg.Pods), "node", ix.cfg.NodeName,
 		"endpoints", !ix.cfg.NoEndpoints, "endpointPodNames", ix.cfg.EndpointPodNames,
 		"ignoreEmptyService", ix.cfg.IgnoreEmptyService, "namespaces", ix.cfg.Namespaces,
 		"namespaceLabels", ix.cfg.NamespaceLabels, "fallthrough", ix.cfg.Fallthrough)

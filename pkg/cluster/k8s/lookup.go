@@ -33,8 +33,8 @@ const maxChain = 10
 // specification v1.1.0; the comments below mark where we deliberately
 // differ.
 func (ix *Index) Lookup(name string, qtype uint16) (stage.Result, bool) {
-	zi := ix.zoneIndex(name)
-	if zi < 0 {
+	zm := ix.zoneOf(name)
+	if zm == nil {
 		return ix.lookupReverse(name, qtype)
 	}
 	if qtype == dns.TypeAXFR || qtype == dns.TypeIXFR {
@@ -44,7 +44,6 @@ func (ix *Index) Lookup(name string, qtype uint16) (stage.Result, bool) {
 		// Never a false NXDOMAIN before the informers have synced.
 		return stage.Result{Msg: servfailMsg, NotSynced: true}, true
 	}
-	zm := ix.zoneMsg.Load().z[zi]
 	ix.mu.RLock()
 	m, ext := ix.resolve(zm, name, qtype, 0)
 	ix.mu.RUnlock()
@@ -54,13 +53,20 @@ func (ix *Index) Lookup(name string, qtype uint16) (stage.Result, bool) {
 	return stage.Result{Msg: m, ExternalTarget: ext}, true
 }
 
-// zoneIndex returns the position in ix.zones of the zone name is in, the
-// longest when zones nest (as CoreDNS matches zones), or -1.
-func (ix *Index) zoneIndex(name string) int {
-	best := -1
-	for i, z := range ix.zones {
-		if dnsname.InZone(name, z) && (best < 0 || len(z) > len(ix.zones[best])) {
-			best = i
+// zoneOf returns the shared answers of the zone name is in, cluster or
+// multicluster, the longest when zones nest (as CoreDNS matches zones), or
+// nil.
+func (ix *Index) zoneOf(name string) *zoneMsgs {
+	zs := ix.zoneMsg.Load()
+	var best *zoneMsgs
+	for _, zm := range zs.z {
+		if dnsname.InZone(name, zm.zone) && (best == nil || len(zm.zone) > len(best.zone)) {
+			best = zm
+		}
+	}
+	for _, zm := range zs.mc {
+		if dnsname.InZone(name, zm.zone) && (best == nil || len(zm.zone) > len(best.zone)) {
+			best = zm
 		}
 	}
 	return best
@@ -170,11 +176,24 @@ func (ix *Index) resolveSvc(zm *zoneMsgs, name, rel string, lab *[maxLabels]stri
 	// "<svc>.<ns>" is a contiguous part of rel: the map key, no allocation.
 	end := len(rel) - len(lab[0]) - 1
 	key := rel[end-len(lab[1])-1-len(lab[2]) : end]
-	v := ix.views[key]
+	views := ix.views
+	if zm.mc {
+		views = ix.mcViews
+	}
+	v := views[key]
 	if v == nil || !v.exists {
 		// Also every name below a service that does not exist (an
 		// empty headless service, an ignored empty one): CoreDNS skips
 		// such a service for every name under it.
+		return zm.nxdomain, ""
+	}
+	// In a multicluster zone two labels left of the service are an
+	// endpoint and its cluster, unless one starts with '_' (a port).
+	mcEndpoint := zm.mc && (n == 4 || n == 5 && !strings.HasPrefix(lab[3], "_") && !strings.HasPrefix(lab[4], "_"))
+	if zm.mc && !mcEndpoint && v.svc.kind == kindClusterIP && len(v.svc.ports) == 0 {
+		// A ClusterSetIP import's records are one per port and IP: one
+		// without ports has none, and CoreDNS answers NXDOMAIN (a
+		// Service always has a port, CoreDNS's sentinel).
 		return zm.nxdomain, ""
 	}
 	if n == 3 && (qtype != dns.TypeSRV || v.svc.kind == kindExternal) {
@@ -194,10 +213,14 @@ func (ix *Index) resolveSvc(zm *zoneMsgs, name, rel string, lab *[maxLabels]stri
 		}
 	}
 	var m *dns.Msg
-	switch n {
-	case 3:
+	switch {
+	case n == 3:
 		m, _ = ix.resolveBare(zm, v, name, qtype, depth)
-	case 4:
+	case mcEndpoint && n == 4:
+		m = ix.resolveMCEndpoint(zm, v, name, lab[3], "", qtype)
+	case mcEndpoint:
+		m = ix.resolveMCEndpoint(zm, v, name, lab[4], lab[3], qtype)
+	case n == 4:
 		m = ix.resolveEndpoint(zm, v, name, lab[3], qtype)
 	default: // 5
 		m = ix.resolvePort(zm, v, name, strings.TrimPrefix(lab[4], "_"), strings.TrimPrefix(lab[3], "_"), qtype)
@@ -288,6 +311,11 @@ func (ix *Index) headlessSRV(v *svcView, zi int, qport, qproto string, out []srv
 				}
 				if target == "" {
 					target = e.label(i) + "." + fqdn
+					if e.cluster != "" {
+						// A multicluster endpoint is named in its
+						// cluster: <endpoint>.<cluster>.<svc>...
+						target = e.label(i) + "." + e.cluster + "." + fqdn
+					}
 				}
 				out = append(out, srvEntry{target: target, ip: e.ip(i), port: p.port})
 			}

@@ -70,6 +70,7 @@ type endpointSlice struct {
 	objStub
 	name, namespace string
 	service         string   // kubernetes.io/service-name label; "" = not ours
+	cluster         string   // multicluster slices: the source cluster, lower-case (multicluster.go)
 	ports           []port   // noPorts when the slice lists none
 	v6              bool     // addressType IPv6: 16 bytes an entry, else 4
 	ips             []byte   // the entries' addresses, packed
@@ -368,7 +369,7 @@ func (e *endpointSlice) add(ip netip.Addr, host string) {
 }
 
 func (e *endpointSlice) equal(o *endpointSlice) bool {
-	return e.name == o.name && e.namespace == o.namespace && e.service == o.service &&
+	return e.name == o.name && e.namespace == o.namespace && e.service == o.service && e.cluster == o.cluster &&
 		e.total == o.total && e.v6 == o.v6 && slices.Equal(e.ports, o.ports) &&
 		bytes.Equal(e.ips, o.ips) && slices.Equal(e.hosts, o.hosts)
 }

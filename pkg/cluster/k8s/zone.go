@@ -9,7 +9,8 @@ import (
 // swapped atomically as a zoneSet.
 type zoneMsgs struct {
 	zone             string // lower-case FQDN
-	idx              int    // position in Index.zones
+	idx              int    // position in Index.zones (Index.mcZones when mc)
+	mc               bool   // a multicluster zone: services are ServiceImports
 	nxdomain, nodata *dns.Msg
 	soa, ns, txt     *dns.Msg
 	nsA, nsAAAA      *dns.Msg // ns.dns.<zone> A/AAAA, nil: NODATA
@@ -19,6 +20,10 @@ type zoneMsgs struct {
 type zoneSet struct {
 	serial uint32
 	z      []*zoneMsgs // as Index.zones
+	// mc are the multicluster zones' (as Index.mcZones), whose SOA
+	// serial is the time of the last multicluster change, as CoreDNS's.
+	mcSerial uint32
+	mc       []*zoneMsgs
 	// revNX are the NXDOMAIN answers of the reverse zones (in-addr.arpa.,
 	// ip6.arpa.), with their SOA, for PTR queries that do not fall
 	// through.
@@ -41,6 +46,17 @@ func (ix *Index) rebuildZone() {
 	zs := &zoneSet{serial: serial, z: make([]*zoneMsgs, len(ix.zones))}
 	for i, z := range ix.zones {
 		zs.z[i] = ix.buildZoneMsgs(z, i, serial)
+	}
+	if ix.mc != nil {
+		zs.mcSerial = uint32(ix.mc.lastChange.Unix())
+		if ix.mc.lastChange.IsZero() {
+			zs.mcSerial = 0
+		}
+		zs.mc = make([]*zoneMsgs, len(ix.mcZones))
+		for i, z := range ix.mcZones {
+			zs.mc[i] = ix.buildZoneMsgs(z, i, zs.mcSerial)
+			zs.mc[i].mc = true
+		}
 	}
 	for i, z := range reverseZones {
 		soa := ix.soa(z, serial)
