@@ -3,6 +3,7 @@ package migrate
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -142,13 +143,20 @@ func (m *migrator) findClusterZones(blocks []*block) {
 			if len(args) == 0 {
 				args = b.zones
 			}
+			mc := multiclusterZones(d)
 			for _, a := range args {
 				z, err := parseKey(a)
 				if err != nil {
 					continue
 				}
 				for _, zz := range z.zones {
-					if zz != "." && !dnsname.IsReverse(zz) {
+					switch {
+					case zz == "." || dnsname.IsReverse(zz):
+					case slices.Contains(mc, zz):
+						// Answered from ServiceImports, not Services:
+						// not a cluster domain.
+						m.mcZones = append(m.mcZones, zz)
+					default:
 						zs = append(zs, zz)
 					}
 				}
@@ -158,6 +166,22 @@ func (m *migrator) findClusterZones(blocks []*block) {
 		}
 	}
 	m.clusterZones = []string{"cluster.local."}
+}
+
+// multiclusterZones are the zones of the multicluster options of a
+// kubernetes directive (lower-case FQDNs). Without zones the option names
+// none: CoreDNS takes its zones from its arguments only.
+func multiclusterZones(d *Directive) []string {
+	var out []string
+	for _, o := range d.Block {
+		if o.Name != "multicluster" {
+			continue
+		}
+		for _, a := range o.ArgTexts() {
+			out = append(out, dnsname.Canonical(a))
+		}
+	}
+	return out
 }
 
 // reverseKube: a kubernetes directive for reverse zones only.

@@ -98,7 +98,18 @@ func (m *migrator) kubernetes(b *block, d *Directive) {
 		case "zonal":
 			m.drop(o.Line, "kubernetes %s: not carried; it would have preferred endpoints of the client's zone", o.String())
 		case "multicluster":
-			m.drop(o.Line, "kubernetes %s: not carried; it would have answered multi-cluster Services (ServiceImport)", o.String())
+			var carried config.List
+			for _, a := range args {
+				z := dnsname.Canonical(a)
+				if slices.Contains(m.mcZones, z) {
+					carried = append(carried, trimDot(z))
+				} else {
+					m.drop(o.Line, "kubernetes multicluster %s: not a zone of the kubernetes directive, which CoreDNS refuses (it would not start)", a)
+				}
+			}
+			if len(carried) > 0 {
+				set(m, &m.cfg.MulticlusterDomain, carried, o.Line, fmt.Sprintf("line %d: %s (answered from ServiceImports; the agent's ServiceAccount needs list and watch on serviceimports.multicluster.x-k8s.io)", o.Line, o.String()))
+			}
 		case "apiserver_qps", "apiserver_burst", "apiserver_max_inflight":
 			m.drop(o.Line, "kubernetes %s: not carried; nodedns lists once from the API server's watch cache and then watches", o.String())
 		default:

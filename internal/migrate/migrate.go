@@ -145,6 +145,7 @@ type migrator struct {
 	portLine int
 
 	clusterZones []string // lower-case FQDNs, primary first
+	mcZones      []string // the kubernetes directive's multicluster zones, as clusterZones
 	kubeLine     int      // line of the kubernetes directive taken
 	clusterFwd   bool     // a cluster zone block forwards (node-cache)
 	rootForward  *Directive

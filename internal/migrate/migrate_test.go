@@ -254,6 +254,7 @@ func TestDirectiveNotes(t *testing.T) {
 		{".:53 {\n}\nexample.org:1053 {\n  forward . 1.1.1.1\n}\n", "port 1053", 3},
 		{".:53 {\n  cache 30\n}\nexample.org {\n  cache 60\n  forward . 1.1.1.1\n}\n", "already set max-ttl", 5},
 		{".:53 {\n  dnssec\n}\n", "DNSSEC", 2},
+		{".:53 {\n  kubernetes cluster.local {\n    multicluster clusterset.local\n  }\n}\n", "not a zone of the kubernetes directive", 3},
 	} {
 		res, err := Migrate([]byte(tc.src), Options{Env: testEnv})
 		if err != nil {
@@ -307,6 +308,12 @@ func TestCarried(t *testing.T) {
 			map[string]any{"pods": "verified", "no-endpoints": true, "namespace-labels": "env in (prod)", "cluster-sync-wait": "10s", "kubeconfig": "/etc/kubeconfig", "fallthrough": []any{}}},
 		{".:53 {\n  kubernetes cluster.local {\n    kubeconfig /etc/coredns/kubeconfig prod-admin\n    pods insecure\n  }\n}\n",
 			map[string]any{"kubeconfig": "/etc/coredns/kubeconfig", "kubeconfig-context": "prod-admin"}},
+		// The multicluster zone is answered from ServiceImports, not a
+		// second cluster domain.
+		{".:53 {\n  kubernetes cluster.local clusterset.local in-addr.arpa ip6.arpa {\n    multicluster clusterset.local\n    pods insecure\n    fallthrough in-addr.arpa ip6.arpa\n  }\n}\n",
+			map[string]any{"cluster-domain": []any{"cluster.local"}, "multicluster-domain": []any{"clusterset.local"}}},
+		{"cluster.local clusterset.local {\n  kubernetes {\n    multicluster clusterset.local\n    pods insecure\n  }\n}\n",
+			map[string]any{"cluster-domain": []any{"cluster.local"}, "multicluster-domain": []any{"clusterset.local"}}},
 		{"cluster.local:53 {\n  errors\n  kubernetes {\n    pods verified\n  }\n  cache 30\n}\nin-addr.arpa:53 ip6.arpa:53 {\n  kubernetes\n}\n.:53 {\n  errors\n  forward . 9.9.9.9\n  cache 300\n}\n",
 			map[string]any{"cluster-domain": []any{"cluster.local"}, "pods": "verified", "upstream": []any{"9.9.9.9"}, "max-ttl": "5m0s", "cluster-zone": nil, "stub-domains": nil}},
 		{"in-addr.arpa ip6.arpa {\n  kubernetes\n}\ncluster.local {\n  kubernetes {\n    pods verified\n  }\n}\n",
