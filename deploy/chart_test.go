@@ -440,3 +440,30 @@ func TestChartEveryConfigKey(t *testing.T) {
 		}
 	}
 }
+
+// TestChartMulticlusterRBAC: the agents may list and watch ServiceImports
+// only when the config answers a multicluster zone.
+func TestChartMulticlusterRBAC(t *testing.T) {
+	grants := func(args ...string) bool {
+		text, err := render(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		role := find[rbacv1.ClusterRole](t, objects(t, text), "ClusterRole", "nodedns")
+		for _, r := range role.Rules {
+			if slices.Contains(r.APIGroups, "multicluster.x-k8s.io") {
+				if !slices.Equal(r.Resources, []string{"serviceimports"}) || !slices.Equal(r.Verbs, []string{"list", "watch"}) {
+					t.Errorf("multicluster rule %+v", r)
+				}
+				return true
+			}
+		}
+		return false
+	}
+	if grants() {
+		t.Error("the default rendering grants serviceimports")
+	}
+	if !grants("--set", "config.multicluster-domain={clusterset.local}") {
+		t.Error("multicluster-domain set: no rule for serviceimports")
+	}
+}
