@@ -195,9 +195,20 @@ func installCRDs(t *testing.T, s *ssa) {
 	t.Helper()
 	dir := os.Getenv("NODEDNS_PROMETHEUS_CRDS")
 	need(t, dir != "", "$NODEDNS_PROMETHEUS_CRDS (scripts/prometheus-crds.sh)")
-	var crds []*unstructured.Unstructured
+	var files []string
 	for _, k := range []string{"podmonitors", "servicemonitors", "prometheusrules"} {
-		crds = append(crds, readManifest(t, filepath.Join(dir, "monitoring.coreos.com_"+k+".yaml"))...)
+		files = append(files, filepath.Join(dir, "monitoring.coreos.com_"+k+".yaml"))
+	}
+	installCRDFiles(t, s, files)
+}
+
+// installCRDFiles applies the CRDs of files and waits until each is
+// established.
+func installCRDFiles(t *testing.T, s *ssa, files []string) {
+	t.Helper()
+	var crds []*unstructured.Unstructured
+	for _, f := range files {
+		crds = append(crds, readManifest(t, f)...)
 	}
 	s.applyAll(crds)
 	for _, c := range crds {

@@ -16,6 +16,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -33,6 +34,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
 )
@@ -67,6 +69,42 @@ type zoFixture struct {
 	emptyA, webB   string
 	longPod        string // a targetRef name of 64 bytes
 	upstreamMissed string // an in-zone name only the upstream knows
+	// ctxKubeconfig is a kubeconfig whose current context points at a
+	// closed port and whose context zoContext is the test API server's
+	// (contextKubeconfig).
+	ctxKubeconfig string
+}
+
+// zoContext is the named context of zoFixture.ctxKubeconfig.
+const zoContext = "nodedns-test"
+
+// contextKubeconfig writes a copy of cp's kubeconfig whose current
+// context names a server on a closed port, and whose context zoContext
+// names cp: a server that ignores the context asked for never syncs.
+func contextKubeconfig(t *testing.T, cp *ControlPlane) string {
+	t.Helper()
+	kc, err := clientcmd.LoadFromFile(cp.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := kc.Contexts[kc.CurrentContext]
+	if cur == nil {
+		t.Fatalf("%s: no current context", cp.Kubeconfig)
+	}
+	good := *cur
+	kc.Contexts[zoContext] = &good
+	stale := *kc.Clusters[cur.Cluster]
+	stale.Server = "https://127.0.0.1:1"
+	kc.Clusters["stale"] = &stale
+	bad := *cur
+	bad.Cluster = "stale"
+	kc.Contexts["stale"] = &bad
+	kc.CurrentContext = "stale"
+	path := filepath.Join(t.TempDir(), "contexts.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // zoCreate creates the fixture and removes all of it at test end
@@ -303,6 +341,9 @@ type zoConfig struct {
 	// configuration's: proof that the option took effect on both sides
 	// and that the questions exercise it.
 	effects []zoQuestion
+	// kubeconfig replaces the kubeconfig line's arguments (default: the
+	// control plane's admin kubeconfig).
+	kubeconfig string
 }
 
 func zoConfigs(f zoFixture) []zoConfig {
@@ -332,6 +373,11 @@ func zoConfigs(f zoFixture) []zoConfig {
 			effects: hidden[:4]},
 		{name: "namespace_labels_set", flags: []string{"--namespace-labels", "env in (prod, staging)"},
 			corefile: []string{"namespace_labels env in (prod, staging)"}, effects: hidden[:4]},
+		// The kubeconfig's current context names a closed port: a
+		// server that ignored the context asked for would never sync
+		// (and never turn ready).
+		{name: "kubeconfig_context", kubeconfig: f.ctxKubeconfig + " " + zoContext,
+			flags: []string{"--kubeconfig", f.ctxKubeconfig, "--kubeconfig-context", zoContext}},
 		{name: "zones", zones: []string{"cluster.local", "example.internal"},
 			flags: []string{"--cluster-domain", "example.internal"}},
 		{name: "fallthrough_all", flags: []string{"--fallthrough", "."}, fall: "fallthrough",
@@ -369,8 +415,9 @@ var zoAllowed = []zoAllow{
 	}, why: "the apex NS: CoreDNS names the Service whose endpoints are the addresses it is bound to, and has none here (bound to 127.0.0.1): NODATA; " +
 		"nodedns, a node-local agent, names the cluster's DNS Service (kube-system/kube-dns) with its ClusterIP"},
 	{q: func(f zoFixture, q zoQuestion) bool {
-		isZone := q.name == "cluster.local." || q.name == "example.internal."
-		isNS := strings.HasSuffix(q.name, ".svc.cluster.local.") || strings.HasSuffix(q.name, ".svc.example.internal.")
+		isZone := q.name == "cluster.local." || q.name == "example.internal." || q.name == "clusterset.local."
+		isNS := strings.HasSuffix(q.name, ".svc.cluster.local.") || strings.HasSuffix(q.name, ".svc.example.internal.") ||
+			strings.HasSuffix(q.name, ".svc.clusterset.local.")
 		return q.qtype == dns.TypeTXT && (isZone || isNS && dns.CountLabel(q.name) == dns.CountLabel("ns.svc.cluster.local.")) ||
 			strings.HasPrefix(q.name, "dns-version.") && q.qtype != dns.TypeTXT
 	}, answers: func(c, n string) bool { return strings.HasPrefix(c, "NXDOMAIN") && strings.HasPrefix(n, "NOERROR") },
@@ -388,17 +435,26 @@ var zoAllowed = []zoAllow{
 		return !strings.Contains(c, "\nns ") && strings.Join(kept, "\n") == c
 	}, why: "an ExternalName whose target has no data (here: in a zone that falls through to the upstream, which says NXDOMAIN): " +
 		"nodedns keeps the target's SOA in the authority section, so caches can bound the negative part; CoreDNS drops it"},
-	{configs: []string{"endpoint_pod_names", "combined"}, q: func(f zoFixture, q zoQuestion) bool {
+	{configs: []string{"endpoint_pod_names", "combined", "multicluster_options"}, q: func(f zoFixture, q zoQuestion) bool {
 		return strings.HasPrefix(q.name, "8.1.251.10.") || strings.HasPrefix(q.name, "10-251-1-8.hl.") ||
 			(strings.HasPrefix(q.name, "hl.") || strings.HasPrefix(q.name, "_http._tcp.hl.")) && q.qtype == dns.TypeSRV
 	}, why: "a targetRef name that is not a DNS label (dotted.pod-1) keeps the address label: CoreDNS uses it and its SRV and PTR targets do not resolve"},
-	{configs: []string{"namespace_labels", "namespace_labels_set"}, q: func(f zoFixture, q zoQuestion) bool {
+	{configs: []string{"namespace_labels", "namespace_labels_set", "multicluster_namespace_labels"}, q: func(f zoFixture, q zoQuestion) bool {
 		return q.qtype == dns.TypePTR && slices.ContainsFunc([]string{f.webB, "10.251.20.1", "10.251.21.5"}, func(ip string) bool {
 			r, _ := dns.ReverseAddr(ip)
 			return r == q.name
 		})
 	}, why: "CoreDNS filters PTR by `namespaces` but not by namespace_labels, so its PTR names services whose names are NXDOMAIN; nodedns hides both"},
+	{configs: mcConfigNames, q: func(f zoFixture, q zoQuestion) bool {
+		return q.qtype == dns.TypePTR && strings.HasSuffix(q.name, ".252.10.in-addr.arpa.")
+	}, answers: func(c, n string) bool { return c == zoNoReply && strings.HasPrefix(n, "NXDOMAIN") },
+		why: "the address of an EndpointSlice without the kubernetes.io/service-name label (here an imported one, labelled multicluster.kubernetes.io/service-name): " +
+			"CoreDNS indexes every slice for PTR and names the address <endpoint>..<ns>.svc.<zone>, a name with an empty label it cannot send (no reply); " +
+			"nodedns indexes only the slices of Services, and the PTR query goes on to the upstream"},
 }
+
+// zoNoReply stands for a server that did not answer.
+const zoNoReply = "no reply"
 
 func (a zoAllow) covers(f zoFixture, config string, q zoQuestion, coredns, nodedns string) bool {
 	return (a.configs == nil || slices.Contains(a.configs, config)) && a.q(f, q) &&
@@ -461,8 +517,12 @@ func tryStartCoreDNS(t *testing.T, bin string, cp *ControlPlane, cfg zoConfig, u
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, ".:%d {\n  bind 127.0.0.1\n  errors\n  ready 127.0.0.1:%d\n", dnsPort, readyPort)
+	kubeconfig := cfg.kubeconfig
+	if kubeconfig == "" {
+		kubeconfig = cp.Kubeconfig
+	}
 	fmt.Fprintf(&b, "  kubernetes %s in-addr.arpa ip6.arpa {\n    kubeconfig %s\n    pods insecure\n    ttl 5\n",
-		strings.Join(zones, " "), cp.Kubeconfig)
+		strings.Join(zones, " "), kubeconfig)
 	for _, o := range opts {
 		fmt.Fprintf(&b, "    %s\n", o)
 	}
@@ -539,6 +599,64 @@ func zoNormalize(m *dns.Msg) string {
 	return strings.Join(append([]string{head}, lines...), "\n")
 }
 
+// zoDiff runs CoreDNS and nodedns with cfg against the control plane and
+// the upstream at up, asks both every question of qs and fails the test
+// on every difference not in zoAllowed (allowedSeen records the entries
+// used). It returns CoreDNS's answers. With base (the answers of another
+// configuration), every question of cfg.effects must be answered
+// otherwise than there.
+func zoDiff(t *testing.T, cp *ControlPlane, coredns, up string, f zoFixture, cfg zoConfig, qs []zoQuestion,
+	base map[zoQuestion]string, allowedSeen map[int]bool) map[zoQuestion]string {
+	t.Helper()
+	for _, e := range cfg.effects {
+		if !slices.Contains(qs, e) {
+			t.Fatalf("effect %s is not among the questions", e)
+		}
+		if base == nil {
+			t.Fatalf("effect %s without answers to compare with", e)
+		}
+	}
+	cdns := startCoreDNS(t, coredns, cp, cfg, up)
+	nd := startAgent(t, cp, up, cfg.flags...)
+	answers := make(map[zoQuestion]string, len(qs))
+	var diffs, allowed int
+	for _, q := range qs {
+		want := zoNoReply
+		if rc, err := zoAsk(cdns, q); err == nil {
+			want = zoNormalize(rc)
+		} else if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("CoreDNS: %v", err)
+			continue
+		}
+		rn, err := zoAsk(nd, q)
+		if err != nil {
+			t.Errorf("nodedns: %v", err)
+			continue
+		}
+		got := zoNormalize(rn)
+		answers[q] = want
+		if slices.Contains(cfg.effects, q) && base[q] == want {
+			t.Errorf("%s: the option changed nothing here; both servers answer as without it:\n%s", q, want)
+		}
+		if want == got {
+			continue
+		}
+		if i := slices.IndexFunc(zoAllowed, func(a zoAllow) bool { return a.covers(f, cfg.name, q, want, got) }); i >= 0 {
+			allowed++
+			if !allowedSeen[i] {
+				// Shown once: the reason and an example.
+				t.Logf("allowed difference %d, e.g. %s: %s\nCoreDNS:\n%s\nnodedns:\n%s", i, q, zoAllowed[i].why, want, got)
+			}
+			allowedSeen[i] = true
+			continue
+		}
+		diffs++
+		t.Errorf("%s differs:\nCoreDNS:\n%s\nnodedns:\n%s", q, want, got)
+	}
+	t.Logf("%s: %d questions, %d differences, %d allowed", cfg.name, len(qs), diffs, allowed)
+	return answers
+}
+
 // TestZoneOptionsDifferential is the differential test of issue 15's
 // cluster zone options.
 func TestZoneOptionsDifferential(t *testing.T) {
@@ -547,14 +665,13 @@ func TestZoneOptionsDifferential(t *testing.T) {
 	c := cp.Client
 	ensureKubeDNS(t, c)
 	f := zoCreate(t, c)
+	f.ctxKubeconfig = contextKubeconfig(t, cp)
 	up := zoUpstream(t, f)
 
 	allowedSeen := map[int]bool{}
-	defaults := map[zoQuestion]string{} // CoreDNS's answers in the default configuration
+	var defaults map[zoQuestion]string // CoreDNS's answers in the default configuration
 	for _, cfg := range zoConfigs(f) {
 		t.Run(cfg.name, func(t *testing.T) {
-			cdns := startCoreDNS(t, coredns, cp, cfg, up.Addr)
-			nd := startAgent(t, cp, up.Addr, cfg.flags...)
 			zones := cfg.zones
 			if zones == nil {
 				zones = []string{"cluster.local"}
@@ -564,51 +681,29 @@ func TestZoneOptionsDifferential(t *testing.T) {
 				qs = append(qs, zoQuestions(f, z+".")...)
 			}
 			qs = append(qs, zoReverse(f)...)
-			for _, e := range cfg.effects {
-				if !slices.Contains(qs, e) {
-					t.Fatalf("effect %s is not among the questions", e)
-				}
+			answers := zoDiff(t, cp, coredns, up.Addr, f, cfg, qs, defaults, allowedSeen)
+			if cfg.name == "default" {
+				defaults = answers
 			}
-			var diffs, allowed int
-			for _, q := range qs {
-				rc, err := zoAsk(cdns, q)
-				if err != nil {
-					t.Errorf("CoreDNS: %v", err)
-					continue
-				}
-				rn, err := zoAsk(nd, q)
-				if err != nil {
-					t.Errorf("nodedns: %v", err)
-					continue
-				}
-				want, got := zoNormalize(rc), zoNormalize(rn)
-				if cfg.name == "default" {
-					defaults[q] = want
-				} else if slices.Contains(cfg.effects, q) && defaults[q] == want {
-					t.Errorf("%s: the option changed nothing here; both servers answer as by default:\n%s", q, want)
-				}
-				if want == got {
-					continue
-				}
-				if i := slices.IndexFunc(zoAllowed, func(a zoAllow) bool { return a.covers(f, cfg.name, q, want, got) }); i >= 0 {
-					allowed++
-					if !allowedSeen[i] {
-						// Shown once: the reason and an example.
-						t.Logf("allowed difference %d, e.g. %s: %s\nCoreDNS:\n%s\nnodedns:\n%s", i, q, zoAllowed[i].why, want, got)
-					}
-					allowedSeen[i] = true
-					continue
-				}
-				diffs++
-				t.Errorf("%s differs:\nCoreDNS:\n%s\nnodedns:\n%s", q, want, got)
-			}
-			t.Logf("%s: %d questions, %d differences, %d allowed", cfg.name, len(qs), diffs, allowed)
 		})
 	}
-	// An allow-list entry that no longer matches anything has outlived
-	// its reason.
+	var ran []string
+	for _, cfg := range zoConfigs(f) {
+		ran = append(ran, cfg.name)
+	}
+	zoCheckAllowUsed(t, allowedSeen, ran)
+}
+
+// zoCheckAllowUsed fails t for an allow-list entry that applies to one of
+// the configurations ran but was never used: it has outlived its reason.
+func zoCheckAllowUsed(t *testing.T, allowedSeen map[int]bool, ran []string) {
+	t.Helper()
+	if t.Failed() {
+		return
+	}
 	for i, a := range zoAllowed {
-		if !allowedSeen[i] && !t.Failed() {
+		applies := a.configs == nil || slices.ContainsFunc(a.configs, func(c string) bool { return slices.Contains(ran, c) })
+		if applies && !allowedSeen[i] {
 			t.Errorf("allow-list entry %d is never used: %s", i, a.why)
 		}
 	}

@@ -190,6 +190,9 @@ if [[ $what == all || $what == integration ]]; then
   step "Prometheus Operator CRDs (Go module cache), for the chart's monitoring objects"
   NODEDNS_PROMETHEUS_CRDS=$(scripts/prometheus-crds.sh | tail -n 1)
   export NODEDNS_PROMETHEUS_CRDS
+  step "Multi-Cluster Services CRDs (Go module cache), for ServiceImports in the differential tests"
+  NODEDNS_MCS_CRDS=$(scripts/mcs-crds.sh | tail -n 1)
+  export NODEDNS_MCS_CRDS
   step "integration tests"
   # Progress: each test's start and result, and its t.Log lines (the
   # figures the suite reports).
