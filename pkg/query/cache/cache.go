@@ -37,13 +37,9 @@ import (
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
-// Key identifies a cached answer. Name is lower-case and fully qualified.
-type Key struct {
-	Name   string
-	Type   uint16
-	Class  uint16
-	DO, CD bool
-}
+// Key identifies a cached answer: the question's identity, which the
+// forwarder also coalesces in-flight exchanges by (stage.Key).
+type Key = stage.Key
 
 // Config tunes the cache. Zero values take the defaults named.
 type Config struct {

@@ -240,13 +240,7 @@ func upstreamQuery(k Key, id uint16, clearRD bool) *dns.Msg {
 }
 
 // KeyOf returns the cache key of a query.
-func KeyOf(q *dns.Msg) Key {
-	k := Key{Name: strings.ToLower(q.Question[0].Name), Type: q.Question[0].Qtype, Class: q.Question[0].Qclass, CD: q.CheckingDisabled}
-	if o := q.IsEdns0(); o != nil {
-		k.DO = o.Do()
-	}
-	return k
-}
+func KeyOf(q *dns.Msg) Key { return stage.KeyOf(q) }
 
 // maybePrefetch counts a hit on e at now (Clock nanoseconds, remain of its
 // lifetime left) and refreshes a popular entry, once at a time: at least

@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
 
 	"github.com/miekg/dns"
 )
@@ -74,6 +75,25 @@ var (
 	// ErrNoServer: no server is configured for the name.
 	ErrNoServer = errors.New("no server for the name")
 )
+
+// Key is a question's identity for what is kept or shared per question:
+// the cache's entries and the forwarder's coalesced exchanges. Name is
+// lower-case and fully qualified; DO and CD change the answer.
+type Key struct {
+	Name   string
+	Type   uint16
+	Class  uint16
+	DO, CD bool
+}
+
+// KeyOf returns the Key of q's first question (q must have one).
+func KeyOf(q *dns.Msg) Key {
+	k := Key{Name: strings.ToLower(q.Question[0].Name), Type: q.Question[0].Qtype, Class: q.Question[0].Qclass, CD: q.CheckingDisabled}
+	if o := q.IsEdns0(); o != nil {
+		k.DO = o.Do()
+	}
+	return k
+}
 
 // Origin is who a query is resolved for: the client's address and, when
 // the client is a pod the agent knows, its namespace. Stages that share a

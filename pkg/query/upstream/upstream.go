@@ -36,7 +36,6 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
-	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
@@ -194,7 +193,7 @@ type Forwarder struct {
 	mu sync.Mutex
 	// inflight holds the exchanges under way by the cache's key of their
 	// query: queries the cache would answer alike share one exchange.
-	inflight map[cache.Key]*flight
+	inflight map[stage.Key]*flight
 	// byClient and byNamespace count the exchanges in flight started for
 	// each client and namespace (under mu); entries exist only while some
 	// are, so their size is bounded by MaxInflight.
@@ -230,7 +229,7 @@ func New(cfg Config) (*Forwarder, error) {
 		cfg:         cfg,
 		log:         cfg.Logger.With("component", "upstream"),
 		sem:         make(chan struct{}, cfg.MaxInflight),
-		inflight:    make(map[cache.Key]*flight),
+		inflight:    make(map[stage.Key]*flight),
 		byClient:    make(map[netip.Addr]int),
 		byNamespace: make(map[string]int),
 		reg:         registry{by: map[string]*Server{}},
@@ -365,7 +364,7 @@ func (f *Forwarder) Exchange(ctx context.Context, o stage.Origin, q *dns.Msg) (*
 	if len(q.Question) != 1 {
 		return nil, fmt.Errorf("upstream: query has %d questions, want 1", len(q.Question))
 	}
-	key := cache.KeyOf(q)
+	key := stage.KeyOf(q)
 	hasOrigin := !o.IsZero()
 	f.mu.Lock()
 	if fl, ok := f.inflight[key]; ok {
