@@ -151,7 +151,8 @@ func newStormRig(t *testing.T) *stormRig {
 	r := &stormRig{bad: newBadUpstream(t), good: dnstest.StartStable(t, dnstest.Zone(1)), budget: 1500 * time.Millisecond}
 	var err error
 	r.fwd, err = upstream.New(upstream.Config{Servers: []string{r.bad.raw.Addr, r.good.Addr}, Policy: upstream.Sequential,
-		TryTimeout: 300 * time.Millisecond, Budget: r.budget, MaxFails: 2, ProbeInterval: 100 * time.Millisecond, Logger: quiet})
+		TryTimeout: 300 * time.Millisecond, Budget: r.budget, MaxFails: 2, ProbeInterval: 100 * time.Millisecond,
+		ProbeTimeout: 100 * time.Millisecond, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,9 +239,10 @@ func count(rcodes []int, rc int) int {
 }
 
 // storm runs every fault once. With the good upstream up, every query is
-// answered NOERROR by it and the bad one is marked down (SERVFAIL and
-// REFUSED are answers from a live server: they are passed over once, and
-// never mark it down; health follows timeouts and network errors). With
+// answered NOERROR by it and the bad one is marked down by the probes its
+// failures start (SERVFAIL and REFUSED are answers from a live server:
+// they are passed over once, and never mark it down; health follows
+// timeouts and network errors). With
 // the good one stopped too, expired entries are answered stale and new
 // names SERVFAIL, all within the budget.
 func (r *stormRig) storm(t *testing.T, round int) {
@@ -257,8 +259,15 @@ func (r *stormRig) storm(t *testing.T, round int) {
 			if r.badS.Down() {
 				t.Fatalf("%s: marked down", mode)
 			}
-		} else if !r.badS.Down() {
-			t.Fatalf("%s: bad upstream not marked down (%+v)", mode, r.badS.Stats())
+		} else {
+			// The failed exchanges started its probes: down once 3 failed.
+			deadline := time.Now().Add(5 * time.Second)
+			for !r.badS.Down() && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if !r.badS.Down() {
+				t.Fatalf("%s: bad upstream not marked down (%+v)", mode, r.badS.Stats())
+			}
 		}
 		// Once down, it costs nothing: the healthy upstream answers at once.
 		startQ := time.Now()

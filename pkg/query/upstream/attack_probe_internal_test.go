@@ -34,9 +34,11 @@ func TestAttackProbeReadsLargeRootReferral(t *testing.T) {
 	})
 	cfg := Config{Servers: []string{up.Addr}, TryTimeout: 500 * time.Millisecond, Logger: quietLog}
 	cfg.defaults()
-	s := newServer(up.Addr, &cfg)
-	s.down.Store(true)
-	s.probe(context.Background())
+	s := newServer(up.Addr, &cfg, Health{MaxFails: 2}.normalized(), idleTCP)
+	s.fails.Store(3)
+	if err := s.probe(context.Background()); err == nil {
+		s.probeOK()
+	}
 	if s.Down() {
 		t.Errorf("a live server whose root NS reply is larger than 512 bytes (no TC) stays down after a probe (probe failures %d)",
 			s.Stats().ProbeFailures)

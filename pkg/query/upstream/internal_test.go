@@ -78,10 +78,10 @@ func TestSharedExchangePanicRecovered(t *testing.T) {
 	}
 }
 
-// TestProbePanicRecovered: a panic while probing a down server is
-// recovered, counted and logged; it neither takes the process down nor
-// stops the probes: the other down server is brought back in the same
-// round, and the one whose probe panicked once its probe works.
+// TestProbePanicRecovered: a panic while probing a server is recovered,
+// counted and logged, and counts as a failed probe; it neither takes the
+// process down nor stops the probes: the other server is brought back at
+// once, and the one whose probe panicked once its probe works.
 func TestProbePanicRecovered(t *testing.T) {
 	a := dnstest.Start(t, dnstest.Zone(60))
 	b := dnstest.Start(t, dnstest.Zone(60))
@@ -90,16 +90,10 @@ func TestProbePanicRecovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var bad *Server
-	for _, s := range f.Servers() {
-		s.fail(errors.New("timed out"))
-		if s.Addr == a.Addr {
-			bad = s
-		}
-	}
 	var mu sync.Mutex
 	left := 3 // the bad server's probe panics 3 times, then works
-	f.probe = func(ctx context.Context, s *Server) {
+	var bad *Server
+	f.probe = func(ctx context.Context, s *Server) error {
 		if s == bad {
 			mu.Lock()
 			boom := left > 0
@@ -109,14 +103,26 @@ func TestProbePanicRecovered(t *testing.T) {
 				panic("bug in the probe")
 			}
 		}
-		s.probe(ctx)
+		return s.probe(ctx)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { f.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
+	for f.life() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	for _, s := range f.Servers() {
+		if s.Addr == a.Addr {
+			bad = s
+		}
+	}
+	for _, s := range f.Servers() {
+		s.fail(errors.New("timed out"))
+		f.healthcheck(s)
+	}
 	deadline := time.Now().Add(5 * time.Second)
-	for (bad.Down() || panics.Count() < 3) && time.Now().Before(deadline) {
+	for (bad.Down() || bad.probing.Load() || panics.Count() < 3) && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	for _, s := range f.Servers() {
@@ -126,6 +132,9 @@ func TestProbePanicRecovered(t *testing.T) {
 	}
 	if n := panics.Count(); n != 3 {
 		t.Fatalf("%d panics counted, want 3", n)
+	}
+	if n := bad.Stats().ProbeFailures; n != 3 {
+		t.Fatalf("%d failed probes counted, want the 3 that panicked", n)
 	}
 }
 

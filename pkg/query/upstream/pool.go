@@ -31,7 +31,8 @@ import (
 // query. Beyond maxStreamConns x maxStreamPending queries wait for room
 // until their deadline.
 //
-// A connection idle for streamIdle is closed (CoreDNS's expire default);
+// A connection idle for streamIdle is closed (CoreDNS's expire default;
+// GroupOptions.Expire sets another);
 // one the server closed is dropped, and a query that was sent on a
 // connection already open before it (the server may have closed it while
 // it sat idle) and got no reply is sent once more on a fresh one. A query
@@ -72,8 +73,11 @@ type streamPool struct {
 	dials atomic.Uint64 // connections opened
 }
 
-func newStreamPool(addr string, tlsCfg func() *tls.Config) *streamPool {
-	return &streamPool{addr: addr, tls: tlsCfg, idle: streamIdle, now: time.Now, room: make(chan struct{})}
+func newStreamPool(addr string, tlsCfg func() *tls.Config, idle time.Duration) *streamPool {
+	if idle <= 0 {
+		idle = streamIdle
+	}
+	return &streamPool{addr: addr, tls: tlsCfg, idle: idle, now: time.Now, room: make(chan struct{})}
 }
 
 // streamConn is one connection of a pool.

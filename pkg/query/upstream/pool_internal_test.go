@@ -55,7 +55,7 @@ func TestStreamPipelining(t *testing.T) {
 			arrived <- struct{}{}
 		}
 	})
-	p := newStreamPool(srv.Addr, nil)
+	p := newStreamPool(srv.Addr, nil, 0)
 	defer p.close()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -114,7 +114,7 @@ func TestStreamStaleRetry(t *testing.T) {
 		_ = dnstest.WriteTCP(c, answerFor(q))
 		_, _ = dnstest.ReadTCP(c)
 	})
-	p := newStreamPool(srv.Addr, nil)
+	p := newStreamPool(srv.Addr, nil, 0)
 	defer p.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -148,7 +148,7 @@ func TestStreamDeadConnection(t *testing.T) {
 			}
 		}
 	})
-	p := newStreamPool(srv.Addr, nil)
+	p := newStreamPool(srv.Addr, nil, 0)
 	defer p.close()
 	ask := func(name string, d time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -196,7 +196,7 @@ func TestStreamIdleExpiry(t *testing.T) {
 			_ = dnstest.WriteTCP(c, answerFor(q))
 		}
 	})
-	p := newStreamPool(srv.Addr, nil)
+	p := newStreamPool(srv.Addr, nil, 0)
 	defer p.close()
 	now := time.Now()
 	p.now = func() time.Time { return now }

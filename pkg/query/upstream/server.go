@@ -17,7 +17,8 @@ import (
 )
 
 // maxIdleTCP bounds the idle TCP connections kept per server; idleTCP is how
-// long one may sit unused before it is closed. maxStray bounds the
+// long one may sit unused before it is closed, unless the group says
+// otherwise (GroupOptions.Expire). maxStray bounds the
 // datagrams one UDP exchange reads that are not its reply: its socket is
 // fresh, so nothing else should arrive on it, and a flood of forgeries
 // (a spoofer racing the real reply) must not keep the exchange reading
@@ -32,13 +33,20 @@ const (
 type Server struct {
 	Addr string
 	cfg  *Config
+	// health judges the server (health.go); fails counts the probes
+	// failed since the last good one, probing is set while its probe loop
+	// runs.
+	health  Health
+	fails   atomic.Uint32
+	probing atomic.Bool
+	// idleFor is how long a pooled connection may sit unused (CoreDNS's
+	// expire).
+	idleFor time.Duration
 
-	consecutive atomic.Int32
-	down        atomic.Bool
-	requests    atomic.Uint64
-	failures    atomic.Uint64
-	lastErr     atomic.Value // string
-	// probeFailures counts failed health probes while the server is down.
+	requests atomic.Uint64
+	failures atomic.Uint64
+	lastErr  atomic.Value // string
+	// probeFailures counts failed health probes.
 	probeFailures atomic.Uint64
 	// latency holds the durations of exchanges that got a reply, by the
 	// reply's rcode (index maxRcode+1: every rcode above maxRcode).
@@ -48,8 +56,10 @@ type Server struct {
 	idle []idleConn
 
 	// stream, for TCP-only and TLS servers, carries every exchange
-	// (pool.go); nil: UDP, TCP after truncation.
+	// (pool.go); doh, for DNS-over-HTTPS servers (doh.go); both nil: UDP,
+	// TCP after truncation.
 	stream *streamPool
+	doh    *dohClient
 }
 
 type idleConn struct {
@@ -57,12 +67,9 @@ type idleConn struct {
 	since time.Time
 }
 
-func newServer(addr string, cfg *Config) *Server {
-	return &Server{Addr: addr, cfg: cfg}
+func newServer(addr string, cfg *Config, h Health, idleFor time.Duration) *Server {
+	return &Server{Addr: addr, cfg: cfg, health: h, idleFor: idleFor}
 }
-
-// Down reports whether the server is marked down.
-func (s *Server) Down() bool { return s.down.Load() }
 
 // maxRcode is the largest rcode whose replies are counted apart; larger
 // ones (extended rcodes past BADCOOKIE, never seen in practice) share
@@ -87,8 +94,8 @@ type ServerStats struct {
 	// exchanges that got a reply, from Latency's buckets.
 	P50ms float64 `json:"p50_ms"`
 	P99ms float64 `json:"p99_ms"`
-	// ProbeFailures counts health probes (sent while the server is marked
-	// down) that failed.
+	// ProbeFailures counts health probes that failed (probes run after a
+	// failed exchange until one gets a reply; health.go).
 	ProbeFailures uint64 `json:"probe_failures"`
 	// Latency are the durations of exchanges that got a reply, by the
 	// reply's rcode (OtherRcode for those above 23); only rcodes seen.
@@ -131,35 +138,11 @@ func (s *Server) observe(rcode int, d time.Duration) {
 // fail records a failed attempt. Every one is logged at warn level: the
 // agent's logger limits such lines per message (pkg/observe/errlog), so a dead
 // upstream costs a burst and then a line a second, not one per query.
+// Whether the server is down is the probes' business (health.go).
 func (s *Server) fail(err error) {
 	s.failures.Add(1)
 	s.lastErr.Store(err.Error())
 	s.cfg.Logger.Warn("upstream exchange failed", "component", "upstream", "server", s.Addr, "err", err)
-	if int(s.consecutive.Add(1)) >= s.cfg.MaxFails && !s.down.Swap(true) {
-		s.cfg.Logger.Warn("upstream marked down", "component", "upstream", "server", s.Addr, "err", err)
-	}
-}
-
-func (s *Server) ok() {
-	s.consecutive.Store(0)
-	if s.down.Swap(false) {
-		s.cfg.Logger.Info("upstream back up", "component", "upstream", "server", s.Addr)
-	}
-}
-
-// probe asks a down server ". IN NS"; any reply, whatever its rcode,
-// brings it back: the server is alive (health follows timeouts and
-// network errors only, as CoreDNS's does).
-func (s *Server) probe(ctx context.Context) {
-	q := new(dns.Msg)
-	q.SetQuestion(".", dns.TypeNS)
-	if _, err := s.exchangeOnce(ctx, q, s.cfg.TryTimeout/2); err == nil {
-		s.ok()
-		return
-	}
-	if ctx.Err() == nil {
-		s.probeFailures.Add(1)
-	}
 }
 
 // exchange sends q and returns the matching reply. The query goes out with a
@@ -179,6 +162,9 @@ func (s *Server) exchange(ctx context.Context, q *dns.Msg, timeout time.Duration
 func (s *Server) exchangeOnce(ctx context.Context, q *dns.Msg, timeout time.Duration) (*dns.Msg, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if s.doh != nil {
+		return s.doh.exchange(ctx, q)
+	}
 	out := q.Copy()
 	out.Id = dns.Id()
 	if s.stream != nil {
@@ -346,7 +332,7 @@ func (s *Server) getTCP(ctx context.Context, pooled bool) (co *dns.Conn, reused 
 	for pooled && len(s.idle) > 0 {
 		ic := s.idle[len(s.idle)-1]
 		s.idle = s.idle[:len(s.idle)-1]
-		if time.Since(ic.since) < idleTCP {
+		if time.Since(ic.since) < s.idleFor {
 			s.mu.Unlock()
 			return ic.c, true, nil
 		}
@@ -377,7 +363,7 @@ func (s *Server) expireIdle() {
 	defer s.mu.Unlock()
 	kept := s.idle[:0]
 	for _, ic := range s.idle {
-		if time.Since(ic.since) >= idleTCP {
+		if time.Since(ic.since) >= s.idleFor {
 			ic.c.Close()
 			continue
 		}

@@ -19,19 +19,26 @@ import (
 //	tls://IP[:port][#name]     DNS over TLS (RFC 7858), port 853 by default; the
 //	                           certificate is verified for name, or for the IP
 //	                           address when no name is given
-//	NAME[:port], tls://NAME... a name in the cluster zone (a Service), resolved
-//	                           from the cluster index and re-resolved as it changes
+//	https://IP[:port][#name]   DNS over HTTPS (RFC 8484), port 443 by default,
+//	                           POST (or GET) to /dns-query over HTTP/2; the
+//	                           certificate is verified as for tls://
+//	NAME[:port], tls://NAME... a name: in the cluster zone (a Service), resolved
+//	                           from the cluster index and re-resolved as it
+//	                           changes; elsewhere, resolved through the node's
+//	                           resolvers and re-resolved periodically (hostnames.go)
 //
 // IPv6 addresses with a port are written in brackets: [fd00::53]:5353.
 const (
-	schemeDNS = "dns"
-	schemeTCP = "tcp"
-	schemeTLS = "tls"
+	schemeDNS   = "dns"
+	schemeTCP   = "tcp"
+	schemeTLS   = "tls"
+	schemeHTTPS = "https"
 )
 
 // Spec is one parsed upstream address.
 type Spec struct {
-	// Scheme is "dns" (UDP first, the group's default), "tcp" or "tls".
+	// Scheme is "dns" (UDP first, the group's default), "tcp", "tls" or
+	// "https".
 	Scheme string
 	// Addr is the server's address; invalid when the server is given by
 	// Name.
@@ -40,8 +47,8 @@ type Spec struct {
 	// name; Port is then its port.
 	Name string
 	Port uint16
-	// ServerName is what a TLS server's certificate is verified for (set
-	// only for tls; "" means the IP address itself).
+	// ServerName is what a TLS or HTTPS server's certificate is verified
+	// for (set only for tls and https; "" means the IP address itself).
 	ServerName string
 }
 
@@ -52,16 +59,23 @@ func ParseServer(s string) (Spec, error) {
 	sp := Spec{Scheme: schemeDNS}
 	if scheme, rest, ok := strings.Cut(s, "://"); ok {
 		switch strings.ToLower(scheme) {
-		case schemeDNS, schemeTCP, schemeTLS:
+		case schemeDNS, schemeTCP, schemeTLS, schemeHTTPS:
 			sp.Scheme = strings.ToLower(scheme)
 		default:
-			return Spec{}, fmt.Errorf("upstream %q: scheme %q: want dns://, tcp:// or tls://", raw, scheme)
+			return Spec{}, fmt.Errorf("upstream %q: scheme %q: want dns://, tcp://, tls:// or https://", raw, scheme)
 		}
 		s = rest
+		if sp.Scheme == schemeHTTPS {
+			// RFC 8484's path is fixed here, as in CoreDNS: /dns-query.
+			host, _, _ := strings.Cut(s, "#")
+			if strings.Contains(host, "/") {
+				return Spec{}, fmt.Errorf("upstream %q: a path is not allowed (queries go to /dns-query)", raw)
+			}
+		}
 	}
 	if host, name, ok := strings.Cut(s, "#"); ok {
-		if sp.Scheme != schemeTLS {
-			return Spec{}, fmt.Errorf("upstream %q: #server-name is only for tls:// upstreams", raw)
+		if !sp.secure() {
+			return Spec{}, fmt.Errorf("upstream %q: #server-name is only for tls:// and https:// upstreams", raw)
 		}
 		name = strings.TrimSuffix(strings.TrimSpace(name), ".")
 		if _, ok := dns.IsDomainName(name); !ok || name == "" || strings.ContainsAny(name, " /\\") {
@@ -71,8 +85,11 @@ func ParseServer(s string) (Spec, error) {
 		s = host
 	}
 	port := uint16(53)
-	if sp.Scheme == schemeTLS {
+	switch sp.Scheme {
+	case schemeTLS:
 		port = 853
+	case schemeHTTPS:
+		port = 443
 	}
 	if s == "" {
 		return Spec{}, fmt.Errorf("upstream %q: no address", raw)
@@ -115,13 +132,16 @@ func ParseServer(s string) (Spec, error) {
 		return Spec{}, fmt.Errorf("upstream %q: want an IP address or a name, with an optional :port", raw)
 	}
 	sp.Name, sp.Port = fq, port
-	if sp.Scheme == schemeTLS && sp.ServerName == "" {
-		// A Service's certificate names the Service: verify for the name
+	if sp.secure() && sp.ServerName == "" {
+		// A server's certificate names the server: verify for the name
 		// it was given by.
 		sp.ServerName = strings.TrimSuffix(fq, ".")
 	}
 	return sp, nil
 }
+
+// secure reports whether the server is asked over TLS (DoT or DoH).
+func (s Spec) secure() bool { return s.Scheme == schemeTLS || s.Scheme == schemeHTTPS }
 
 // ByName reports whether the server is given by a name to resolve.
 func (s Spec) ByName() bool { return s.Name != "" }
@@ -135,7 +155,8 @@ func (s Spec) At(a netip.Addr) Spec {
 }
 
 // String is the canonical form: "ip:port" for plain DNS, with the scheme
-// otherwise ("tcp://ip:port", "tls://ip:port#name"). Servers of one
+// otherwise ("tcp://ip:port", "tls://ip:port#name",
+// "https://ip:port#name"). Servers of one
 // forwarder with the same canonical form are one server.
 func (s Spec) String() string {
 	var b strings.Builder
@@ -150,7 +171,7 @@ func (s Spec) String() string {
 	} else {
 		b.WriteString(s.Addr.String())
 	}
-	if s.Scheme == schemeTLS && s.ServerName != "" && !(s.ByName() && s.ServerName == strings.TrimSuffix(s.Name, ".")) {
+	if s.secure() && s.ServerName != "" && !(s.ByName() && s.ServerName == strings.TrimSuffix(s.Name, ".")) {
 		b.WriteByte('#')
 		b.WriteString(s.ServerName)
 	}

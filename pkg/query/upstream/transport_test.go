@@ -40,6 +40,10 @@ func TestParseServer(t *testing.T) {
 		{in: "DNS.ns.svc.cluster.local.:5353", want: "dns.ns.svc.cluster.local:5353", name: "dns.ns.svc.cluster.local."},
 		{in: "tls://dot.ns.svc.cluster.local", want: "tls://dot.ns.svc.cluster.local:853", name: "dot.ns.svc.cluster.local.", sni: "dot.ns.svc.cluster.local"},
 		{in: "tls://dot.ns.svc.cluster.local#dot.example", want: "tls://dot.ns.svc.cluster.local:853#dot.example", name: "dot.ns.svc.cluster.local.", sni: "dot.example"},
+		{in: "https://192.0.2.1", want: "https://192.0.2.1:443"},
+		{in: "HTTPS://192.0.2.1:8443#doh.example", want: "https://192.0.2.1:8443#doh.example", sni: "doh.example"},
+		{in: "https://dns.google", want: "https://dns.google:443", name: "dns.google.", sni: "dns.google"},
+		{in: "dns.example.net:5353", want: "dns.example.net:5353", name: "dns.example.net."},
 	} {
 		sp, err := upstream.ParseServer(tc.in)
 		if err != nil {
@@ -50,7 +54,7 @@ func TestParseServer(t *testing.T) {
 			t.Errorf("ParseServer(%q) = %q name %q sni %q; want %q name %q sni %q", tc.in, sp.String(), sp.Name, sp.ServerName, tc.want, tc.name, tc.sni)
 		}
 	}
-	for _, in := range []string{"", "192.0.2.1:0", "192.0.2.1:99999", "https://192.0.2.1", "grpc://192.0.2.1",
+	for _, in := range []string{"", "192.0.2.1:0", "192.0.2.1:99999", "https://192.0.2.1/dns-query", "https://dns.google/q", "grpc://192.0.2.1",
 		"192.0.2.1#name", "tcp://192.0.2.1#name", "tls://192.0.2.1#", "tls://192.0.2.1#bad name", "/etc/resolv.conf",
 		"name:port", "fe80::1%eth0", "[fe80::1%eth0]:53", ".", "a..b", "tls://"} {
 		if sp, err := upstream.ParseServer(in); err == nil {
@@ -338,7 +342,10 @@ func TestNamedServers(t *testing.T) {
 		return errors.Is(err, upstream.ErrNoUpstream)
 	})
 
-	if _, err := upstream.New(upstream.Config{Servers: []string{"dns.x.svc.cluster.local"}, Logger: quiet}); err == nil || !strings.Contains(err.Error(), "cluster index") {
+	if _, err := upstream.New(upstream.Config{Servers: []string{"dns.x.svc.cluster.local"}, ClusterZones: []string{"cluster.local"}, Logger: quiet}); err == nil || !strings.Contains(err.Error(), "cluster index") {
+		t.Errorf("a name of the cluster zone without the index: %v", err)
+	}
+	if _, err := upstream.New(upstream.Config{Servers: []string{"dns.example.net"}, Logger: quiet}); err == nil || !strings.Contains(err.Error(), "no resolver") {
 		t.Errorf("a name without a resolver: %v", err)
 	}
 }

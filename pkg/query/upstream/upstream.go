@@ -5,20 +5,28 @@
 // exchange and bounds how many exchanges run at once, for everyone together
 // and for each client and namespace (see admit).
 //
-// Servers speak plain DNS (UDP first), TCP only (force-tcp) or DNS over
-// TLS with certificate verification, over bounded pools of reused
-// connections (spec.go, pool.go, tls.go); servers may be given by a name
-// of the cluster zone and follow it as it resolves (groups.go).
+// Servers speak plain DNS (UDP first), TCP only (force-tcp), DNS over
+// TLS or DNS over HTTPS with certificate verification, over bounded pools
+// of reused connections (spec.go, pool.go, tls.go, doh.go); servers may be
+// given by a name, of the cluster zone or resolved through the node's
+// resolvers, and follow it as it resolves (groups.go, hostnames.go).
+//
+// A group of servers (the default upstreams, a stub zone) carries the
+// options of CoreDNS's forward: failover on chosen rcodes, a chained group
+// reached on chosen rcodes or NODATA (next), fail-fast when every server
+// is down, zones excepted, the read timeout, the health probes, the idle
+// lifetime of connections (failover.go, health.go).
 //
 // It does not cache: pkg/query/cache sits in front of it. A reply is only ever
 // accepted when its ID and question match what was sent, so a spoofed or
 // stray datagram cannot poison the cache behind it, and it is cut down to
 // what answers the question (minimal.go) before anyone sees it.
 //
-// Health follows timeouts and network errors only. A SERVFAIL or REFUSED is
-// an answer from a live server (a DNSSEC-broken name, a policy): it is
-// tried once more on another server and then returned, and never marks a
-// server down.
+// Health follows timeouts and network errors only, through probes as
+// CoreDNS's (health.go). A SERVFAIL or REFUSED is an answer from a live
+// server (a DNSSEC-broken name, a policy): by default it is tried once
+// more on another server and then returned, and it never marks a server
+// down.
 package upstream
 
 import (
@@ -27,6 +35,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -49,6 +58,10 @@ var (
 	ErrNoUpstream error = &classed{"upstream: no server configured", stage.ErrNoServer}
 	// ErrAllFailed means every attempt within the budget failed.
 	ErrAllFailed = errors.New("upstream: every attempt failed")
+	// ErrAllDown means every server of the group was down and the group
+	// fails fast (GroupOptions.Failfast): no server was asked. It matches
+	// stage.ErrNoServer: no server could be asked.
+	ErrAllDown error = &classed{"upstream: every server is down (failfast)", stage.ErrNoServer}
 )
 
 // classed is a sentinel error that also matches a class of failure of
@@ -96,10 +109,15 @@ type Config struct {
 	// Panics counts panics recovered in shared exchanges and in the
 	// probes of down servers; nil: a counter of the forwarder's own.
 	Panics *recovery.Counter
-	// MaxFails consecutive failures mark a server down; default 2.
+	// MaxFails: a server is down once more health probes than this have
+	// failed in a row; default 2 (GroupOptions.Health sets it per group,
+	// 0 included: never down).
 	MaxFails int
-	// ProbeInterval is how often a down server is probed; default 500ms.
+	// ProbeInterval is the pause between a failed probe and the next;
+	// default 500ms.
 	ProbeInterval time.Duration
+	// ProbeTimeout bounds one health probe; default 1s.
+	ProbeTimeout time.Duration
 	// UDPSize is the EDNS0 buffer size advertised upstream; default 1232.
 	UDPSize uint16
 	// ForceTCP sends every exchange (and health probe) of plain-DNS
@@ -114,9 +132,16 @@ type Config struct {
 	// CAFile is a PEM bundle that DNS-over-TLS upstreams are verified
 	// against, re-read when it changes; "": the system's roots.
 	CAFile string
-	// Resolver resolves servers given by name (required when there are).
+	// Resolver resolves servers given by a name of ClusterZones (required
+	// when there are).
 	Resolver Resolver
-	Logger   *slog.Logger
+	// ClusterZones are the zones (FQDNs) whose names Resolver resolves;
+	// names elsewhere are resolved by asking NameServers (hostnames.go).
+	ClusterZones []string
+	// NameServers (ip[:port]) resolve servers given by names outside
+	// ClusterZones: the node's resolvers, never the agent itself.
+	NameServers []string
+	Logger      *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -146,6 +171,9 @@ func (c *Config) defaults() {
 	}
 	if c.ProbeInterval <= 0 {
 		c.ProbeInterval = 500 * time.Millisecond
+	}
+	if c.ProbeTimeout <= 0 {
+		c.ProbeTimeout = defaultProbeTimeout
 	}
 	if c.UDPSize == 0 {
 		c.UDPSize = 1232
@@ -181,14 +209,20 @@ type Forwarder struct {
 	cfg    Config
 	log    *slog.Logger
 	groups []*group // sorted by zone length, longest first; the default group ("." zone) last
-	sem    chan struct{}
+	// chained are the groups reached only through another's Next.
+	chained []*group
+	sem     chan struct{}
 	// run performs one shared exchange: exchange, or a test's stand-in.
 	run func(ctx context.Context, q *dns.Msg) (*dns.Msg, error)
-	// probe asks a down server whether it is back: (*Server).probe, or a
+	// probe asks a server the health question: (*Server).probe, or a
 	// test's stand-in.
-	probe func(ctx context.Context, s *Server)
+	probe func(ctx context.Context, s *Server) error
 	reg   registry  // every server by its canonical form (groups.go)
 	ca    *caBundle // roots of TLS upstreams
+	hosts *hostNames
+	// running holds Run's context while it runs: the probe loops end with
+	// it (health.go).
+	running atomic.Pointer[context.Context]
 
 	mu sync.Mutex
 	// inflight holds the exchanges under way by the cache's key of their
@@ -211,8 +245,18 @@ type Forwarder struct {
 type group struct {
 	zone    string // lower-case FQDN; "." for the default group
 	servers []*Server
-	next    atomic.Uint32 // round-robin cursor
+	rr      atomic.Uint32 // round-robin cursor
 	policy  Policy
+	// The options of GroupOptions, checked (failover.go).
+	failover    []int
+	failfast    bool
+	except      []string
+	readTimeout time.Duration
+	// next takes the replies whose rcode is in nextOn (a bit per rcode)
+	// or that are NODATA when nextNoData is set.
+	next       *group
+	nextOn     uint32
+	nextNoData bool
 	// dyn holds the servers given by name, cur the servers with their
 	// current addresses (nil: servers is the whole list); groups.go.
 	dyn *dynamic
@@ -235,9 +279,12 @@ func New(cfg Config) (*Forwarder, error) {
 		reg:         registry{by: map[string]*Server{}},
 	}
 	f.run = f.exchange
-	f.probe = func(ctx context.Context, s *Server) { s.probe(ctx) }
+	f.probe = func(ctx context.Context, s *Server) error { return s.probe(ctx) }
 	var err error
 	if f.ca, err = newCABundle(cfg.CAFile, f.log); err != nil {
+		return nil, err
+	}
+	if f.hosts, err = newHostNames(cfg.NameServers, f.log); err != nil {
 		return nil, err
 	}
 	zones := map[string]string{}
@@ -271,6 +318,9 @@ func New(cfg Config) (*Forwarder, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(cfg.Servers) == 0 && cfg.Options.Next != nil {
+		return nil, errors.New("next: the default group has no servers of its own")
+	}
 	f.groups = append(f.groups, def)
 	for zone := range cfg.StubOptions {
 		if _, ok := cfg.Stubs[zone]; !ok {
@@ -284,7 +334,7 @@ func New(cfg Config) (*Forwarder, error) {
 func (f *Forwarder) Servers() []*Server {
 	seen := map[*Server]bool{}
 	var out []*Server
-	for _, g := range f.groups {
+	for _, g := range f.allGroups() {
 		for _, s := range g.list() {
 			if !seen[s] {
 				seen[s] = true
@@ -295,9 +345,36 @@ func (f *Forwarder) Servers() []*Server {
 	return out
 }
 
-// Run probes down servers until ctx is done.
+// allGroups are the routed groups and those chained behind them.
+func (f *Forwarder) allGroups() []*group {
+	if len(f.chained) == 0 {
+		return f.groups
+	}
+	return append(slices.Clone(f.groups), f.chained...)
+}
+
+// Running reports whether Run runs (and so do the health probes).
+func (f *Forwarder) Running() bool { return f.running.Load() != nil }
+
+// life is Run's context while Run runs, else nil.
+func (f *Forwarder) life() context.Context {
+	if p := f.running.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// maintainEvery is how often Run does the forwarder's periodic work:
+// names resolved again, the CA bundle re-read, idle connections closed.
+const maintainEvery = 500 * time.Millisecond
+
+// Run keeps the forwarder's servers until ctx is done: it runs their
+// health probes (started by failed exchanges, health.go) and the periodic
+// work of maintain.
 func (f *Forwarder) Run(ctx context.Context) {
-	t := time.NewTicker(f.cfg.ProbeInterval)
+	f.running.Store(&ctx)
+	defer f.running.Store(nil)
+	t := time.NewTicker(maintainEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -309,23 +386,18 @@ func (f *Forwarder) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		f.maintain(time.Now())
-		for _, s := range f.Servers() {
-			f.tend(ctx, s)
-		}
+		f.tend()
 	}
 }
 
-// tend probes s if it is down and closes its stale idle connections. A
-// panic there is recovered, counted and logged: the probes are what bring
-// a down server back, so they must outlive a bug met while probing one
-// server, and they must not take the agent down.
-func (f *Forwarder) tend(ctx context.Context, s *Server) {
-	defer f.cfg.Panics.Recover(f.log, "probing an upstream", "server", s.Addr)
-	if s.Down() {
-		f.probe(ctx, s)
+// tend does the periodic work; a panic there is recovered, counted and
+// logged: it must not take the agent down.
+func (f *Forwarder) tend() {
+	defer f.cfg.Panics.Recover(f.log, "maintaining the upstreams")
+	f.maintain(time.Now())
+	for _, s := range f.Servers() {
+		s.expireIdle()
 	}
-	s.expireIdle()
 }
 
 // Coalesced is how many queries were answered by joining another query's
@@ -341,9 +413,12 @@ func (f *Forwarder) ClientLimited() uint64 { return f.clientLimited.Load() }
 // as coredns_forward_healthcheck_broken_total).
 func (f *Forwarder) AllDown() uint64 { return f.allDown.Load() }
 
+// groupFor is the group of name (lower-case): the longest stub zone that
+// holds it and does not except it, else the default group unless it
+// excepts it.
 func (f *Forwarder) groupFor(name string) *group {
 	for _, g := range f.groups {
-		if g.zone == "." || dns.IsSubDomain(g.zone, name) {
+		if (g.zone == "." || dns.IsSubDomain(g.zone, name)) && !g.excepts(name) {
 			return g
 		}
 	}
@@ -520,87 +595,6 @@ type flight struct {
 	err   error
 }
 
-// exchange tries servers in policy order, at most 2 x servers attempts,
-// within ctx's deadline. A timeout or network error is a failure of the
-// server (health) and moves on to the next; a SERVFAIL or REFUSED is a
-// reply: tried once more on another server, then returned.
-func (f *Forwarder) exchange(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
-	g := f.groupFor(strings.ToLower(q.Question[0].Name))
-	if g == nil || len(g.list()) == 0 {
-		return nil, ErrNoUpstream
-	}
-	order := f.order(g)
-	if !anyUp(order) {
-		f.allDown.Add(1)
-	}
-	var errs []error
-	attempts := 2 * len(order)
-	for i := 0; i < attempts; i++ {
-		if ctx.Err() != nil {
-			break
-		}
-		s := order[i%len(order)]
-		// Skip down servers on the first pass unless every server is down,
-		// so that a dead server costs nothing while a live one exists.
-		if i < len(order) && s.Down() && anyUp(order) {
-			continue
-		}
-		reply, err := s.exchange(ctx, q, f.cfg.TryTimeout)
-		if err != nil {
-			if healthError(err) {
-				s.fail(err)
-			}
-			errs = append(errs, err)
-			continue
-		}
-		s.ok()
-		if reply.Rcode == dns.RcodeServerFailure || reply.Rcode == dns.RcodeRefused {
-			// An answer, not a failure of the server (a DNSSEC-broken name
-			// answers SERVFAIL from every validating resolver; REFUSED is
-			// often a policy for this name): another live server may
-			// still know better, once.
-			if alt := another(order, i%len(order)); alt != nil && ctx.Err() == nil {
-				r2, err := alt.exchange(ctx, q, f.cfg.TryTimeout)
-				switch {
-				case err != nil:
-					if healthError(err) {
-						alt.fail(err)
-					}
-				default:
-					alt.ok()
-					reply = r2
-				}
-			}
-		}
-		return minimal(q, reply), nil
-	}
-	if ctx.Err() != nil {
-		errs = append(errs, ctx.Err())
-	}
-	return nil, fmt.Errorf("%w: %w", ErrAllFailed, errors.Join(errs...))
-}
-
-// another is the first server after order[i], in order, that is neither
-// order[i] (a server may be listed twice) nor down; nil if none.
-func another(order []*Server, i int) *Server {
-	for j := 1; j < len(order); j++ {
-		s := order[(i+j)%len(order)]
-		if s != order[i] && !s.Down() {
-			return s
-		}
-	}
-	return nil
-}
-
-func anyUp(ss []*Server) bool {
-	for _, s := range ss {
-		if !s.Down() {
-			return true
-		}
-	}
-	return false
-}
-
 func (f *Forwarder) order(g *group) []*Server {
 	servers := g.list()
 	n := len(servers)
@@ -609,7 +603,7 @@ func (f *Forwarder) order(g *group) []*Server {
 	case Sequential:
 		copy(out, servers)
 	case RoundRobin:
-		start := int(g.next.Add(1)) % n
+		start := int(g.rr.Add(1)) % n
 		for i := range out {
 			out[i] = servers[(start+i)%n]
 		}

@@ -66,6 +66,16 @@ func server(t testing.TB, f *upstream.Forwarder, addr string) *upstream.Server {
 	return nil
 }
 
+// running runs f until the test ends: the health probes need it.
+func running(t testing.TB, f *upstream.Forwarder) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, "the forwarder to run", f.Running)
+}
+
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -375,40 +385,35 @@ func TestTimeoutsAndBudget(t *testing.T) {
 	})
 }
 
+// TestHealth: a failed exchange starts the server's probes; it is down
+// once more than MaxFails probes failed, skipped while down, and back up
+// with the first probe answered; a reply to a query does not bring it
+// back by itself.
 func TestHealth(t *testing.T) {
 	bad := dnstest.Start(t, dnstest.Drop)
 	good := dnstest.Start(t, dnstest.Zone(60))
 	f := newForwarder(t, upstream.Config{Servers: []string{bad.Addr, good.Addr}, MaxFails: 2,
-		TryTimeout: 100 * time.Millisecond, ProbeInterval: 10 * time.Millisecond})
+		TryTimeout: 100 * time.Millisecond, ProbeInterval: 10 * time.Millisecond, ProbeTimeout: 30 * time.Millisecond})
+	running(t, f)
 	sb := server(t, f, bad.Addr)
 	exchange(t, f, "h1.example.test.", dns.TypeA)
-	if sb.Down() {
-		t.Fatal("down after one failure, MaxFails 2")
+	eventually(t, "the server to be marked down", sb.Down)
+	if st := sb.Stats(); st.ProbeFailures != 3 || st.Failures != 1 || st.Requests != 1 || st.LastError == "" {
+		t.Fatalf("down after %+v; want 3 failed probes (MaxFails 2) after 1 failed exchange", st)
 	}
-	exchange(t, f, "h2.example.test.", dns.TypeA)
-	if !sb.Down() || bad.Count() != 2 {
-		t.Fatalf("after 2 consecutive failures: down %v, asked %d", sb.Down(), bad.Count())
+	if n := bad.CountName(".", dns.TypeNS); n != 3 {
+		t.Fatalf("%d '. NS' probes seen, want 3", n)
 	}
 	// Skipped while down: the good server answers at once.
 	for i := 0; i < 5; i++ {
 		exchange(t, f, fmt.Sprintf("h%d.skip.example.test.", i), dns.TypeA)
 	}
-	if bad.Count() != 2 || good.Count() != 7 {
-		t.Fatalf("while down: bad asked %d (want 2), good %d (want 7)", bad.Count(), good.Count())
-	}
-	if st := sb.Stats(); st.Up || st.Failures != 2 || st.Requests != 2 || st.LastError == "" {
-		t.Fatalf("stats of the down server %+v", st)
+	if bad.CountName("h0.skip.example.test.", dns.TypeA) != 0 || good.Count() != 6 {
+		t.Fatalf("while down: bad asked %d, good %d (want 6)", bad.Count(), good.Count())
 	}
 	// The probe brings it back once it answers.
 	bad.SetHandler(dnstest.Zone(60))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { f.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
 	eventually(t, "the probe to mark the server up", func() bool { return !sb.Down() })
-	if bad.CountName(".", dns.TypeNS) == 0 {
-		t.Fatal("no '. NS' probe seen")
-	}
 	exchange(t, f, "h3.example.test.", dns.TypeA)
 	if bad.CountName("h3.example.test.", dns.TypeA) != 1 {
 		t.Fatal("server back up but not asked first")
@@ -418,24 +423,107 @@ func TestHealth(t *testing.T) {
 	}
 }
 
+// TestHealthMaxFailsZero: MaxFails 0 never marks a server down and sends
+// no probe, as CoreDNS's max_fails 0.
+func TestHealthMaxFailsZero(t *testing.T) {
+	bad := dnstest.Start(t, dnstest.Drop)
+	zero := &upstream.Health{MaxFails: 0}
+	f := newForwarder(t, upstream.Config{Servers: []string{bad.Addr}, Options: upstream.GroupOptions{Health: zero},
+		TryTimeout: 50 * time.Millisecond, Budget: 300 * time.Millisecond, ProbeInterval: 10 * time.Millisecond, ProbeTimeout: 20 * time.Millisecond})
+	running(t, f)
+	for range 3 {
+		if _, err := f.Exchange(context.Background(), stage.Origin{}, query("z.example.test.", dns.TypeA)); err == nil {
+			t.Fatal("no error from a dead server")
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if s := server(t, f, bad.Addr); s.Down() || bad.CountName(".", dns.TypeNS) != 0 || s.Stats().ProbeFailures != 0 {
+		t.Fatalf("max fails 0: down %v, %d probes", s.Down(), bad.CountName(".", dns.TypeNS))
+	}
+	// Two attempts per query (the only server, twice).
+	if n := bad.Count(); n != 6 {
+		t.Fatalf("3 queries: %d exchanges, want 6 (2 attempts each)", n)
+	}
+}
+
+// TestHealthProbeOptions: the probe asks the group's domain, without RD
+// with no-rec, over the server's transport, without EDNS.
+func TestHealthProbeOptions(t *testing.T) {
+	var mu sync.Mutex
+	var probes []string
+	up := dnstest.Start(t, func(w dns.ResponseWriter, r *dns.Msg) {
+		if r.Question[0].Qtype == dns.TypeNS {
+			mu.Lock()
+			probes = append(probes, fmt.Sprintf("%s rd=%v edns=%v", r.Question[0].Name, r.RecursionDesired, r.IsEdns0() != nil))
+			mu.Unlock()
+			dnstest.Rcode(dns.RcodeRefused)(w, r)
+			return
+		}
+		dnstest.Drop(w, r)
+	})
+	h := &upstream.Health{MaxFails: 3, Interval: 10 * time.Millisecond, Domain: "Health.Example.org", NoRec: true}
+	f := newForwarder(t, upstream.Config{Servers: []string{up.Addr}, Options: upstream.GroupOptions{Health: h},
+		TryTimeout: 50 * time.Millisecond, Budget: 200 * time.Millisecond})
+	running(t, f)
+	_, _ = f.Exchange(context.Background(), stage.Origin{}, query("p.example.test.", dns.TypeA))
+	eventually(t, "a probe", func() bool { mu.Lock(); defer mu.Unlock(); return len(probes) > 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if probes[0] != "health.example.org. rd=false edns=false" {
+		t.Fatalf("probe %q", probes[0])
+	}
+}
+
+// TestAllDownStillTries: with every server down, one is asked anyway, at
+// random, once; the probes bring them back.
 func TestAllDownStillTries(t *testing.T) {
 	a := dnstest.Start(t, dnstest.Drop)
 	b := dnstest.Start(t, dnstest.Drop)
-	f := newForwarder(t, upstream.Config{Servers: []string{a.Addr, b.Addr}, MaxFails: 1,
-		TryTimeout: 100 * time.Millisecond, Budget: 450 * time.Millisecond})
+	f := newForwarder(t, upstream.Config{Servers: []string{a.Addr, b.Addr}, MaxFails: 1, ProbeInterval: 10 * time.Millisecond,
+		ProbeTimeout: 20 * time.Millisecond, TryTimeout: 100 * time.Millisecond, Budget: 450 * time.Millisecond})
+	running(t, f)
 	if _, err := f.Exchange(context.Background(), stage.Origin{}, query("d.example.test.", dns.TypeA)); err == nil {
 		t.Fatal("no error from dead servers")
 	}
-	if !server(t, f, a.Addr).Down() || !server(t, f, b.Addr).Down() {
-		t.Fatal("servers not marked down")
+	eventually(t, "the servers to be marked down", func() bool { return server(t, f, a.Addr).Down() && server(t, f, b.Addr).Down() })
+	start, broken := time.Now(), f.AllDown()
+	if _, err := f.Exchange(context.Background(), stage.Origin{}, query("d1.example.test.", dns.TypeA)); err == nil {
+		t.Fatal("no error from dead servers")
+	}
+	if n := a.CountName("d1.example.test.", dns.TypeA) + b.CountName("d1.example.test.", dns.TypeA); n != 1 || time.Since(start) > time.Second {
+		t.Fatalf("all down: %d queries sent in %s, want one attempt on one server", n, time.Since(start))
+	}
+	if n := f.AllDown() - broken; n != 1 {
+		t.Fatalf("AllDown counted %d, want 1", n)
 	}
 	a.SetHandler(dnstest.Zone(60))
 	b.SetHandler(dnstest.Zone(60))
-	if r := exchange(t, f, "d2.example.test.", dns.TypeA); answerA(r) != "192.0.2.1" {
+	if r := exchange(t, f, "d2.example.test.", dns.TypeA); answerA(r) != "192.0.2.1" && r.Rcode != dns.RcodeSuccess {
 		t.Fatalf("all down: %v", r)
 	}
-	if server(t, f, a.Addr).Down() {
-		t.Fatal("the server that answered is still down")
+	eventually(t, "the probes to bring them back", func() bool { return !server(t, f, a.Addr).Down() && !server(t, f, b.Addr).Down() })
+}
+
+// TestFailfast: with every server down and Failfast, ErrAllDown at once,
+// nothing sent.
+func TestFailfast(t *testing.T) {
+	a := dnstest.Start(t, dnstest.Drop)
+	b := dnstest.Start(t, dnstest.Drop)
+	f := newForwarder(t, upstream.Config{Servers: []string{a.Addr, b.Addr}, MaxFails: 1, ProbeInterval: 10 * time.Millisecond,
+		ProbeTimeout: 20 * time.Millisecond, TryTimeout: 50 * time.Millisecond, Budget: 450 * time.Millisecond,
+		Options: upstream.GroupOptions{Failfast: true}})
+	running(t, f)
+	_, _ = f.Exchange(context.Background(), stage.Origin{}, query("d.example.test.", dns.TypeA))
+	eventually(t, "the servers to be marked down", func() bool { return server(t, f, a.Addr).Down() && server(t, f, b.Addr).Down() })
+	before := a.Count() + b.Count() - a.CountName(".", dns.TypeNS) - b.CountName(".", dns.TypeNS)
+	start := time.Now()
+	_, err := f.Exchange(context.Background(), stage.Origin{}, query("d1.example.test.", dns.TypeA))
+	took := time.Since(start)
+	if !errors.Is(err, upstream.ErrAllDown) {
+		t.Fatalf("err %v, want ErrAllDown", err)
+	}
+	if n := a.Count() + b.Count() - a.CountName(".", dns.TypeNS) - b.CountName(".", dns.TypeNS) - before; n != 0 || took > 50*time.Millisecond {
+		t.Fatalf("failfast: %d queries sent, %s", n, took)
 	}
 }
 
@@ -635,16 +723,11 @@ func TestServfailIsAnAnswer(t *testing.T) {
 	// A down server that answers the probe, even with SERVFAIL, is alive.
 	dead := dnstest.Start(t, dnstest.Drop)
 	f3 := newForwarder(t, upstream.Config{Servers: []string{dead.Addr, good.Addr}, MaxFails: 1,
-		TryTimeout: 100 * time.Millisecond, ProbeInterval: 10 * time.Millisecond})
+		TryTimeout: 100 * time.Millisecond, ProbeInterval: 10 * time.Millisecond, ProbeTimeout: 20 * time.Millisecond})
+	running(t, f3)
 	exchange(t, f3, "d.example.test.", dns.TypeA)
-	if !server(t, f3, dead.Addr).Down() {
-		t.Fatal("a server that times out is not marked down")
-	}
+	eventually(t, "a server that times out to be marked down", server(t, f3, dead.Addr).Down)
 	dead.SetHandler(dnstest.Rcode(dns.RcodeServerFailure))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { f3.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
 	eventually(t, "the probe answered SERVFAIL to bring the server back", func() bool { return !server(t, f3, dead.Addr).Down() })
 }
 
@@ -761,7 +844,8 @@ func TestNormalizeAddr(t *testing.T) {
 func TestFigures(t *testing.T) {
 	a := dnstest.Start(t, dnstest.Zone(60))
 	f := newForwarder(t, upstream.Config{Servers: []string{a.Addr}, MaxFails: 1, ProbeInterval: 20 * time.Millisecond,
-		TryTimeout: 100 * time.Millisecond, Budget: 250 * time.Millisecond})
+		ProbeTimeout: 20 * time.Millisecond, TryTimeout: 100 * time.Millisecond, Budget: 250 * time.Millisecond})
+	running(t, f)
 	for range 3 {
 		exchange(t, f, "ok.example.test.", dns.TypeA)
 	}
@@ -782,16 +866,13 @@ func TestFigures(t *testing.T) {
 	if _, err := f.Exchange(context.Background(), stage.Origin{}, query("d.example.test.", dns.TypeA)); err == nil {
 		t.Fatal("no error from a dead server")
 	}
+	eventually(t, "the server to be marked down", server(t, f, a.Addr).Down)
 	if _, err := f.Exchange(context.Background(), stage.Origin{}, query("d2.example.test.", dns.TypeA)); err == nil {
 		t.Fatal("no error from a dead server")
 	}
 	if n := f.AllDown(); n != 1 {
 		t.Errorf("AllDown %d after one exchange with the only server down, want 1", n)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { f.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
 	eventually(t, "failed probes", func() bool { return server(t, f, a.Addr).Stats().ProbeFailures >= 2 })
 	if st := server(t, f, a.Addr).Stats(); st.Latency[dns.RcodeSuccess].Count() != 3 {
 		t.Errorf("failed exchanges changed the latency figures: %+v", st.Latency)
