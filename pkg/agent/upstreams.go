@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/miekg/dns"
@@ -128,7 +129,31 @@ func (a *Agent) newForwarder(cfg config.Config, kd kubedns.Config) (*upstream.Fo
 	res := indexResolver{ix: func() *k8s.Index { return a.ix }}
 	fc := forwarderConfig(cfg, ups, kd, res, a.upLog)
 	fc.Panics = a.panics
+	if fc.NameServers, err = nameResolvers(cfg, a.upLog); err != nil {
+		return nil, err
+	}
 	return upstream.New(fc)
+}
+
+// nameResolvers are the resolvers of upstreams given by names outside the
+// cluster zone: --upstream-resolver, else the node's resolvers (those of
+// resolv.conf, minus our own addresses), read only when such a name is
+// configured.
+func nameResolvers(cfg config.Config, log *slog.Logger) ([]string, error) {
+	if len(cfg.UpstreamResolver) > 0 {
+		return cfg.UpstreamResolver, nil
+	}
+	named := cfg.NamedServers(cfg.ClusterZones())
+	if len(named) == 0 {
+		return nil, nil
+	}
+	c := cfg
+	c.Upstream = nil
+	rs, err := upstreams(c, cfg.ListenAddrs(), log)
+	if err != nil {
+		return nil, fmt.Errorf("upstreams given by name (%s) need resolvers: --upstream-resolver, or %w", strings.Join(named, ", "), err)
+	}
+	return rs, nil
 }
 
 // cacheConfig maps cfg onto the cache's settings (0 disables prefetch and
@@ -184,7 +209,7 @@ func forwarderConfig(cfg config.Config, ups []string, kd kubedns.Config, res ups
 	for _, z := range cfg.Stubs.SortedZones() {
 		sd := cfg.Stubs[z]
 		stubs[z] = sd.Servers
-		opts[z] = upstream.GroupOptions{ForceTCP: sd.ForceTCP, PreferUDP: sd.PreferUDP, Policy: upstream.Policy(sd.Policy)}
+		opts[z] = sd.GroupOptions("")
 		own[dnsname.Canonical(z)] = true
 	}
 	for _, z := range kd.Zones() {
@@ -194,14 +219,15 @@ func forwarderConfig(cfg config.Config, ups []string, kd kubedns.Config, res ups
 		stubs[z] = kd.StubDomains[z]
 	}
 	return upstream.Config{
-		Servers:     ups,
-		Stubs:       stubs,
-		StubOptions: opts,
-		Options:     upstream.GroupOptions{ForceTCP: cfg.ForceTCP, PreferUDP: cfg.PreferUDP},
-		Policy:      upstream.Policy(cfg.Policy),
-		CAFile:      cfg.UpstreamCA,
-		Resolver:    res,
-		Logger:      log,
+		Servers:      ups,
+		Stubs:        stubs,
+		StubOptions:  opts,
+		Options:      cfg.DefaultGroupOptions(),
+		Policy:       upstream.Policy(cfg.Policy),
+		CAFile:       cfg.UpstreamCA,
+		Resolver:     res,
+		ClusterZones: cfg.ClusterZones(),
+		Logger:       log,
 	}
 }
 

@@ -26,6 +26,23 @@ type Config struct {
 	ForceTCP   bool
 	PreferUDP  bool
 	UpstreamCA string
+	// The default upstreams' forward options (upstreamopts.go).
+	// UpstreamFailover: nil is nodedns's retry of SERVFAIL/REFUSED once,
+	// empty none (`--upstream-failover=`, `upstream-failover: []`).
+	UpstreamFailover          List
+	UpstreamFailfast          bool
+	UpstreamExcept            List
+	UpstreamReadTimeout       Duration
+	UpstreamMaxFails          int
+	UpstreamHealthCheck       Duration
+	UpstreamHealthCheckDomain string
+	UpstreamHealthCheckNoRec  bool
+	UpstreamExpire            Duration
+	UpstreamDoHMethod         string
+	UpstreamNext              *StubDomain
+	// UpstreamResolver resolves servers given by names outside the cluster
+	// zone; empty: the nameservers of ResolvConf.
+	UpstreamResolver List
 	// KubeDNSConfig is the mounted kube-dns ConfigMap, merged under the
 	// upstream settings by the agent.
 	KubeDNSConfig string

@@ -214,12 +214,12 @@ func TestConfigHeaders(t *testing.T) {
 // TestEveryProblemReported: each bad key of a file is reported, by name,
 // not only the first.
 func TestEveryProblemReported(t *testing.T) {
-	file := writeFile(t, "listen: [127.0.0.1:5353, nope]\ncache-size: zero\nmax-ttl: 30\npods: all\nupstream: [dns.example.com]\nmin-ttl: 2h\nlog-queries: 2\nlocal-ip: [127.0.0.1]\ninterface: much-too-long-name\nlameduck: 10m\n")
+	file := writeFile(t, "listen: [127.0.0.1:5353, nope]\ncache-size: zero\nmax-ttl: 30\npods: all\nupstream: [\"https://192.0.2.1/q\"]\nmin-ttl: 2h\nlog-queries: 2\nlocal-ip: [127.0.0.1]\ninterface: much-too-long-name\nlameduck: 10m\n")
 	_, res, err := Parse([]string{"--config", file}, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"cache-size"`, `"max-ttl"`, `listen "nope"`, `pods "all"`, `upstream "dns.example.com"`, `min-ttl 2h0m0s: want 0s to 1h0m0s`, `lameduck 10m0s: want 0s to 5m0s`,
+	for _, want := range []string{`"cache-size"`, `"max-ttl"`, `listen "nope"`, `pods "all"`, `upstream "https://192.0.2.1/q"`, `min-ttl 2h0m0s: want 0s to 1h0m0s`, `lameduck 10m0s: want 0s to 5m0s`,
 		`log-queries 2`, `local-ip "127.0.0.1"`, `interface "much-too-long-name"`} {
 		found := false
 		for _, p := range res.Problems {

@@ -181,7 +181,7 @@ var settings = []*Setting{
 		field: func(c *Config) any { return &c.AdminSocket }},
 
 	// Upstreams.
-	{key: "upstream", help: "comma-separated upstream resolvers: ip[:port], tcp://ip[:port], tls://ip[:853][#server-name], or names of the cluster zone (default: nameservers in --resolv-conf, minus our own addresses); at most 15, none twice; checked with the stub domains (validateUpstreams)",
+	{key: "upstream", help: "comma-separated upstream resolvers: ip[:port], tcp://ip[:port], tls://ip[:853][#server-name], https://ip[:443][#server-name], or names (of the cluster zone, or resolved through --upstream-resolver) in place of ip (default: nameservers in --resolv-conf, minus our own addresses); at most 15, none twice; checked with the stub domains (validateUpstreams)",
 		field: func(c *Config) any { return &c.Upstream }, apply: on(ApplyUpstreams)},
 	{key: "resolv-conf", def: resolvconf.DefaultPath, help: "resolver configuration whose nameservers are the default upstreams and whose search domains pods inherit",
 		field: func(c *Config) any { return &c.ResolvConf }, apply: on(ApplyUpstreams, ApplySearch), check: func(c *Config) error {
@@ -198,14 +198,61 @@ var settings = []*Setting{
 			}
 			return fmt.Errorf("--policy %q: want random, round_robin or sequential", c.Policy)
 		}},
-	{key: "stub-domains", flag: "stub-domain", help: "zone=server[,server...]; repeat for several zones (longest zone wins); servers as --upstream, or names of the cluster zone; in the file a map of zone to a list of servers or to {servers, force-tcp, prefer-udp, policy}; at most 1000 zones (with the kube-dns ConfigMap's) of at most 15 servers",
+	{key: "stub-domains", flag: "stub-domain", help: "zone=server[,server...]; repeat for several zones (longest zone wins); servers as --upstream; in the file a map of zone to a list of servers or to {servers, force-tcp, prefer-udp, policy, and the upstream-* forward options without the prefix: failover, failfast, except, read-timeout, max-fails, health-check, health-check-domain, health-check-no-rec, expire, doh-method, next}; at most 1000 zones (with the kube-dns ConfigMap's) of at most 15 servers",
 		field: func(c *Config) any { return &c.Stubs }, apply: on(ApplyUpstreams)},
 	{key: "force-tcp", help: "ask the default upstreams over TCP only (pooled connections), as CoreDNS's force_tcp",
 		field: func(c *Config) any { return &c.ForceTCP }, apply: on(ApplyUpstreams)},
 	{key: "prefer-udp", help: "ask the default upstreams over UDP first, TCP only for truncated replies (what plain servers do unless TCP is forced), as CoreDNS's prefer_udp",
 		field: func(c *Config) any { return &c.PreferUDP }, apply: on(ApplyUpstreams)},
-	{key: "upstream-ca", help: "PEM bundle that tls:// upstreams' certificates are verified against, re-read when it changes (default: the system's roots)",
+	{key: "upstream-ca", help: "PEM bundle that tls:// and https:// upstreams' certificates are verified against, re-read when it changes (default: the system's roots)",
 		field: func(c *Config) any { return &c.UpstreamCA }, apply: on(ApplyUpstreams)},
+	// CoreDNS forward's options for the default upstreams (upstreamopts.go);
+	// a stub domain's map form takes them without "upstream-".
+	{key: "upstream-failover", help: "comma-separated rcodes (SERVFAIL, REFUSED, ...) whose reply goes on to the next upstream, each asked once, as CoreDNS's failover; empty: none (CoreDNS without failover); unset: a SERVFAIL or REFUSED is asked once more of another upstream",
+		field: func(c *Config) any { return &c.UpstreamFailover }, apply: on(ApplyUpstreams), check: func(c *Config) error {
+			return checkRcodes("upstream-failover", c.UpstreamFailover)
+		}},
+	{key: "upstream-failfast", help: "answer SERVFAIL at once while every upstream is marked down, instead of asking one anyway, as CoreDNS's failfast_all_unhealthy_upstreams",
+		field: func(c *Config) any { return &c.UpstreamFailfast }, apply: on(ApplyUpstreams)},
+	{key: "upstream-except", help: "comma-separated zones whose names the default upstreams never get (SERVFAIL unless a stub domain takes them), as CoreDNS's except; at most 64",
+		field: func(c *Config) any { return &c.UpstreamExcept }, apply: on(ApplyUpstreams), check: func(c *Config) error {
+			return checkList("upstream-except", "zones", c.UpstreamExcept, maxExcept, canonDomain)
+		}},
+	{key: "upstream-read-timeout", def: "2s", help: "how long one attempt waits for an upstream's reply (two attempts per upstream within the query's 5s), as CoreDNS's read_timeout; 1ms to 5s",
+		field: func(c *Config) any { return &c.UpstreamReadTimeout }, apply: on(ApplyUpstreams), check: func(c *Config) error {
+			return durationBetween("upstream-read-timeout", c.UpstreamReadTimeout, minReadTimeout, maxReadTimeout)
+		}},
+	{key: "upstream-max-fails", def: "2", help: "an upstream is marked down once more health probes than this failed in a row (probes start when an exchange fails); 0: never down, never probed; as CoreDNS's max_fails; 0 to 100",
+		field: func(c *Config) any { return &c.UpstreamMaxFails }, apply: on(ApplyUpstreams), check: func(c *Config) error {
+			return between("upstream-max-fails", c.UpstreamMaxFails, 0, maxMaxFails)
+		}},
+	{key: "upstream-health-check", def: "500ms", help: "pause between a failed health probe and the next, as CoreDNS's health_check; 10ms to 1h",
+		field: func(c *Config) any { return &c.UpstreamHealthCheck }, apply: on(ApplyUpstreams), check: func(c *Config) error {
+			return durationBetween("upstream-health-check", c.UpstreamHealthCheck, minHealthCheck, maxHealthCheck)
+		}},
+	{key: "upstream-health-check-domain", def: ".", help: "the health probe asks NS of this name, as CoreDNS's health_check ... domain",
+		field: func(c *Config) any { return &c.UpstreamHealthCheckDomain }, apply: on(ApplyUpstreams), check: func(c *Config) error {
+			if _, err := canonHCDomain(c.UpstreamHealthCheckDomain); err != nil {
+				return fmt.Errorf("--upstream-health-check-domain %q: %w", c.UpstreamHealthCheckDomain, err)
+			}
+			return nil
+		}},
+	{key: "upstream-health-check-no-rec", help: "health probes without the RD bit, as CoreDNS's health_check ... no_rec",
+		field: func(c *Config) any { return &c.UpstreamHealthCheckNoRec }, apply: on(ApplyUpstreams)},
+	{key: "upstream-expire", def: "10s", help: "pooled TCP, TLS and HTTPS connections idle this long are closed, as CoreDNS's expire (UDP never reuses a socket); 100ms to 1h",
+		field: func(c *Config) any { return &c.UpstreamExpire }, apply: on(ApplyUpstreams), check: func(c *Config) error {
+			return durationBetween("upstream-expire", c.UpstreamExpire, minExpire, maxExpire)
+		}},
+	{key: "upstream-doh-method", def: "POST", help: "POST or GET: how https:// upstreams are asked, as CoreDNS's doh_method",
+		field: func(c *Config) any { return &c.UpstreamDoHMethod }, apply: on(ApplyUpstreams), check: func(c *Config) error {
+			return oneOf("upstream-doh-method", c.UpstreamDoHMethod, "POST", "GET")
+		}},
+	{key: "upstream-next", flag: noFlag, help: "where a reply of the default upstreams goes on (a second forward of a CoreDNS block reached by next / next_on_nodata): {when: [NXDOMAIN, SERVFAIL, NODATA, ...], servers, and a stub domain's options, next included}; no servers: those replies are SERVFAIL",
+		field: func(c *Config) any { return &c.UpstreamNext }, apply: on(ApplyUpstreams)},
+	{key: "upstream-resolver", help: "comma-separated ip[:port] that resolve upstreams given by names outside the cluster zone, A and AAAA, again when their TTL runs out (default: the nameservers of --resolv-conf, minus our own addresses); at most 15",
+		field: func(c *Config) any { return &c.UpstreamResolver }, apply: on(ApplyUpstreams), check: func(c *Config) error {
+			return checkList("upstream-resolver", "addresses", c.UpstreamResolver, maxResolvers, upstream.NormalizeAddr)
+		}},
 	{key: "kube-dns-config", help: "directory of the mounted kube-dns ConfigMap (stubDomains, upstreamNameservers), merged under these settings and re-read when it changes",
 		field: func(c *Config) any { return &c.KubeDNSConfig }},
 

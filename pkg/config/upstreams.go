@@ -17,7 +17,7 @@ import (
 
 // StubDomain is one entry of the stub-domains key: in the file a list of
 // servers (or a comma-separated string), or a map with the servers and
-// their options:
+// their options, CoreDNS's forward options among them (upstreamopts.go):
 //
 //	stub-domains:
 //	  corp.example: ["10.0.0.53", "10.0.0.54"]
@@ -27,13 +27,21 @@ import (
 //	  dot.example:
 //	    servers: ["tls://192.0.2.53#dns.example"]
 //	    policy: sequential
+//	    failover: [SERVFAIL]
+//	    next: {when: [NXDOMAIN], servers: ["192.0.2.54"]}
+//
+// The same form, with when, is a next: the servers a reply goes on to.
 type StubDomain struct {
 	Servers List `json:"servers"`
+	// On (when:), in a next only: the rcodes (and NODATA) whose replies go to
+	// these servers.
+	On List `json:"when,omitempty"`
 	// ForceTCP / PreferUDP: as the keys of the same names, for this zone.
 	ForceTCP  bool `json:"force-tcp,omitempty"`
 	PreferUDP bool `json:"prefer-udp,omitempty"`
 	// Policy replaces --policy for this zone.
 	Policy string `json:"policy,omitempty"`
+	ForwardOptions
 }
 
 // UnmarshalJSON reads a list, a comma-separated string, or the map form
@@ -45,7 +53,7 @@ func (s *StubDomain) UnmarshalJSON(b []byte) error {
 		d := json.NewDecoder(bytes.NewReader(b))
 		d.DisallowUnknownFields()
 		if err := d.Decode(&p); err != nil {
-			return fmt.Errorf("want servers, force-tcp, prefer-udp, policy: %w", err)
+			return fmt.Errorf("want servers, force-tcp, prefer-udp, policy, failover, failfast, except, read-timeout, max-fails, health-check, health-check-domain, health-check-no-rec, expire, doh-method, next (when, in a next): %w", err)
 		}
 		*s = StubDomain(p)
 		return nil
@@ -64,17 +72,12 @@ func (m StubsMap) SortedZones() []string {
 	return out
 }
 
-// validateUpstreams checks upstream, stub-domains, force-tcp, prefer-udp
-// and upstream-ca.
+// validateUpstreams checks upstream, stub-domains, force-tcp, prefer-udp,
+// upstream-ca and the forward options of every group.
 func (c *Config) validateUpstreams() error {
-	zones := c.ClusterZones()
 	check := func(what, s string) error {
-		sp, err := upstream.ParseServer(s)
-		if err != nil {
+		if _, err := upstream.ParseServer(s); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
-		}
-		if sp.ByName() && !dnsname.InZones(sp.Name, zones) {
-			return fmt.Errorf("%s %q: a server given by name must be in the cluster zone (%s); elsewhere DNS would be needed to reach DNS", what, s, strings.Join(c.ClusterDomain, ", "))
 		}
 		return nil
 	}
@@ -114,11 +117,20 @@ func (c *Config) validateUpstreams() error {
 		if sd.ForceTCP && sd.PreferUDP {
 			return fmt.Errorf("%s: force-tcp and prefer-udp: pick one", what)
 		}
-		switch upstream.Policy(sd.Policy) {
-		case "", upstream.Random, upstream.RoundRobin, upstream.Sequential:
-		default:
-			return fmt.Errorf("%s: policy %q: want random, round_robin or sequential", what, sd.Policy)
+		if err := checkPolicy(what, sd.Policy); err != nil {
+			return err
 		}
+		if err := checkForward(what, &sd, 0); err != nil {
+			return err
+		}
+		for n := sd.Next; n != nil; n = n.Next {
+			if err := checkServers(what+" next", n.Servers, check); err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.checkUpstreamOptions(); err != nil {
+		return err
 	}
 	if c.UpstreamCA != "" {
 		if err := upstream.CheckCAFile(c.UpstreamCA); err != nil {
