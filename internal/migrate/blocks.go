@@ -117,6 +117,7 @@ func (m *migrator) run(f *File) {
 			m.drop(b.sb.Line, "server block %s listens on port %d, and line %d on %d: nodedns answers every zone on the same addresses (port %d kept)", keysText(b.sb), b.port, m.portLine, m.port, m.port)
 		}
 		m.block(b)
+		m.blockForwards(b, blocks)
 	}
 	m.finish(blocks)
 }

@@ -110,6 +110,16 @@ func (m *migrator) finish(blocks []*block) {
 	if m.seen["reload"] {
 		m.header = append(m.header, "reload: nodedns re-reads this file when it changes (every 2s).")
 	}
+	m.header = append(m.header, m.unreached...)
+	if len(m.hostNames) > 0 {
+		if m.isSet(&m.cfg.UpstreamResolver) {
+			for _, n := range m.hostNames {
+				m.comment(&m.cfg.UpstreamResolver, n)
+			}
+		} else {
+			m.header = append(m.header, m.hostNames...)
+		}
+	}
 	if len(m.adminNotes) > 0 {
 		if m.isSet(&m.cfg.Admin) {
 			for _, n := range m.adminNotes {
@@ -206,7 +216,11 @@ func (m *migrator) kubeDNSStubs() {
 		if len(ok) == 0 {
 			continue
 		}
-		m.stubs[zone] = &stub{StubDomain: config.StubDomain{Servers: ok}, file: file, comments: []string{"from the kube-dns ConfigMap (stubDomains)"}}
+		// node-cache forwards them with CoreDNS's forward, which hands a
+		// SERVFAIL or REFUSED back as the answer.
+		none := config.List{}
+		m.stubs[zone] = &stub{StubDomain: config.StubDomain{Servers: ok, ForwardOptions: config.ForwardOptions{Failover: &none}}, file: file,
+			comments: []string{"from the kube-dns ConfigMap (stubDomains); failover: [] as CoreDNS's forward in node-cache"}}
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"github.com/nodedns/nodedns/pkg/config"
 	"github.com/nodedns/nodedns/pkg/query/dnsname"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
@@ -22,12 +24,39 @@ type fwdOptions struct {
 	caLine              int
 	maxConcurrent       int
 	maxConcurrentLine   int
+
+	// CoreDNS's forward options nodedns carries per group (chain.go).
+	// failover is nil without the option.
+	failover    config.List
+	failfast    bool
+	except      []string // lower-case FQDNs
+	readTimeout time.Duration
+	maxFails    *int
+	hcInterval  time.Duration
+	hcDomain    string
+	hcNoRec     bool
+	expire      time.Duration
+	dohMethod   string
+	next        []string // rcode names
+	nextNoData  bool
+	resolver    config.List
+	// notes say where nodedns departs for a value given (a bound), for the
+	// comments of the keys written.
+	notes []string
 }
 
 func (m *migrator) forwardOptions(d *Directive) fwdOptions {
 	var o fwdOptions
 	for _, x := range d.Block {
 		args := x.ArgTexts()
+		dur := func() (time.Duration, bool) {
+			v, err := time.ParseDuration(firstArg(args))
+			if err != nil || len(args) == 0 {
+				m.drop(x.Line, "forward %s: want a duration", x.String())
+				return 0, false
+			}
+			return v, true
+		}
 		switch x.Name {
 		case "force_tcp":
 			o.forceTCP = true
@@ -58,33 +87,105 @@ func (m *migrator) forwardOptions(d *Directive) fwdOptions {
 			} else {
 				m.drop(x.Line, "forward %s: not carried", x.String())
 			}
-		case "expire":
-			if dur, err := time.ParseDuration(firstArg(args)); err != nil || dur != 10*time.Second {
-				m.drop(x.Line, "forward %s: not carried; nodedns closes upstream connections idle for 10s", x.String())
+		case "failover":
+			if _, err := upstream.ParseRcodes(args, false); err != nil || len(args) == 0 {
+				m.drop(x.Line, "forward %s: want error rcode names", x.String())
+				continue
 			}
-		case "max_fails":
-			if firstArg(args) != "2" {
-				m.drop(x.Line, "forward %s: not carried; nodedns marks a server down after 2 failures in a row", x.String())
+			o.failover = upperAll(args)
+		case "next":
+			if _, err := upstream.ParseRcodes(args, true); err != nil || len(args) == 0 {
+				m.drop(x.Line, "forward %s: want rcode names", x.String())
+				continue
 			}
-		case "health_check":
-			if dur, err := time.ParseDuration(firstArg(args)); err != nil || dur != 500*time.Millisecond || len(args) > 1 {
-				m.drop(x.Line, "forward %s: not carried; nodedns probes a server marked down with . NS every 0.5s", x.String())
+			o.next = upperAll(args)
+		case "next_on_nodata":
+			o.nextNoData = true
+		case "failfast_all_unhealthy_upstreams":
+			o.failfast = true
+		case "except":
+			for _, z := range args {
+				fq := dnsname.Canonical(z)
+				if _, ok := dns.IsDomainName(fq); !ok || strings.Contains(fq, "..") {
+					m.drop(x.Line, "forward except %s: not a domain name", z)
+					continue
+				}
+				o.except = append(o.except, fq)
 			}
 		case "read_timeout":
-			if dur, err := time.ParseDuration(firstArg(args)); err != nil || dur != 2*time.Second {
-				m.drop(x.Line, "forward %s: not carried; nodedns waits 2s for one upstream's reply", x.String())
+			if v, ok := dur(); ok {
+				o.readTimeout = v
+				if v > 5*time.Second {
+					o.readTimeout = 5 * time.Second
+					o.notes = append(o.notes, fmt.Sprintf("line %d: %s; nodedns bounds a whole query to 5s, so one attempt to 5s too", x.Line, x.String()))
+				} else if v <= 0 {
+					m.drop(x.Line, "forward %s: must be positive", x.String())
+					o.readTimeout = 0
+				}
 			}
-		case "except":
-			m.drop(x.Line, "forward %s: not carried; names under those zones would not have been forwarded", x.String())
-		case "next", "failover":
-			m.drop(x.Line, "forward %s: not carried; those rcodes would have been passed on (to the next plugin, or another upstream)", x.String())
-		case "next_on_nodata":
-			m.drop(x.Line, "forward %s: not carried; NODATA answers would have been passed to the next plugin", x.String())
-		case "failfast_all_unhealthy_upstreams":
-			m.drop(x.Line, "forward %s: not carried; with every upstream down it would have answered SERVFAIL at once (nodedns tries one anyway, and serves stale answers)", x.String())
+		case "max_fails":
+			n, err := strconv.Atoi(firstArg(args))
+			if err != nil || n < 0 {
+				m.drop(x.Line, "forward %s: want a count", x.String())
+				continue
+			}
+			if n > 100 {
+				o.notes = append(o.notes, fmt.Sprintf("line %d: %s; nodedns counts at most 100 failed probes (a server is then down after 101)", x.Line, x.String()))
+				n = 100
+			}
+			o.maxFails = &n
+		case "health_check":
+			v, ok := dur()
+			if !ok {
+				continue
+			}
+			if v < 10*time.Millisecond {
+				o.notes = append(o.notes, fmt.Sprintf("line %d: %s; nodedns pauses at least 10ms between probes", x.Line, x.String()))
+				v = 10 * time.Millisecond
+			}
+			o.hcInterval, o.hcDomain = min(v, time.Hour), "."
+			for i := 1; i < len(args); i++ {
+				switch args[i] {
+				case "no_rec":
+					o.hcNoRec = true
+				case "domain":
+					if i+1 < len(args) {
+						o.hcDomain = dnsname.Canonical(args[i+1])
+						i++
+						continue
+					}
+					fallthrough
+				default:
+					m.drop(x.Line, "forward health_check option %s: not known", args[i])
+				}
+			}
+		case "expire":
+			v, ok := dur()
+			if !ok {
+				continue
+			}
+			if v < 100*time.Millisecond {
+				o.notes = append(o.notes, fmt.Sprintf("line %d: %s; nodedns keeps an idle connection at least 100ms", x.Line, x.String()))
+				v = 100 * time.Millisecond
+			}
+			o.expire = min(v, time.Hour)
+		case "doh_method":
+			if a := firstArg(args); a == "GET" || a == "POST" {
+				o.dohMethod = a
+			} else {
+				m.drop(x.Line, "forward %s: want GET or POST", x.String())
+			}
+		case "resolver":
+			for _, a := range args {
+				if _, err := upstream.NormalizeAddr(a); err != nil {
+					m.drop(x.Line, "forward resolver %s: want ip[:port]", a)
+					continue
+				}
+				o.resolver = append(o.resolver, a)
+			}
 		case "max_age", "max_idle_conns", "max_connect_attempts":
-			m.drop(x.Line, "forward %s: not carried; nodedns bounds its upstream connections itself (8 per TCP or TLS server)", x.String())
-		case "resolver", "source_address", "doh_method":
+			m.drop(x.Line, "forward %s: not carried; nodedns bounds its upstream connections itself (8 per TCP, TLS or HTTPS server) and asks each server at most twice per query", x.String())
+		case "source_address":
 			m.drop(x.Line, "forward %s: not carried", x.String())
 		default:
 			m.drop(x.Line, "forward option %s: not known to nodedns", x.String())
@@ -94,7 +195,40 @@ func (m *migrator) forwardOptions(d *Directive) fwdOptions {
 		// CoreDNS: force_tcp takes precedence.
 		o.preferUDP = false
 	}
+	// CoreDNS's defaults, which nodedns's are: nothing to write.
+	if o.readTimeout == 2*time.Second {
+		o.readTimeout = 0
+	}
+	if o.maxFails != nil && *o.maxFails == 2 {
+		o.maxFails = nil
+	}
+	if o.hcInterval == 500*time.Millisecond && !o.hcNoRec && (o.hcDomain == "" || o.hcDomain == ".") {
+		o.hcInterval, o.hcDomain = 0, ""
+	}
+	if o.expire == 10*time.Second {
+		o.expire = 0
+	}
+	if o.dohMethod == "POST" {
+		o.dohMethod = ""
+	}
 	return o
+}
+
+func upperAll(ss []string) config.List {
+	out := make(config.List, 0, len(ss))
+	for _, s := range ss {
+		if u := strings.ToUpper(s); !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// hasChainOptions reports whether o holds options a group of the
+// cluster DNS (one fixed server) cannot take.
+func (o fwdOptions) hasChainOptions() bool {
+	return o.failover != nil || o.failfast || len(o.except) > 0 || o.readTimeout > 0 || o.maxFails != nil || o.hcInterval > 0 ||
+		o.expire > 0 || o.dohMethod != "" || len(o.next) > 0 || o.nextNoData || len(o.resolver) > 0
 }
 
 // fwdServers are the TO addresses of a forward directive in nodedns's form.
@@ -151,9 +285,9 @@ func (m *migrator) serverAddr(t Token, o fwdOptions) (string, bool) {
 		scheme, host = strings.ToLower(sc), rest
 	}
 	switch scheme {
-	case "dns", "tls":
+	case "dns", "tls", "https":
 	default:
-		m.drop(t.Line, "forward to %s: DNS over %s is not carried (nodedns speaks plain DNS and DNS over TLS)", to, strings.ToUpper(scheme))
+		m.drop(t.Line, "forward to %s: DNS over %s is not carried (nodedns speaks plain DNS, DNS over TLS and DNS over HTTPS)", to, strings.ToUpper(scheme))
 		return "", false
 	}
 	name := ""
@@ -167,17 +301,17 @@ func (m *migrator) serverAddr(t Token, o fwdOptions) (string, bool) {
 		if strings.HasPrefix(host, "[") && !strings.HasSuffix(host, "]") && !strings.Contains(host, "]:") {
 			host += "]"
 		}
-		if scheme != "tls" {
+		if scheme == "dns" {
 			m.drop(t.Line, "forward to %s: addresses with a zone are not carried", to)
 			return "", false
 		}
 	}
-	if scheme == "tls" && name == "" {
+	if scheme != "dns" && name == "" {
 		name = o.tlsName
 	}
 	out := host
-	if scheme == "tls" {
-		out = "tls://" + host
+	if scheme != "dns" {
+		out = scheme + "://" + host
 		if name != "" {
 			out += "#" + name
 		}
@@ -187,53 +321,32 @@ func (m *migrator) serverAddr(t Token, o fwdOptions) (string, bool) {
 		m.drop(t.Line, "forward to %s: %v", to, err)
 		return "", false
 	}
-	if sp.ByName() {
-		if !dnsname.InZones(sp.Name, m.clusterZones) {
-			m.drop(t.Line, "forward to %s: a host name outside the cluster zone; CoreDNS resolves it, nodedns takes only addresses and names of the cluster zone", to)
-			return "", false
-		}
+	if sp.ByName() && !dnsname.InZones(sp.Name, m.clusterZones) {
+		m.hostNames = append(m.hostNames, fmt.Sprintf("line %d: %s is resolved (A and AAAA) through upstream-resolver, else the node's resolvers; unlike CoreDNS, which resolves it once at start and does not start when it does not resolve, nodedns resolves it again when its TTL runs out and answers SERVFAIL for it meanwhile if it does not resolve", t.Line, to))
 	}
 	return out, true
 }
 
+// forward maps a forward directive of the cluster zone's block in forward
+// mode (node-cache's) or of a reverse zone's block; the forwards of other
+// blocks are carried together, once the block is read (chain.go).
 func (m *migrator) forward(b *block, d *Directive, clusterFwd, reverseOnly bool) {
-	args := d.Args
-	if len(args) < 2 {
-		m.drop(d.Line, "%s: wants FROM and at least one TO", d.String())
+	if !clusterFwd && !reverseOnly {
+		m.queueForward(b, d)
 		return
 	}
-	from, err := parseKey(args[0].Text)
-	if err != nil || len(from.zones) != 1 {
-		m.drop(d.Line, "%s: FROM %q is not one zone", d.String(), args[0].Text)
+	f, ok := m.readForward(d)
+	if !ok {
 		return
 	}
-	fromZone := from.zones[0]
-	o := m.forwardOptions(d)
-	before := len(m.dropped)
-	srv := m.forwardServers(d, args[1:], o)
-	if len(srv.addrs) == 0 && !srv.resolvConf {
-		if len(m.dropped) == before {
-			m.drop(d.Line, "%s: no server left to forward to", d.String())
-		}
-		return
-	}
+	m.hostNames = append(m.hostNames, f.hostNames...)
 	switch {
-	case clusterFwd && fromZone == ".":
-		m.clusterForward(d, srv, o)
-	case reverseOnly && fromZone == ".":
-		m.reverseFwds = append(m.reverseFwds, pendingFwd{b: b, d: d, srv: srv, o: o})
-	case b.root && fromZone == ".":
-		m.rootForward = d
-		m.rootServers = srv
-		m.upstreamOptions(d, o)
+	case clusterFwd && f.from == ".":
+		m.clusterForward(d, f.srv, f.o)
+	case reverseOnly && f.from == ".":
+		m.reverseFwds = append(m.reverseFwds, pendingFwd{b: b, d: d, srv: f.srv, o: f.o})
 	default:
-		zones := b.zones
-		if fromZone != "." {
-			zones = []string{fromZone}
-		}
-		for _, z := range zones {
-			m.stubDomain(d, z, srv, o)
-		}
+		m.queueForward(b, d)
 	}
 }
 
@@ -255,6 +368,37 @@ func (m *migrator) upstreamOptions(d *Directive, o fwdOptions) {
 		set(m, &m.cfg.MaxInflight, o.maxConcurrent, o.maxConcurrentLine,
 			fmt.Sprintf("line %d: forward max_concurrent (CoreDNS answers REFUSED past it, nodedns SERVFAIL)", o.maxConcurrentLine))
 	}
+	if o.failover != nil {
+		set(m, &m.cfg.UpstreamFailover, o.failover, d.Line)
+	} else {
+		set(m, &m.cfg.UpstreamFailover, config.List{}, d.Line, fmt.Sprintf("line %d: no failover, so a SERVFAIL or REFUSED is the answer, as CoreDNS (without this key nodedns asks another upstream once)", d.Line))
+	}
+	if o.failfast {
+		set(m, &m.cfg.UpstreamFailfast, true, d.Line)
+	}
+	if o.readTimeout > 0 {
+		set(m, &m.cfg.UpstreamReadTimeout, config.Duration(o.readTimeout), d.Line)
+	}
+	if o.maxFails != nil {
+		set(m, &m.cfg.UpstreamMaxFails, *o.maxFails, d.Line)
+	}
+	if o.hcInterval > 0 {
+		set(m, &m.cfg.UpstreamHealthCheck, config.Duration(o.hcInterval), d.Line)
+		if o.hcDomain != "" && o.hcDomain != "." {
+			set(m, &m.cfg.UpstreamHealthCheckDomain, trimDot(o.hcDomain), d.Line)
+		}
+		if o.hcNoRec {
+			set(m, &m.cfg.UpstreamHealthCheckNoRec, true, d.Line)
+		}
+	}
+	if o.expire > 0 {
+		set(m, &m.cfg.UpstreamExpire, config.Duration(o.expire), d.Line,
+			"nodedns closes idle TCP, TLS and HTTPS connections after it; UDP exchanges never reuse a socket (a fresh source port each), where CoreDNS pools UDP sockets too")
+	}
+	if o.dohMethod != "" {
+		set(m, &m.cfg.UpstreamDoHMethod, o.dohMethod, d.Line)
+	}
+	m.header = append(m.header, o.notes...)
 }
 
 // pendingFwd is a reverse-zone block's forward, decided once the cluster
@@ -298,9 +442,23 @@ func (m *migrator) clusterForward(d *Directive, srv fwdServers, o fwdOptions) {
 	if o.ca != "" || o.maxConcurrent > 0 {
 		m.drop(d.Line, "forward options tls / max_concurrent for the cluster DNS: not carried")
 	}
+	if o.hasChainOptions() {
+		m.drop(d.Line, "forward options failover, next, failfast, except, read_timeout, max_fails, health_check, expire, doh_method, resolver for the cluster DNS: not carried (nodedns asks it with the defaults)")
+	}
 }
 
+// stubDomain carries a single forward (a reverse zone's block) as the
+// stub domain of zone.
 func (m *migrator) stubDomain(d *Directive, zone string, srv fwdServers, o fwdOptions) {
+	f := &fwd{d: d, from: zone, srv: srv, o: o}
+	sd := m.groupOf(f)
+	sd.Except = trimAll(o.except)
+	m.stubChain(d, zone, srv, o, sd, []string{fmt.Sprintf("line %d: %s", d.Line, d.String())})
+}
+
+// stubChain writes the stub domain of zone: sd, the group (and its chain)
+// of the forward d.
+func (m *migrator) stubChain(d *Directive, zone string, srv fwdServers, o fwdOptions, sd config.StubDomain, comments []string) {
 	if zone == "." || m.isClusterZone(zone) {
 		m.drop(d.Line, "%s: forwarding %s is not carried; nodedns answers it itself", d.String(), zone)
 		return
@@ -316,8 +474,11 @@ func (m *migrator) stubDomain(d *Directive, zone string, srv fwdServers, o fwdOp
 		m.drop(d.Line, "%s: stub domain %s already forwarded at line %d; kept that", d.String(), key, old.line)
 		return
 	}
-	m.stubs[key] = &stub{StubDomain: config.StubDomain{Servers: srv.addrs, ForceTCP: o.forceTCP, PreferUDP: o.preferUDP, Policy: o.policy},
-		line: d.Line, comments: []string{fmt.Sprintf("line %d: %s", d.Line, d.String())}}
+	comments = append(comments, o.notes...)
+	if o.failover == nil {
+		comments = append(comments, "failover: [] (no failover: a SERVFAIL or REFUSED is the answer, as CoreDNS)")
+	}
+	m.stubs[key] = &stub{StubDomain: sd, line: d.Line, comments: comments}
 	if o.ca != "" {
 		set(m, &m.cfg.UpstreamCA, o.ca, o.caLine)
 	}

@@ -154,6 +154,13 @@ type migrator struct {
 	binds        []string
 	bindLine     int
 	adminNotes   []string
+	// hostNames say how servers given by host names are resolved;
+	// unreached are the forwards CoreDNS never gets to (chain.go).
+	hostNames []string
+	unreached []string
+	// forwards holds each block's forward directives until the block's
+	// directives have all been read (chain.go).
+	forwards map[*block][]*Directive
 	// clusterCache is cluster-ttl from the cache of a forwarded cluster
 	// zone's block, set once that block's forward is carried.
 	clusterCache *pendingTTL
