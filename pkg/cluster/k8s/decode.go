@@ -102,6 +102,11 @@ type objMeta struct {
 	labels          map[string]string // every label, when asked for
 	created         time.Time         // creationTimestamp, when asked for
 	deleting        bool              // deletionTimestamp is set
+	// ownerKind, ownerName: the controller ownerReference (owned: there
+	// is one), and templateHash the pod-template-hash label, when asked
+	// for.
+	ownerKind, ownerName, templateHash string
+	owned                              bool
 }
 
 // What readMeta reads besides the name and namespace.
@@ -109,6 +114,7 @@ const (
 	metaServiceName = 1 << iota // the kubernetes.io/service-name label
 	metaLabels                  // every label
 	metaTimes                   // creation and deletion timestamps
+	metaOwner                   // the controller ownerReference and the pod-template-hash label
 )
 
 // readMeta reads an ObjectMeta occurrence into m (merging).
@@ -120,6 +126,16 @@ func readMeta(data []byte, m *objMeta, what int) error {
 			m.name = string(it.data)
 		case it.is(3, 2):
 			m.namespace = string(it.data)
+		case what&metaOwner != 0 && it.is(11, 2):
+			if k, v, err := labelEntry(it.data, podTemplateHash); err != nil {
+				return err
+			} else if k {
+				m.templateHash = v
+			}
+		case what&metaOwner != 0 && it.is(13, 2):
+			if err := readOwner(it.data, m); err != nil {
+				return err
+			}
 		case what&(metaServiceName|metaLabels) != 0 && it.is(11, 2):
 			k, v, err := mapEntry(it.data, what&metaLabels != 0)
 			if err != nil {
@@ -165,6 +181,47 @@ func mapEntry(data []byte, all bool) (k, v string, err error) {
 		k, v = string(kb), string(vb)
 	}
 	return k, v, it.err
+}
+
+// labelEntry reads a map<string,string> entry and returns its value when
+// its key is key, allocating nothing for other keys.
+func labelEntry(data []byte, key string) (bool, string, error) {
+	it := pbIter{b: data}
+	var kb, vb []byte
+	for it.next() {
+		switch {
+		case it.is(1, 2):
+			kb = it.data
+		case it.is(2, 2):
+			vb = it.data
+		}
+	}
+	if it.err != nil || string(kb) != key {
+		return false, "", it.err
+	}
+	return true, string(vb), nil
+}
+
+// readOwner reads an OwnerReference into m when it is the controller's
+// (controller: true), as metav1.GetControllerOf picks it.
+func readOwner(data []byte, m *objMeta) error {
+	it := pbIter{b: data}
+	var kind, name []byte
+	controller := false
+	for it.next() {
+		switch {
+		case it.is(1, 2):
+			kind = it.data
+		case it.is(3, 2):
+			name = it.data
+		case it.is(6, 0):
+			controller = it.v != 0
+		}
+	}
+	if it.err == nil && controller && !m.owned {
+		m.ownerKind, m.ownerName, m.owned = ownerKindName(string(kind)), string(name), true
+	}
+	return it.err
 }
 
 // readTime reads a metav1.Time as its Unmarshal does: empty is the zero
@@ -454,7 +511,7 @@ func podDecoder(node string) func([]byte) (any, error) {
 		for it.next() {
 			switch {
 			case it.is(1, 2):
-				if err := readMeta(it.data, &m, metaTimes); err != nil {
+				if err := readMeta(it.data, &m, metaTimes|metaOwner); err != nil {
 					return nil, err
 				}
 			case it.is(2, 2):
@@ -500,8 +557,12 @@ func podDecoder(node string) func([]byte) (any, error) {
 		if it.err != nil {
 			return nil, it.err
 		}
-		return buildPod(m.name, m.namespace, m.created, m.deleting, node != "" && string(nodeName) == node,
-			hostNetwork, string(phase), podIP, podIPs), nil
+		local := node != "" && string(nodeName) == node
+		p := buildPod(m.name, m.namespace, m.created, m.deleting, local, hostNetwork, string(phase), podIP, podIPs)
+		if local && m.owned {
+			p.ownerKind, p.ownerName = workload(m.ownerKind, m.ownerName, m.templateHash)
+		}
+		return p, nil
 	}
 }
 

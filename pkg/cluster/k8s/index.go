@@ -168,19 +168,47 @@ func (ix *Index) PodNamespace(ip netip.Addr) (string, bool) {
 	return ix.podNS.Load().get(ip.Unmap())
 }
 
+// PodRef names a pod of this node and the workload that owns it (from its
+// controller's ownerReference: Deployment, StatefulSet, DaemonSet, Job, a
+// bare ReplicaSet; empty for a bare pod).
+type PodRef struct {
+	Namespace, Name      string
+	OwnerKind, OwnerName string
+}
+
+// PodOf returns the pod of this node that owns ip, the one PodNamespace
+// answers for, for reports (the search-path report, the busiest pods of a
+// namespace). It takes the index's read lock: not for the query path.
+func (ix *Index) PodOf(ip netip.Addr) (PodRef, bool) {
+	ip = ip.Unmap()
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	best := newestPod(ix.localPods[ip])
+	if best == nil {
+		return PodRef{}, false
+	}
+	return PodRef{Namespace: best.namespace, Name: best.name, OwnerKind: best.ownerKind, OwnerName: best.ownerName}, true
+}
+
+// newestPod is the pod an address belongs to among those claiming it: the
+// newest (a reused address is the new pod's), by name when created alike.
+func newestPod(pods []*pod) *pod {
+	var best *pod
+	for _, p := range pods {
+		if best == nil || p.created > best.created || (p.created == best.created && p.name > best.name) {
+			best = p
+		}
+	}
+	return best
+}
+
 // refreshPodNS replaces the table PodNamespace reads with one where the
 // addresses ips map to what localPods now says (wmu held).
 func (ix *Index) refreshPodNS(ips ...[]netip.Addr) {
 	next := ix.podNSMap
 	for _, list := range ips {
 		for _, ip := range list {
-			var best *pod
-			for _, p := range ix.localPods[ip] {
-				if best == nil || p.created > best.created || (p.created == best.created && p.name > best.name) {
-					best = p
-				}
-			}
-			if best == nil {
+			if best := newestPod(ix.localPods[ip]); best == nil {
 				delete(next, ip)
 			} else {
 				next[ip] = best.namespace

@@ -512,6 +512,8 @@ func TestDecodeMatchesTyped(t *testing.T) {
 	objs := append(fixture(),
 		testPod("ns1", "p1", "node-a", testNow, "10.244.0.9", "fd00:244::9"),
 		testPod("ns1", "p0", "node-b", time.Time{}),
+		ownedPod("ReplicaSet", "web-5d9f8c7b6", "5d9f8c7b6"),
+		ownedPod("StatefulSet", "db", ""),
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "no-ports"}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.99"}},
 		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "fqdn"}, AddressType: discoveryv1.AddressTypeFQDN,
 			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"a.example.com"}}}},
@@ -611,9 +613,35 @@ func TestDecodeMatchesTyped(t *testing.T) {
 			for range rng.IntN(3) {
 				p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ipish()})
 			}
+			// Owners as controllers make them, and not: the workload a
+			// pod of this node is reported under.
+			yes, no := true, false
+			for j := range p.OwnerReferences {
+				p.OwnerReferences[j].Kind = pick("ReplicaSet", "StatefulSet", "Job", "", "Weird")
+				p.OwnerReferences[j].Name = pick("web-5d9f8c7b6", "web", "db-0", "5d9f8c7b6", "-5d9f8c7b6")
+				p.OwnerReferences[j].Controller = []*bool{&yes, &no, nil}[rng.IntN(3)]
+			}
+			if rng.IntN(2) == 0 {
+				if p.Labels == nil {
+					p.Labels = map[string]string{}
+				}
+				p.Labels[podTemplateHash] = pick("5d9f8c7b6", "", "x")
+			}
 			checkDecode(t, decodeCase{fmt.Sprintf("random pod %d", i), marshal(t, &p), podT, podF})
 		}
 	}
+}
+
+// ownedPod is a pod of node-a whose controller is kind/name, with the
+// pod-template-hash label when hash is set.
+func ownedPod(kind, name, hash string) *corev1.Pod {
+	p := testPod("ns1", "owned-"+strings.ToLower(kind), "node-a", testNow, "10.244.0.10")
+	yes := true
+	p.OwnerReferences = []metav1.OwnerReference{{Kind: "Node", Name: "n"}, {Kind: kind, Name: name, Controller: &yes}}
+	if hash != "" {
+		p.Labels = map[string]string{podTemplateHash: hash}
+	}
+	return p
 }
 
 // FuzzDecode feeds arbitrary bytes to the item decoders: no panic, and

@@ -130,6 +130,37 @@ type pod struct {
 	// for terminating pods in verified mode, though the pod still runs and
 	// still queries (so PodNamespace keeps it).
 	deleting bool
+	// ownerKind and ownerName are the workload of a pod of this node, from
+	// its controller's ownerReference (workload): what the search-path
+	// report names, so that an operator knows what to fix. Empty for other
+	// nodes' pods and for bare pods.
+	ownerKind, ownerName string
+}
+
+// podTemplateHash is the label a Deployment's ReplicaSets put on their
+// pods; the ReplicaSet's name is the Deployment's and "-" and the hash.
+const podTemplateHash = "pod-template-hash"
+
+// workload names the workload a pod's controller ownerReference (kind,
+// name) stands for: a Deployment for a ReplicaSet named after it with the
+// pod's template hash, else the owner itself (StatefulSet, DaemonSet, Job,
+// a bare ReplicaSet, ...).
+func workload(kind, name, hash string) (string, string) {
+	if kind == "ReplicaSet" && hash != "" && strings.HasSuffix(name, "-"+hash) && len(name) > len(hash)+1 {
+		return "Deployment", name[:len(name)-len(hash)-1]
+	}
+	return ownerKindName(kind), name
+}
+
+// ownerKindName shares the strings of the common kinds, so that a node's
+// pods hold one copy of each.
+func ownerKindName(kind string) string {
+	for _, k := range [...]string{"ReplicaSet", "StatefulSet", "DaemonSet", "Job", "Deployment", "Node"} {
+		if kind == k {
+			return k
+		}
+	}
+	return kind
 }
 
 func (s *service) GetName() string                      { return s.name }
@@ -433,8 +464,15 @@ func podTransform(node string) func(any) (any, error) {
 			for _, ip := range o.Status.PodIPs {
 				ips = append(ips, ip.IP)
 			}
-			return buildPod(o.Name, o.Namespace, o.CreationTimestamp.Time, o.DeletionTimestamp != nil, node != "" && o.Spec.NodeName == node,
-				o.Spec.HostNetwork, string(o.Status.Phase), o.Status.PodIP, ips), nil
+			local := node != "" && o.Spec.NodeName == node
+			p := buildPod(o.Name, o.Namespace, o.CreationTimestamp.Time, o.DeletionTimestamp != nil, local,
+				o.Spec.HostNetwork, string(o.Status.Phase), o.Status.PodIP, ips)
+			if local {
+				if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
+					p.ownerKind, p.ownerName = workload(ref.Kind, ref.Name, o.Labels[podTemplateHash])
+				}
+			}
+			return p, nil
 		}
 		return nil, fmt.Errorf("pod transform: unexpected %T", obj)
 	}
@@ -466,7 +504,7 @@ func buildPod(name, ns string, created time.Time, deleting, local, hostNetwork b
 func (p *pod) equal(o *pod) bool {
 	return p.name == o.name && p.namespace == o.namespace && p.created == o.created &&
 		p.local == o.local && p.hostNetwork == o.hostNetwork && p.done == o.done &&
-		p.deleting == o.deleting &&
+		p.deleting == o.deleting && p.ownerKind == o.ownerKind && p.ownerName == o.ownerName &&
 		slices.Equal(p.ips, o.ips)
 }
 
