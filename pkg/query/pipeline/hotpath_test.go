@@ -113,6 +113,7 @@ func TestHotPathAllocs(t *testing.T) {
 		{"with rewrite rules", hotServer(t, withRewrite(t))},
 		{"with loadbalance", hotServer(t, withLoadBalance)},
 		{"with all three", hotServer(t, withHosts(t), withRewrite(t), withLoadBalance)},
+		{"with client namespaces", hotServer(t, withNamespaces)},
 	}
 	out := make([]byte, 0, 4096)
 	cases := []struct {
@@ -160,6 +161,12 @@ func withRewrite(tb testing.TB) func(*Config) {
 }
 
 func withLoadBalance(c *Config) { c.LoadBalance = true }
+
+// withNamespaces makes the test client a pod of team-a whose namespace
+// every event reports (the per-namespace figures), to an observer.
+func withNamespaces(c *Config) {
+	c.Pods, c.ClientNamespaces, c.Observer = fakePods{client: "team-a"}, true, &noopObserver{}
+}
 
 // withHosts configures static records (static.example, falling through for
 // every other name) in front of the other stages.

@@ -68,6 +68,11 @@ type Config struct {
 	LoadBalance bool
 	// Observer is told about every answer; nil: nobody.
 	Observer Observer
+	// ClientNamespaces tells the Observer the namespace of every client
+	// that is a pod of this node (Event.Namespace, for per-namespace
+	// figures): Pods is asked about every query, where otherwise only
+	// names under svc.<zone> (the search path) and the slow path ask.
+	ClientNamespaces bool
 	// Failures rate-limits the warn line written for every SERVFAIL sent
 	// (failures.go); nil: no such lines.
 	Failures FailureLimiter
@@ -219,4 +224,28 @@ type Event struct {
 	// without answers), as the query log classes need.
 	Answers   int
 	Truncated bool
+	// Namespace is the client's namespace when it is a pod of this node,
+	// else "" (always with Config.ClientNamespaces; without, only when the
+	// search path or the slow path asked).
+	Namespace string
+	// Upstream is how many lookups of this answer went upstream (a cache
+	// miss forwarded, joined to an identical exchange in flight, or
+	// failed; the cluster DNS before the sync); a search-path walk may
+	// make several.
+	Upstream int
+	// Expansion: the query is a search-path expansion a pod sent: a first
+	// expansion `<name>.<ns>.svc.<zone>` (of a name that does not exist as
+	// asked), or an NXDOMAIN for a name under one of the pod's search
+	// domains (the expansions a client walks itself).
+	Expansion bool
+	// For a first expansion: SearchBase is the name the pod looked up
+	// (the query name less `.<ns>.svc.<zone>`; it shares Name's memory),
+	// SearchList the length of its search list with the name itself,
+	// SearchWinner the index in it of the step that answered (then
+	// AutopathSaved), SearchList when none did (every step NXDOMAIN), -1
+	// when the agent did not walk it (autopath off, a walk that could not
+	// decide).
+	SearchBase   string
+	SearchList   int
+	SearchWinner int
 }

@@ -123,8 +123,8 @@ func ppIndex(tb testing.TB) *k8s.Index {
 
 // ppServer is a pipeline (no transport) with the real index, the real cache
 // holding a plain external name (www.example.test), and autopath on for
-// the pod podClient.
-func ppServer(tb testing.TB) *Pipeline {
+// the pod podClient; opts adjust its configuration.
+func ppServer(tb testing.TB, opts ...func(*Config)) *Pipeline {
 	tb.Helper()
 	c, err := cache.New(cache.Config{Size: 1000}, ppUpstream{})
 	if err != nil {
@@ -137,8 +137,11 @@ func ppServer(tb testing.TB) *Pipeline {
 	r.Answer = []dns.RR{mustRR("www.example.test. 300 IN A 192.0.2.1")}
 	c.Put(cache.KeyOf(r), r)
 	ix := ppIndex(tb)
-	s, err := New(Config{Resolver: c, Cluster: ix,
-		Pods: ix, Autopath: true, Search: []string{"corp.example."}})
+	cfg := Config{Resolver: c, Cluster: ix, Pods: ix, Autopath: true, Search: []string{"corp.example."}}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -214,9 +217,22 @@ func short(rrs []dns.RR) []string {
 // repeated queries cost on the reader: a search-path shortcut whose winner
 // is known (a cached external name, a cluster name), a pod record and a
 // PTR record are served from wire form like a cache hit, at zero
-// allocations; and each reply is the right one.
+// allocations; and each reply is the right one. The same holds with the
+// client's namespace looked up for every query and reported (the
+// per-namespace figures).
 func TestHotPathAllocsPodPath(t *testing.T) {
-	s := ppServer(t)
+	for _, ns := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "client namespaces"}[ns], func(t *testing.T) {
+			testHotPathAllocsPodPath(t, ppServer(t, func(c *Config) {
+				if ns {
+					c.ClientNamespaces, c.Observer = true, &noopObserver{}
+				}
+			}))
+		})
+	}
+}
+
+func testHotPathAllocsPodPath(t *testing.T, s *Pipeline) {
 	out := make([]byte, 0, 4096)
 	for _, c := range ppCases() {
 		pkt := packet(t, c.qname, c.qtype, true)

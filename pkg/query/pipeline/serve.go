@@ -47,6 +47,13 @@ type call struct {
 	// OPT record the stored reply ends with (a cache hit whose upstream
 	// sent EDE options): finish makes it the reply's own.
 	optAt int
+	// What the Event reports of the search path and the upstream
+	// (pipeline.Event): search is set for a first expansion; searchCut is
+	// the length of `.<ns>.svc.<zone>` at the end of c.name; searchList
+	// and searchWinner as the Event's.
+	upstream                         int
+	expansion, search                bool
+	searchCut, searchList, searchWon int
 }
 
 // Answer implements server.Handler: it answers req on the reader when no
@@ -207,6 +214,7 @@ func (p *Pipeline) searchPath(dst []byte, c *call, ns string) ([]byte, server.Ve
 		// A rewritten name: walked off the reader, its reply mapped back.
 		return dst, server.Wait, true
 	}
+	c.expansion, c.search, c.searchCut, c.searchWon = true, true, len(c.name)-len(base), -1
 	m, steps, saved, st := p.walk(c, ns, base)
 	switch st {
 	case walkWait:
@@ -353,6 +361,9 @@ func (p *Pipeline) resolve(c *call, r stage.Resolver, name string, qtype uint16)
 	if res.Source == "" {
 		res.Source = stage.SourceUpstream
 	}
+	if res.Source != stage.SourceCache {
+		c.upstream++
+	}
 	if err != nil {
 		return answer{Result: stage.Result{Source: res.Source}, err: err}
 	}
@@ -402,6 +413,7 @@ func (p *Pipeline) beforeSync(c *call, name string, qtype uint16) answer {
 		return answer{Result: stage.Result{Source: stage.SourceCluster}, err: errNotSynced}
 	}
 	upstream := stage.Result{Source: stage.SourceUpstream}
+	c.upstream++
 	m, err := p.cfg.ClusterDNS.Exchange(c.ctx, p.origin(c), query(name, qtype, false, false))
 	if err == nil && m.Truncated {
 		err = errTruncated
@@ -483,10 +495,24 @@ func (p *Pipeline) observe(c *call, src stage.Source, rcode, steps, saved int, r
 	}
 	ev := Event{Source: src, Rcode: rcode, Proto: c.req.Proto, Client: c.req.Client, Name: c.q.Name,
 		Qtype: c.q.Type, Duration: time.Since(c.req.Received), AutopathSteps: steps, AutopathSaved: saved,
-		Listener: c.req.Listener, RequestSize: len(c.req.Packet), ResponseSize: len(reply), DO: c.q.DO}
+		Listener: c.req.Listener, RequestSize: len(c.req.Packet), ResponseSize: len(reply), DO: c.q.DO,
+		Upstream: c.upstream, SearchWinner: -1}
 	if len(reply) >= dnswire.HeaderLen {
 		ev.Answers = int(reply[6])<<8 | int(reply[7])
 		ev.Truncated = reply[2]&0x02 != 0
+	}
+	if c.hasOrigin || p.cfg.ClientNamespaces && p.cfg.Pods != nil {
+		ev.Namespace = p.origin(c).Namespace
+	}
+	if ev.Namespace != "" {
+		if !c.expansion && rcode == dns.RcodeNameError {
+			p.missedExpansion(c, ev.Namespace)
+		}
+		ev.Expansion = c.expansion
+		if c.search {
+			ev.SearchBase = c.name[:len(c.name)-c.searchCut]
+			ev.SearchList, ev.SearchWinner = c.searchList, c.searchWon
+		}
 	}
 	p.cfg.Observer.Observe(ev)
 }

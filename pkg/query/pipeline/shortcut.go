@@ -95,8 +95,10 @@ type scEntry struct {
 	// cluster: the cluster's message for the winner; nil for a cached
 	// winner.
 	cluster *dns.Msg
-	// steps are the walk's names up to the winner, which is last.
+	// steps are the walk's names up to the winner, which is last; list
+	// is the length of the whole search list, the name itself included.
 	steps []string
+	list  int
 }
 
 func (e *scEntry) idx() int { return len(e.steps) - 1 }
@@ -282,6 +284,8 @@ func (p *Pipeline) shortcutHit(dst []byte, c *call, ns string) ([]byte, bool) {
 	if e.idx() > 0 {
 		c.ede.add(dns.ExtendedErrorCodeSynthesized, edeTextSearch)
 	}
+	c.expansion, c.search, c.searchList, c.searchWon = true, true, e.list, e.idx()
+	c.searchCut = 1 + len(ns) + len(".svc.") + len(p.cfg.Cluster.Zone())
 	dst = p.finish(dst, start, c, dns.RcodeSuccess)
 	p.observe(c, stage.SourceAutopath, dns.RcodeSuccess, 1, e.idx(), dst[start:])
 	return dst, true
@@ -329,7 +333,7 @@ func (p *Pipeline) keepShortcut(c *call, ns string, set *walkSettings, me *memoE
 		return
 	}
 	k := scKey{name: strings.Clone(c.q.Name), qtype: c.q.Type, flags: scFlags(c)}
-	e := &scEntry{h: p.shortcuts.hash(k), key: k, ns: ns, set: set, memo: me, steps: steps, wire: wire, ttls: ttls}
+	e := &scEntry{h: p.shortcuts.hash(k), key: k, ns: ns, set: set, memo: me, steps: steps, list: c.searchList, wire: wire, ttls: ttls}
 	if a.Source == stage.SourceCluster {
 		e.cluster = a.Msg
 	} else {

@@ -37,7 +37,35 @@ func (p *Pipeline) podQuery(c *call) (ns string, ok bool) {
 	if n := len(c.name) - len(zone); n < 5 || c.name[n:] != zone || c.name[n-5:n] != ".svc." {
 		return "", false
 	}
-	return p.cfg.Pods.PodNamespace(c.req.Client.Unmap())
+	ns, ok = p.cfg.Pods.PodNamespace(c.req.Client)
+	c.origin, c.hasOrigin = stage.Origin{Client: c.req.Client, Namespace: ns}, true
+	return ns, ok
+}
+
+// missedExpansion marks c, an NXDOMAIN for a pod of namespace ns that the
+// walk did not take up, as a search-path expansion when its name is under
+// one of the pod's search domains: the cluster zone (the first three) or
+// the node's. One under `<ns>.svc.<zone>` is the pod's first expansion,
+// which it now walks itself (autopath is off).
+func (p *Pipeline) missedExpansion(c *call, ns string) {
+	name, search := c.name, p.walkConf().search
+	if p.cfg.Cluster != nil {
+		zone := p.cfg.Cluster.Zone()
+		if name != zone && inZone(zone, name) {
+			c.expansion = true
+			if base, ok := autopath.Split(name, ns, zone); ok {
+				c.search, c.searchCut, c.searchWon = true, len(name)-len(base), -1
+				c.searchList = 4 + len(search)
+			}
+			return
+		}
+	}
+	for _, d := range search {
+		if name != d && inZone(d, name) {
+			c.expansion = true
+			return
+		}
+	}
 }
 
 // walk answers c by walking the pod's search list in the pipeline: the
@@ -62,6 +90,7 @@ func (p *Pipeline) podQuery(c *call) (ns string, ok bool) {
 func (p *Pipeline) walk(c *call, ns, base string) (m *dns.Msg, steps, saved int, st walkStatus) {
 	set := p.walkConf()
 	names := autopath.Walk(base, ns, p.cfg.Cluster.Zone(), set.search)
+	c.searchList = len(names)
 	qtype := c.q.Type
 	// The key holds the namespace: one namespace's result is never
 	// another's.
@@ -136,6 +165,7 @@ func (p *Pipeline) walk(c *call, ns, base string) (m *dns.Msg, steps, saved int,
 	// cluster zone's SOA. The client walks its own list after it (glibc,
 	// musl and dig all do), so no query is saved: the later expansions
 	// are answered locally or from the cache.
+	c.searchWon = len(names)
 	return first, tried + len(names), 0, walkDone
 }
 
@@ -143,6 +173,7 @@ func (p *Pipeline) walk(c *call, ns, base string) (m *dns.Msg, steps, saved int,
 // of the reply: synthesized when it is not the name asked, stale when its
 // answer was.
 func (c *call) walkWon(i int, a answer) {
+	c.searchWon = i
 	if i > 0 {
 		c.ede.add(dns.ExtendedErrorCodeSynthesized, edeTextSearch)
 	}
