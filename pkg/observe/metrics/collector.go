@@ -40,6 +40,8 @@ type collector struct {
 	srvReaders, srvReadersLive, srvReaderRestarts *prometheus.Desc
 
 	peerServers *prometheus.Desc
+
+	ns nsDescs
 }
 
 func newCollector(r *Recorder) *collector {
@@ -103,6 +105,8 @@ func newCollector(r *Recorder) *collector {
 		srvReadersLive:    d("server_udp_readers_live", "UDP socket readers reading now; below server_udp_readers while a failed reader is being restarted."),
 		srvReaderRestarts: d("server_udp_reader_restarts_total", "UDP socket readers restarted after their socket failed."),
 
+		ns: newNSDescs(d),
+
 		peerServers: d("peer_servers", "Other processes serving the agent's DNS addresses (per address and protocol), by kind: nodedns (another agent, as in a rolling update), foreign (another DNS server: the agent is not ready), unidentified.", "kind"),
 	}
 }
@@ -117,6 +121,11 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.srvOverloaded, c.srvClientLimited, c.srvPanics, c.srvInflight, c.srvTCP, c.srvTCPClientLimited, c.srvTCPEvicted,
 		c.srvReaders, c.srvReadersLive, c.srvReaderRestarts, c.peerServers} {
 		ch <- d
+	}
+	if c.r.ns != nil {
+		for _, d := range c.ns.all() {
+			ch <- d
+		}
 	}
 }
 
@@ -145,6 +154,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.apShortcuts, r.apShortcuts.Load())
 	counter(c.apSteps, r.apSteps.Load())
 	counter(c.apSaved, r.apSaved.Load())
+	if r.ns != nil {
+		c.ns.collect(r.ns, ch)
+	}
 
 	src := r.cfg.Sources
 	if src.Cache != nil {

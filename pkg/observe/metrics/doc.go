@@ -16,8 +16,20 @@
 // in a bounded table whose counts halve every minute: they show who is
 // loud now, approximately, and cost bounded memory whatever the traffic.
 // Query names reach /stats and the query log only, never a metric label.
-// Recorder.Run (optional) keeps a coarse clock so that Observe does not
-// read the system clock either.
+//
+// Per-namespace figures (namespaces.go): the busiest Config.Namespaces
+// namespaces of this node's pods are counted apart, each in fixed atomic
+// counters found through a table keyed by the pod table's namespace
+// string; the rest count under "other", clients that are no pod of this
+// node under "_nonpod". Which namespaces are counted apart changes only
+// with hysteresis and a minimum tenure, so that a namespace does not flap
+// between its own series and "other". The search-path report
+// (searchpath.go) samples the first expansions pods send into a bounded
+// table and says, per workload, what each lookup costs and what would fix
+// it; the busiest pods and failing names of a namespace come from a sample
+// too. Recorder.Run (optional) keeps a coarse clock so that Observe does
+// not read the system clock either, and reconsiders which namespaces are
+// counted apart.
 //
 // Figures owned by other packages (cache, upstreams, interception,
 // informers, the server's own counters) are read at scrape time through the
@@ -28,9 +40,11 @@
 // InformerFigures, PeerFigures), so that this package imports none of
 // pkg/node and pkg/cluster.
 //
-// Limits: the QPS windows count whole seconds before the current one (the
-// figure lags by up to a second); top-k counts are estimates (over-counted by
-// at most the evicted minimum, times the sample rate); p50/p99 in /stats
-// are read from histogram buckets (a factor of two wide); at most 64 zones
-// are counted apart in the CoreDNS series.
+// Limits: a namespace's figures start when it is first counted apart (its
+// queries before count under "other"); the QPS windows count whole seconds
+// before the current one (the figure lags by up to a second); top-k counts
+// are estimates (over-counted by at most the evicted minimum, times the
+// sample rate); p50/p99 in /stats are read from histogram buckets (a
+// factor of two wide); at most 64 zones are counted apart in the CoreDNS
+// series.
 package metrics

@@ -41,6 +41,16 @@ type Document struct {
 	TopNames   []TopEntry `json:"top_names"`
 	TopClients []TopEntry `json:"top_clients"`
 	TopSample  int        `json:"top_sample"`
+
+	// Namespaces are the per-namespace figures (namespaces.go): those
+	// counted apart, busiest first, then "other" and "_nonpod"; nil when
+	// they are off. NamespaceLimit is how many are counted apart at most,
+	// NamespacesTracked how many namespaces of this node's pods were seen.
+	Namespaces        []NamespaceStats `json:"namespaces,omitempty"`
+	NamespaceLimit    int              `json:"namespace_limit,omitempty"`
+	NamespacesTracked int              `json:"namespaces_tracked,omitempty"`
+	// SearchPath is the search-path report (searchpath.go).
+	SearchPath *SearchPathStats `json:"search_path,omitempty"`
 }
 
 // QPS are answers per second, averaged over the whole seconds of each
@@ -120,6 +130,11 @@ func (r *Recorder) Stats() Document {
 	scale := uint64(r.cfg.TopSample)
 	d.TopNames = topEntries(r.names.snapshot(sec), r.cfg.TopK, scale, func(k string) string { return k })
 	d.TopClients = topEntries(r.clients.snapshot(sec), r.cfg.TopK, scale, func(k netip.Addr) string { return k.String() })
+	if r.ns != nil {
+		d.Namespaces, d.NamespacesTracked = r.namespaceStats(sec)
+		d.NamespaceLimit = r.cfg.Namespaces
+	}
+	d.SearchPath = r.searchPath(sec)
 	return d
 }
 

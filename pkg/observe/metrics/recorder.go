@@ -60,6 +60,11 @@ type Config struct {
 	// TopSample: one answer in TopSample (rounded up to a power of two) is
 	// counted into the top lists; default 16.
 	TopSample int
+	// Namespaces is how many namespaces are counted apart in the
+	// per-namespace figures (namespaces.go): the busiest, kept stable;
+	// the rest count under "other", clients that are no pod of this node
+	// under "_nonpod". 0: no per-namespace figures. At most MaxNamespaces.
+	Namespaces int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -78,6 +83,20 @@ type Sources struct {
 	// ConfigErrors counts configuration reloads rejected since start.
 	ConfigErrors func() uint64
 	Peers        func() PeerFigures
+	// Pod names the pod of this node that owns a client address, and its
+	// workload, for the reports (the busiest pods of a namespace, the
+	// search-path report); read when /stats is served.
+	Pod func(netip.Addr) (PodInfo, bool)
+	// Search is the cluster domain and the node's search domains pods
+	// inherit, for the search-path report's advice.
+	Search func() (zone string, node []string)
+}
+
+// PodInfo names a pod and the workload that owns it (Kind: Deployment,
+// StatefulSet, DaemonSet, Job, ...; empty for a bare pod).
+type PodInfo struct {
+	Namespace, Name string
+	Kind, Workload  string
 }
 
 // ForwarderFigures are the upstream forwarder's own counters: queries
@@ -213,6 +232,13 @@ type Recorder struct {
 	names      *topK[string]
 	clients    *topK[netip.Addr]
 
+	// ns are the per-namespace figures; nil when off. search samples the
+	// lookups that walk a search list (searchpath.go), searchSeen counts
+	// them for the sample.
+	ns         *nsTable
+	search     *topK[searchKey]
+	searchSeen atomic.Uint64
+
 	// compat counts for the CoreDNS series; nil with CompatNone.
 	compat *compat
 }
@@ -235,6 +261,9 @@ func New(cfg Config) (*Recorder, error) {
 	}
 	if cfg.TopSample <= 0 {
 		cfg.TopSample = 16
+	}
+	if cfg.Namespaces < 0 || cfg.Namespaces > MaxNamespaces {
+		return nil, fmt.Errorf("metrics: %d namespaces counted apart: want 0 to %d", cfg.Namespaces, MaxNamespaces)
 	}
 	sample := 1
 	for sample < cfg.TopSample && sample < 1<<20 {
@@ -261,6 +290,10 @@ func New(cfg Config) (*Recorder, error) {
 	tracked := min(max(64, 8*cfg.TopK), 4096)
 	r.names = newTopK(tracked, strings.Clone)
 	r.clients = newTopK(tracked, func(a netip.Addr) netip.Addr { return a })
+	if cfg.Namespaces > 0 {
+		r.ns = newNSTable(cfg.Namespaces, r.wallNow)
+	}
+	r.search = newTopK(searchTracked, cloneSearchKey)
 	if cfg.Compat == CompatCoreDNS {
 		r.compat = newCompat(cfg.Listeners, cfg.Logger)
 		r.compat.setZones(cfg.Zones)
@@ -289,6 +322,12 @@ func (r *Recorder) Observe(ev pipeline.Event) {
 	r.durations[si].observe(ev.Duration)
 	if r.compat != nil {
 		r.compat.observe(&ev, si, rc)
+	}
+	if r.ns != nil {
+		r.ns.figures(ev.Namespace).observe(&ev, si, rc, r.topMask, sec)
+	}
+	if ev.SearchBase != "" && (r.searchSeen.Add(1)-1)&r.topMask == 0 {
+		r.search.add(searchKeyOf(&ev), sec)
 	}
 	r.qps.add(sec)
 	if ev.AutopathSteps > 0 || ev.AutopathSaved > 0 {
@@ -344,19 +383,28 @@ const coarseTick = 50 * time.Millisecond
 
 // Run keeps a coarse clock for Observe until ctx is done, so that the
 // serving path loads an atomic instead of reading the system clock (on
-// some virtual machines the dearest part of Observe). It is optional:
-// without it, or once it returns, Observe reads the clock itself. Call it
-// once, in its own goroutine.
+// some virtual machines the dearest part of Observe), and reconsiders
+// every nsRebalance which namespaces are counted apart. Without it, or
+// once it returns, Observe reads the clock itself and the namespaces that
+// hold their places keep them. Call it once, in its own goroutine.
 func (r *Recorder) Run(ctx context.Context) {
 	t := time.NewTicker(coarseTick)
 	defer t.Stop()
 	defer r.coarse.Store(0)
+	var rebalance <-chan time.Time
+	if r.ns != nil {
+		rt := time.NewTicker(nsRebalance)
+		defer rt.Stop()
+		rebalance = rt.C
+	}
 	for {
 		r.coarse.Store(r.second())
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-rebalance:
+			r.ns.rebalance()
 		}
 	}
 }

@@ -101,6 +101,11 @@ func (d *Document) Report(w io.Writer) {
 	renderInformers(r, d.Informers)
 	r.blank()
 
+	if d.Namespaces != nil {
+		renderNamespaces(r, d)
+		r.blank()
+	}
+
 	sample := ""
 	if d.TopSample > 1 {
 		sample = fmt.Sprintf(", sampled 1 in %d", d.TopSample)
