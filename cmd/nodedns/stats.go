@@ -26,9 +26,13 @@ const maxStatsBody = 8 << 20
 type statsOptions struct {
 	admin, socket string
 	json, watch   bool
-	interval      time.Duration
-	timeout       time.Duration
-	count         int
+	// namespace: the report of one namespace; searchPath: the search-path
+	// report, instead of the whole report.
+	namespace  string
+	searchPath bool
+	interval   time.Duration
+	timeout    time.Duration
+	count      int
 }
 
 // stats is `nodedns stats`: read the agent's /stats and print a report
@@ -47,7 +51,9 @@ func parseStatsFlags(args []string, stderr io.Writer) (statsOptions, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.admin, "admin", "127.0.0.1:9253", "the agent's admin address (ip:port)")
 	fs.StringVar(&o.socket, "socket", "", "the agent's admin unix socket instead of --admin (inside the pod it reaches this pod's agent even while two agents share the port during a rollout)")
-	fs.BoolVar(&o.json, "json", false, "print the raw /stats document")
+	fs.BoolVar(&o.json, "json", false, "print the raw /stats document (with --namespace or --search-path, that part of it)")
+	fs.StringVar(&o.namespace, "namespace", "", "the report of one namespace: its figures, busiest pods and most-failing names ("+metrics.NamespaceOther+" and "+metrics.NamespaceNonPod+" too)")
+	fs.BoolVar(&o.searchPath, "search-path", false, "the search-path report: the workloads whose pods walk their search list, what they ask, what each lookup costs and what would fix it")
 	fs.BoolVar(&o.watch, "watch", false, "refresh every --interval until interrupted")
 	fs.DurationVar(&o.interval, "interval", 2*time.Second, "refresh interval with --watch")
 	fs.IntVar(&o.count, "count", 0, "with --watch, stop after this many reports (0: until interrupted)")
@@ -66,6 +72,8 @@ func parseStatsFlags(args []string, stderr io.Writer) (statsOptions, error) {
 		return o, fmt.Errorf("--count %d: want 0 or more", o.count)
 	case o.socket == "" && o.admin == "":
 		return o, errors.New("--admin is empty and no --socket")
+	case o.namespace != "" && o.searchPath:
+		return o, errors.New("--namespace and --search-path are two reports: give one")
 	}
 	return o, nil
 }
@@ -82,7 +90,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fetch := func() ([]byte, error) { return fetchStats(ctx, client, base+"/stats", where, o.timeout) }
 	show := func(w io.Writer, body []byte) error {
-		if o.json {
+		if o.json && o.namespace == "" && !o.searchPath {
 			_, err := w.Write(body)
 			return err
 		}
@@ -90,8 +98,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := json.Unmarshal(body, &d); err != nil {
 			return fmt.Errorf("decoding /stats from %s: %w", where, err)
 		}
-		d.Report(w)
-		return nil
+		return showPart(w, &d, o)
 	}
 	if !o.watch {
 		body, err := fetch()
@@ -138,6 +145,33 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		case <-t.C:
 		}
 	}
+}
+
+// showPart writes the report o asks for of d: the whole report, one
+// namespace's, or the search path's (with --json, that part of the
+// document).
+func showPart(w io.Writer, d *metrics.Document, o statsOptions) error {
+	var part any
+	switch {
+	case o.namespace != "":
+		s, err := d.Namespace(o.namespace)
+		if err != nil || !o.json {
+			if err == nil {
+				d.NamespaceReport(w, s)
+			}
+			return err
+		}
+		part = s
+	case o.searchPath && o.json:
+		part = d.SearchPath
+	case o.searchPath:
+		d.SearchPathReport(w)
+		return nil
+	default:
+		d.Report(w)
+		return nil
+	}
+	return json.NewEncoder(w).Encode(part)
 }
 
 // fetchStats GETs url and returns the body of a 200 answer.

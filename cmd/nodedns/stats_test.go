@@ -278,3 +278,60 @@ func TestStatsFromAgentEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// --namespace prints one namespace's report (its JSON object with
+// --json), --search-path the search-path report; a namespace the agent
+// does not count apart is an error naming those it does.
+func TestStatsNamespaceAndSearchPath(t *testing.T) {
+	doc := sampleDocument()
+	now := doc.Now
+	doc.NamespaceLimit, doc.NamespacesTracked = 50, 2
+	doc.Namespaces = []metrics.NamespaceStats{
+		{Namespace: "shop", Since: now, Queries: 120, Responses: map[string]uint64{"NOERROR": 100, "NXDOMAIN": 15, "SERVFAIL": 5}, CacheHits: 80,
+			Upstream: 20, P50ms: 0.1, P99ms: 5, SearchExpansions: 40, SearchWalkSteps: 90, SearchSaved: 60,
+			Pods:    []metrics.NamespacePod{{Addr: "10.244.0.21", Pod: "web-5d9f8c7b6-x2k4p", Workload: "Deployment/web", Count: 96}},
+			Failing: []metrics.FailingName{{Name: "typo.example.", Rcode: "NXDOMAIN", Count: 15}}},
+		{Namespace: metrics.NamespaceOther, Since: now, Queries: 3, Responses: map[string]uint64{"NOERROR": 3}},
+		{Namespace: metrics.NamespaceNonPod, Since: now, Queries: 7, Responses: map[string]uint64{"NOERROR": 7}},
+	}
+	doc.SearchPath = &metrics.SearchPathStats{Zone: "cluster.local.", Sample: 16, Workloads: []metrics.SearchWorkload{{
+		Namespace: "shop", Kind: "Deployment", Name: "web", Pods: []string{"web-5d9f8c7b6-x2k4p"}, Ndots: 2,
+		Lookups: []metrics.SearchLookup{{Name: "api.example.com", Types: []string{"A", "AAAA"}, Lookups: 320, Step: 3, List: 4,
+			Answer: "api.example.com.", WithoutWalk: 8, WithWalk: 2, AsFQDN: 2}}}}}
+	_, addr := statsServer(t, doc)
+
+	out, _, err := runStatsArgs(t, "--admin", addr)
+	if err != nil || !strings.Contains(out, "Namespaces    2 seen, 1 counted apart (limit 50)") {
+		t.Errorf("report without a Namespaces section (%v):\n%s", err, out)
+	}
+	out, _, err = runStatsArgs(t, "--admin", addr, "--namespace", "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Namespace     shop", "web-5d9f8c7b6-x2k4p", "Deployment/web", "15  NXDOMAIN  typo.example."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--namespace shop lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, err = runStatsArgs(t, "--admin", addr, "--namespace", "shop", "--json")
+	var ns metrics.NamespaceStats
+	if err != nil || json.Unmarshal([]byte(out), &ns) != nil || ns.Namespace != "shop" || ns.Queries != 120 {
+		t.Errorf("--namespace shop --json: %v\n%s", err, out)
+	}
+	if _, _, err := runStatsArgs(t, "--admin", addr, "--namespace", "nope"); err == nil ||
+		!strings.Contains(err.Error(), `namespace "nope" is not counted apart`) || !strings.Contains(err.Error(), "shop other _nonpod") {
+		t.Errorf("unknown namespace: error %v", err)
+	}
+	out, _, err = runStatsArgs(t, "--admin", addr, "--search-path")
+	if err != nil || !strings.Contains(out, "shop          Deployment web") || !strings.Contains(out, "ndots:2") {
+		t.Errorf("--search-path (%v):\n%s", err, out)
+	}
+	if _, _, err := runStatsArgs(t, "--admin", addr, "--search-path", "--namespace", "shop"); err == nil {
+		t.Error("--search-path with --namespace accepted")
+	}
+	doc.Namespaces = nil
+	_, addr = statsServer(t, doc)
+	if _, _, err := runStatsArgs(t, "--admin", addr, "--namespace", "shop"); err == nil || !strings.Contains(err.Error(), "--metrics-namespaces 0") {
+		t.Errorf("figures off: error %v", err)
+	}
+}

@@ -200,7 +200,7 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	}
 	listen := cfg.ListenAddrs()
 	pcfg := pipeline.Config{Panics: a.panics, Failures: a.failures, Hosts: a.hosts, LoadBalance: cfg.LoadBalance == config.LoadBalanceRoundRobin, Resolver: a.cache, Autopath: cfg.Autopath,
-		MaxUDPSize: cfg.MaxUDPSize, Logger: log}
+		MaxUDPSize: cfg.MaxUDPSize, ClientNamespaces: cfg.MetricsNamespaces > 0, Logger: log}
 	scfg := server.Config{Panics: a.panics, Listen: listen, MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns,
 		UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.SocketsPerAddr(), Logger: log}
 	if err := a.wireCluster(&pcfg); err != nil {

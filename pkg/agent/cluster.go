@@ -52,12 +52,13 @@ func (a *Agent) wireCluster(pcfg *pipeline.Config) error {
 	}
 	pcfg.Cluster = a.ix
 	pcfg.Search = searchDomains(a.cfg, a.ix.Zone())
-	if a.cfg.Autopath {
-		if a.cfg.NodeName == "" {
-			a.log.Warn("autopath needs --node-name (or $NODE_NAME) to know this node's pods: search-path walk off")
-		} else {
-			pcfg.Pods = a.ix
-		}
+	// This node's pods: the search-path walk's, and the per-namespace
+	// figures' (a reload may turn the walk on).
+	switch {
+	case a.cfg.NodeName != "":
+		pcfg.Pods = a.ix
+	case a.cfg.Autopath:
+		a.log.Warn("autopath needs --node-name (or $NODE_NAME) to know this node's pods: search-path walk off")
 	}
 	if a.cfg.ClusterDNS != "" {
 		fwd, err := clusterDNSForwarder(a.cfg, a.upLog)

@@ -90,11 +90,15 @@ func (a *Agent) wireForward(pcfg *pipeline.Config) error {
 	if ignored := localOnlyOptions(a.cfg); len(ignored) > 0 {
 		a.log.Warn("cluster zone options ignored with --cluster-zone forward: the central DNS answers the zone", "options", ignored)
 	}
-	if !a.cfg.Autopath {
+	// This node's pods: the search-path walk's, and the per-namespace
+	// figures'.
+	if !a.cfg.Autopath && a.cfg.MetricsNamespaces == 0 {
 		return nil
 	}
 	if a.cfg.NodeName == "" {
-		a.log.Warn("autopath needs --node-name (or $NODE_NAME) to know this node's pods: search-path walk off")
+		if a.cfg.Autopath {
+			a.log.Warn("autopath needs --node-name (or $NODE_NAME) to know this node's pods: search-path walk off")
+		}
 		return nil
 	}
 	rc, err := k8s.RESTConfigContext(a.cfg.Kubeconfig, a.cfg.KubeconfigContext)
@@ -102,7 +106,7 @@ func (a *Agent) wireForward(pcfg *pipeline.Config) error {
 		return err
 	}
 	if rc == nil {
-		a.log.Warn("no --kubeconfig and not running in a pod: this node's pods are unknown, search-path walk off")
+		a.log.Warn("no --kubeconfig and not running in a pod: this node's pods are unknown, search-path walk and per-namespace figures off")
 		return nil
 	}
 	rc.UserAgent = "nodedns/" + a.version

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"net/netip"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,8 +21,17 @@ import (
 func (a *Agent) newRecorder() (*metrics.Recorder, error) {
 	return metrics.New(metrics.Config{Version: a.version, Revision: a.revision, LogQueries: a.cfg.LogQueries, LogClasses: a.cfg.LogQueriesClass, Logger: a.log,
 		Compat: metrics.Compat(a.cfg.MetricsCompat), Listeners: a.cfg.ListenAddrs(), Zones: metricZones(a.cfg), Plugins: a.plugins(),
+		Namespaces: a.cfg.MetricsNamespaces,
 		Sources: metrics.Sources{
-			Cache: func() cache.Stats { return a.cache.Stats() },
+			Pod: func(ip netip.Addr) (metrics.PodInfo, bool) {
+				if a.ix == nil {
+					return metrics.PodInfo{}, false
+				}
+				p, ok := a.ix.PodOf(ip)
+				return metrics.PodInfo{Namespace: p.Namespace, Name: p.Name, Kind: p.OwnerKind, Workload: p.OwnerName}, ok
+			},
+			Search: a.searchPath,
+			Cache:  func() cache.Stats { return a.cache.Stats() },
 			Upstreams: func() []upstream.ServerStats {
 				var out []upstream.ServerStats
 				for _, s := range a.fwd.Load().Servers() {
@@ -62,6 +72,21 @@ func (a *Agent) newRecorder() (*metrics.Recorder, error) {
 			},
 			ConfigErrors: a.reloads.failures.Load,
 		}})
+}
+
+// searchPath is the cluster domain and the node's search domains pods walk
+// after it, as the running configuration has them, for the search-path
+// report.
+func (a *Agent) searchPath() (string, []string) {
+	cfg := a.running()
+	if cfg == nil {
+		cfg = &a.cfg
+	}
+	zones := cfg.ClusterZones()
+	if len(zones) == 0 {
+		return "", nil
+	}
+	return zones[0], searchDomains(*cfg, zones[0])
 }
 
 // metricZones are the zones the CoreDNS-compatible series count queries

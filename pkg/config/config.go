@@ -137,6 +137,9 @@ type Config struct {
 	// besides nodedns_*: coredns (CoreDNS 1.15 and node-cache names) or
 	// none.
 	MetricsCompat string
+	// MetricsNamespaces is how many namespaces are counted apart in the
+	// per-namespace figures; 0 turns them off.
+	MetricsNamespaces int
 
 	// path is the --config file, watched for live reload.
 	path string

@@ -550,6 +550,10 @@ var settings = []*Setting{
 		field: func(c *Config) any { return &c.MetricsCompat }, check: func(c *Config) error {
 			return oneOf("metrics-compat", c.MetricsCompat, "coredns", "none")
 		}},
+	{key: "metrics-namespaces", def: "50", help: "namespaces of this node's pods counted apart in the nodedns_namespace_* series and /stats (the busiest, kept stable); the rest as namespace=\"other\", clients that are no pod of this node as \"_nonpod\"; 0 turns them off; 0 to 1000; restart-only",
+		field: func(c *Config) any { return &c.MetricsNamespaces }, check: func(c *Config) error {
+			return between("metrics-namespaces", c.MetricsNamespaces, 0, metrics.MaxNamespaces)
+		}},
 }
 
 // completeCheck reports a configuration that is valid but not enough to

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -217,20 +218,32 @@ func namespaceRow(s NamespaceStats) []string {
 		fmt.Sprint(s.Upstream), fmtMs(s.P50ms), fmtMs(s.P99ms), fmt.Sprint(s.SearchExpansions), fmt.Sprint(s.SearchSaved)}
 }
 
-// NamespaceReport writes the report of one namespace (`nodedns stats
-// --namespace NS`): its figures, its busiest pods and its most-failing
-// names. It returns false when the document has no such namespace.
-func (d *Document) NamespaceReport(w io.Writer, ns string) bool {
-	i := slices.IndexFunc(d.Namespaces, func(s NamespaceStats) bool { return s.Namespace == ns })
-	if i < 0 {
-		return false
+// Namespace returns the figures of namespace ns ("other" and "_nonpod"
+// too), or an error saying why the document has none.
+func (d *Document) Namespace(ns string) (*NamespaceStats, error) {
+	if d.Namespaces == nil {
+		return nil, errors.New("no per-namespace figures: the agent runs with --metrics-namespaces 0 (or predates them)")
 	}
-	s := d.Namespaces[i]
+	names := make([]string, 0, len(d.Namespaces))
+	for i := range d.Namespaces {
+		if d.Namespaces[i].Namespace == ns {
+			return &d.Namespaces[i], nil
+		}
+		names = append(names, Printable(d.Namespaces[i].Namespace))
+	}
+	return nil, fmt.Errorf("namespace %q is not counted apart: no pod of this node asked from it, or it counts under %q (at most %d namespaces are counted apart); the agent has: %s",
+		Printable(ns), NamespaceOther, d.NamespaceLimit, strings.Join(names, " "))
+}
+
+// NamespaceReport writes the report of one namespace, s (`nodedns stats
+// --namespace NS`): its figures, its busiest pods and its most-failing
+// names.
+func (d *Document) NamespaceReport(w io.Writer, s *NamespaceStats) {
 	r := report{w}
 	r.line("Namespace", "%s, counted since %s", Printable(s.Namespace), s.Since.UTC().Format("2006-01-02 15:04:05 UTC"))
 	r.table([][]string{
 		{"", "QUERIES", "NOERROR", "NXDOMAIN", "SERVFAIL", "OTHER", "HIT%", "UPSTREAM", "P50", "P99", "EXPANSIONS", "SAVED"},
-		namespaceRow(s)[1:],
+		namespaceRow(*s)[1:],
 	})
 	rcodes := make([]string, 0, len(s.Responses))
 	for rc := range s.Responses {
@@ -269,7 +282,6 @@ func (d *Document) NamespaceReport(w io.Writer, ns string) bool {
 		}
 		r.table(rows)
 	}
-	return true
 }
 
 func orDash(s string) string {

@@ -333,9 +333,11 @@ func TestNamespaceReports(t *testing.T) {
 		}
 	}
 	buf.Reset()
-	if !d.NamespaceReport(&buf, "team-a") {
-		t.Fatal("no report for team-a")
+	s, err := d.Namespace("team-a")
+	if err != nil {
+		t.Fatal(err)
 	}
+	d.NamespaceReport(&buf, s)
 	out := buf.String()
 	for _, want := range []string{"Namespace     team-a", "web-5d9f8c7b6-x2k4p", "Deployment/web", "10.244.0.9",
 		"3  NXDOMAIN  typo.example.", "1  SERVFAIL  broken.example."} {
@@ -344,7 +346,7 @@ func TestNamespaceReports(t *testing.T) {
 		}
 	}
 	t.Logf("\n%s", out)
-	if d.NamespaceReport(&buf, "nope") {
-		t.Error("a report for a namespace never seen")
+	if _, err := d.Namespace("nope"); err == nil {
+		t.Error("figures for a namespace never seen")
 	}
 }
