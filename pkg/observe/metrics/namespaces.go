@@ -46,9 +46,9 @@ import (
 // counter: take rate() first, then sum.
 //
 // Memory is bounded by K: counters and detail tables for K+2 (about
-// 4 KiB each), and a tracking entry (about 100 bytes) for at most
-// max(4K, 1024) namespaces; further namespaces (a node never runs pods of
-// that many) count under "other".
+// 6 KiB each when the tables are full), and a tracking entry (about 200
+// bytes) for at most max(4K, 1024) namespaces; further namespaces (a node
+// never runs pods of that many) count under "other".
 
 // The labels of the namespaces that are not one.
 const (
