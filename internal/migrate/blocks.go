@@ -107,6 +107,7 @@ func (m *migrator) run(f *File) {
 		blocks = append(blocks, b)
 	}
 	m.findClusterZones(blocks)
+	m.otherBlocks = countOtherBlocks(blocks)
 	// The root block first: where one value serves every zone, the root
 	// block's is the one that applies to most names.
 	sort.SliceStable(blocks, func(i, j int) bool { return blocks[i].root && !blocks[j].root })

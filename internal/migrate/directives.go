@@ -14,10 +14,8 @@ import (
 
 // unsupported says what the plugins nodedns does not carry would have done.
 var unsupported = map[string]string{
-	"acl":          "filtered queries by client address and type",
 	"auto":         "served zones from zone files in a directory",
 	"azure":        "served zones from Azure DNS",
-	"chaos":        "answered CH TXT queries for version.bind and authors.bind",
 	"clouddns":     "served zones from Google Cloud DNS",
 	"debug":        "disabled panic recovery and printed debug output (nodedns: log-level: debug)",
 	"dns64":        "synthesized AAAA records from A records (DNS64)",
@@ -30,13 +28,10 @@ var unsupported = map[string]string{
 	"geoip":        "looked up the client's location",
 	"grpc":         "forwarded queries over gRPC",
 	"grpc_server":  "served DNS over gRPC",
-	"header":       "rewrote header flags of answers",
 	"https":        "served DNS over HTTPS",
 	"https3":       "served DNS over HTTP/3",
 	"k8s_external": "answered for the external IPs of Services in an external zone",
-	"local":        "answered localhost and its reverse names itself",
 	"metadata":     "made request metadata available to other plugins",
-	"minimal":      "left the authority and additional sections out of answers",
 	"multisocket":  "served on several sockets per port",
 	"nomad":        "served records from Nomad",
 	"nsid":         "added the NSID EDNS option to answers",
@@ -50,7 +45,6 @@ var unsupported = map[string]string{
 	"shed":         "shed load above a CPU threshold",
 	"sign":         "signed zone files with DNSSEC",
 	"siit":         "translated IPv4 and IPv6 addresses (SIIT)",
-	"template":     "synthesized answers from templates",
 	"timeouts":     "set the server's read, write and idle timeouts",
 	"tls":          "configured TLS for the server's own DNS-over-TLS listeners",
 	"trace":        "traced queries (OpenTracing)",
@@ -75,6 +69,18 @@ func (m *migrator) directive(b *block, d *Directive, clusterFwd, reverseOnly boo
 		m.rewrite(b, d)
 	case "loadbalance":
 		m.loadbalance(d)
+	case "template":
+		m.template(b, d)
+	case "acl":
+		m.acl(b, d)
+	case "local":
+		m.local(d)
+	case "chaos":
+		m.chaos(d)
+	case "minimal":
+		m.minimal(d)
+	case "header":
+		m.headerFlags(d)
 	case "autopath":
 		m.autopath(d)
 	case "health":

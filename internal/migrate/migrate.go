@@ -152,6 +152,7 @@ type migrator struct {
 	rootServers  fwdServers
 	reverseFwds  []pendingFwd
 	binds        []string
+	otherBlocks  int // server blocks besides the root's
 	bindLine     int
 	adminNotes   []string
 	// hostNames say how servers given by host names are resolved;

@@ -231,7 +231,8 @@ func TestDirectiveNotes(t *testing.T) {
 		src, want string
 		line      int
 	}{
-		{".:53 {\n  template IN A example.org\n}\n", "synthesized answers", 2},
+		{".:53 {\n  template IN A example.org {\n    expr incidr(client_ip(), '10.0.0.0/8')\n  }\n}\n", "expressions", 3},
+		{".:53 {\n  acl {\n    block foo type A\n  }\n}\n", "neither type nor net", 3},
 		{".:53 {\n  frobnicate\n}\n", "unknown directive", 2},
 		{".:53 {\n  forward . quic://1.1.1.1\n}\n", "DNS over QUIC", 2},
 		{".:53 {\n  forward . 1.1.1.1 {\n    max_connect_attempts 3\n  }\n}\n", "at most twice per query", 3},
@@ -321,6 +322,18 @@ func TestCarried(t *testing.T) {
 			map[string]any{"cluster-domain": []any{"cluster.local"}, "pods": "verified", "upstream": []any{"9.9.9.9"}, "max-ttl": "5m0s", "cluster-zone": nil, "stub-domains": nil}},
 		{"in-addr.arpa ip6.arpa {\n  kubernetes\n}\ncluster.local {\n  kubernetes {\n    pods verified\n  }\n}\n",
 			map[string]any{"cluster-domain": []any{"cluster.local"}, "pods": "verified"}},
+		{".:53 {\n  template IN AAAA . {\n    rcode NOERROR\n  }\n  template IN A ocp.example.com {\n    match .*.apps.ocp.example.com\n    answer \"{{ .Name }} 60 in {{ .Type }} 192.0.2.100\"\n    fallthrough\n  }\n}\nblocked.example {\n  template ANY ANY {\n    rcode NXDOMAIN\n    authority \"blocked.example. 60 IN SOA ns.blocked.example. h.blocked.example. 1 60 60 60 60\"\n    ederror 15 \"Blocked by policy\"\n  }\n}\n",
+			map[string]any{"templates": []any{
+				map[string]any{"type": "AAAA", "rcode": "NOERROR"},
+				map[string]any{"type": "A", "zones": []any{"ocp.example.com"}, "match": []any{".*.apps.ocp.example.com"}, "answer": []any{"{{ .Name }} 60 in {{ .Type }} 192.0.2.100"}, "fallthrough": []any{}},
+				map[string]any{"class": "ANY", "type": "ANY", "zones": []any{"blocked.example"}, "rcode": "NXDOMAIN",
+					"authority": []any{"blocked.example. 60 IN SOA ns.blocked.example. h.blocked.example. 1 60 60 60 60"}, "ede": map[string]any{"code": float64(15), "reason": "Blocked by policy"}}}}},
+		{".:53 {\n  acl {\n    block type AXFR IXFR\n    allow net 10.0.0.0/8 fd00::/8\n    block\n  }\n  acl internal.example {\n    filter type MX net *\n  }\n  local {\n    localhost_prefix off\n  }\n  chaos v1 alice bob\n  minimal\n  header {\n    response set ra aa\n    query clear rd\n  }\n}\n",
+			map[string]any{"acl": []any{
+				map[string]any{"policies": []any{map[string]any{"action": "block", "types": []any{"AXFR", "IXFR"}}, map[string]any{"action": "allow", "nets": []any{"10.0.0.0/8", "fd00::/8"}}, map[string]any{"action": "block"}}},
+				map[string]any{"zones": []any{"internal.example"}, "policies": []any{map[string]any{"action": "filter", "types": []any{"MX"}, "nets": []any{"*"}}}}},
+				"local": true, "local-localhost-prefix": false, "chaos": true, "chaos-version": "v1", "chaos-authors": []any{"alice", "bob"},
+				"minimal-responses": true, "header": map[string]any{"response": map[string]any{"set": []any{"ra", "aa"}}, "query": map[string]any{"clear": []any{"rd"}}}}},
 		{".:53 {\n  bufsize 1232\n  any\n  cancel\n  errors {\n    consolidate 5m \".*\"\n  }\n  log\n}\n",
 			map[string]any{"max-udp-size": float64(1232), "log-queries": float64(1)}},
 	} {

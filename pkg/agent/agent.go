@@ -219,6 +219,10 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	if rw != nil {
 		pcfg.Rewriter = rw
 	}
+	if pcfg.Plugins, err = a.buildPlugins(cfg); err != nil {
+		return nil, err
+	}
+	pcfg.MinimalResponses = cfg.MinimalResponses
 	if a.ix == nil && config.HasNamedServers(cfg.Upstream) {
 		return nil, fmt.Errorf("--upstream names a server of the cluster zone, which needs the cluster index (--kubeconfig, or running in a pod)")
 	}

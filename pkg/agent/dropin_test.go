@@ -103,3 +103,86 @@ loadbalance: round_robin
 	writeConfigMap(t, dir, base)
 	waitFor("static.example.", "NOERROR static.example. 192.0.2.1,static.example. 192.0.2.2")
 }
+
+// TestPluginsLiveReload: local, the access list and templates change with
+// the config file, without a restart.
+func TestPluginsLiveReload(t *testing.T) {
+	reloadPoll = 50 * time.Millisecond
+	up := dnstest.Start(t, dnstest.Zone(60))
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	dir := t.TempDir()
+	base := fmt.Sprintf("listen: [%s]\nadmin: \"\"\nloop-check: false\nlameduck: 0s\nupstream: [%s]\n", addr, up.Addr)
+	writeConfigMap(t, dir, base)
+	args := []string{"--config", filepath.Join(dir, "config.yaml")}
+	cfg, err := config.Load(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Build(cfg, Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Args: args, Version: "1.2.3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	c := &dns.Client{Timeout: time.Second}
+	ask := func(name string, qtype, qclass uint16) string {
+		m := new(dns.Msg)
+		m.SetQuestion(name, qtype)
+		m.Question[0].Qclass = qclass
+		r, _, err := c.Exchange(m, addr)
+		if err != nil {
+			return err.Error()
+		}
+		out := []string{dns.RcodeToString[r.Rcode]}
+		for _, rr := range r.Answer {
+			out = append(out, strings.Fields(rr.String())[4])
+		}
+		return strings.Join(out, " ")
+	}
+	waitFor := func(name string, qtype, qclass uint16, want string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got := ask(name, qtype, qclass)
+			if got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s %s: %q, want %q", name, dns.TypeToString[qtype], got, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("www.example.com.", dns.TypeAAAA, dns.ClassINET, "NOERROR 2001:db8::1")
+	waitFor("version.bind.", dns.TypeTXT, dns.ClassCHAOS, "REFUSED")
+
+	writeConfigMap(t, dir, base+`local: true
+chaos: true
+acl:
+  - zones: [blocked.example.com]
+    policies: [{action: block}]
+templates:
+  - {type: AAAA, rcode: NOERROR}
+`)
+	waitFor("www.example.com.", dns.TypeAAAA, dns.ClassINET, "NOERROR")
+	waitFor("version.bind.", dns.TypeTXT, dns.ClassCHAOS, "NOERROR \"nodedns-1.2.3\"")
+	waitFor("localhost.", dns.TypeA, dns.ClassINET, "NOERROR 127.0.0.1")
+	waitFor("x.blocked.example.com.", dns.TypeA, dns.ClassINET, "REFUSED")
+	waitFor("www.example.com.", dns.TypeA, dns.ClassINET, "NOERROR 192.0.2.1")
+
+	// A bad template changes nothing.
+	writeConfigMap(t, dir, base+"templates:\n  - {type: AAAA, match: ['(']}\n")
+	time.Sleep(300 * time.Millisecond)
+	waitFor("www.example.com.", dns.TypeAAAA, dns.ClassINET, "NOERROR")
+	// Off again.
+	writeConfigMap(t, dir, base)
+	waitFor("www.example.com.", dns.TypeAAAA, dns.ClassINET, "NOERROR 2001:db8::1")
+	waitFor("x.blocked.example.com.", dns.TypeA, dns.ClassINET, "NOERROR 192.0.2.1")
+}

@@ -120,6 +120,15 @@ func (a *Agent) plugins() []string {
 	if a.cfg.LogQueries > 0 {
 		p = append(p, "log")
 	}
+	for _, on := range []struct {
+		plugin string
+		on     bool
+	}{{"local", a.cfg.Local}, {"chaos", a.cfg.Chaos}, {"acl", len(a.cfg.ACL) > 0}, {"template", len(a.cfg.Templates) > 0},
+		{"header", a.cfg.Header != nil}, {"minimal", a.cfg.MinimalResponses}} {
+		if on.on {
+			p = append(p, on.plugin)
+		}
+	}
 	slices.Sort(p)
 	return p
 }

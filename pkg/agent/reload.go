@@ -105,6 +105,15 @@ var (
 			return nil
 		}, nil
 	}}
+	// applyPlugins builds the CoreDNS plugins around the stages (prepare)
+	// and swaps them in (commit).
+	applyPlugins = &applier{class: config.ApplyPlugins, prepare: func(a *Agent, cfg *config.Config) (func() error, error) {
+		pl, err := a.buildPlugins(*cfg)
+		if err != nil {
+			return nil, err
+		}
+		return func() error { a.pipe.SetPlugins(pl); return nil }, nil
+	}}
 	applyLoadBalance = &applier{class: config.ApplyLoadBalance, prepare: func(a *Agent, cfg *config.Config) (func() error, error) {
 		on := cfg.LoadBalance == config.LoadBalanceRoundRobin
 		return func() error { a.pipe.SetLoadBalance(on); return nil }, nil
@@ -134,7 +143,7 @@ var (
 // applierOrder is the order commits run in: the one commit that can fail
 // (the cache's own checks) first, so that a failure leaves nothing applied.
 // Every apply class of the settings table has its applier here.
-var applierOrder = []*applier{applyCache, applyForwarder, applyHosts, applyRewrite, applyLoadBalance, applySearch, applyLogLevel, applyLogQueries, applyAtExit}
+var applierOrder = []*applier{applyCache, applyForwarder, applyHosts, applyRewrite, applyPlugins, applyLoadBalance, applySearch, applyLogLevel, applyLogQueries, applyAtExit}
 
 // applierOf returns the applier of class, or nil.
 func applierOf(class config.Apply) *applier {

@@ -195,6 +195,9 @@ func cacheOptions(cc *cache.Config, cfg config.Config) {
 	cc.PrefetchPercent = cfg.PrefetchPercent
 	cc.DisableSuccess = cfg.CacheDisableSuccess.Zones()
 	cc.DisableDenial = cfg.CacheDisableDenial.Zones()
+	// header { query clear rd }: the upstream is asked without RD (the
+	// key was validated).
+	_, _, cc.ClearRD, _ = cfg.HeaderMasks()
 }
 
 // forwarderConfig maps cfg, the default upstreams resolved for it and the

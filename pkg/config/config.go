@@ -102,6 +102,17 @@ type Config struct {
 	Hosts       *HostsConfig
 	Rewrite     []RewriteRule
 	LoadBalance string
+	// CoreDNS plugins around the stages (plugins.go): acl, templates and
+	// header are file keys only.
+	Local                bool
+	LocalLocalhostPrefix bool
+	Chaos                bool
+	ChaosVersion         string
+	ChaosAuthors         List
+	ACL                  []ACLRule
+	Templates            []TemplateConfig
+	Header               *HeaderConfig
+	MinimalResponses     bool
 	// ClusterSyncWait bounds how long the listeners wait for the cluster
 	// index at start when no other agent serves our addresses.
 	ClusterSyncWait Duration

@@ -74,6 +74,9 @@ const (
 	ApplyRewrite Apply = "rewrite"
 	// ApplyLoadBalance turns the rotation of A and AAAA records on or off.
 	ApplyLoadBalance Apply = "loadbalance"
+	// ApplyPlugins replaces the CoreDNS plugins around the stages (local,
+	// chaos, acl, templates, header).
+	ApplyPlugins Apply = "plugins"
 	// ApplySearch replaces the search-path settings of the server.
 	ApplySearch Apply = "search path"
 	// ApplyLogLevel changes the log level.
@@ -512,6 +515,28 @@ var settings = []*Setting{
 			_, err := c.Rewriter()
 			return err
 		}},
+	// CoreDNS plugins around the stages (plugins.go).
+	{key: "local", help: "answer localhost, names under it and the 0, 127 and 255.in-addr.arpa zones before anything else, as CoreDNS's local",
+		field: func(c *Config) any { return &c.Local }, apply: on(ApplyPlugins)},
+	{key: "local-localhost-prefix", def: "true", help: "with local: names starting localhost. are answered as localhost too (CoreDNS localhost_prefix)",
+		field: func(c *Config) any { return &c.LocalLocalhostPrefix }, apply: on(ApplyPlugins)},
+	{key: "chaos", help: "answer version.bind, version.server, authors.bind, hostname.bind and id.server in class CH, as CoreDNS's chaos",
+		field: func(c *Config) any { return &c.Chaos }, apply: on(ApplyPlugins)},
+	{key: "chaos-version", help: "with chaos: the version answered (default nodedns-VERSION)",
+		field: func(c *Config) any { return &c.ChaosVersion }, apply: on(ApplyPlugins), check: checkChaos},
+	{key: "chaos-authors", def: "nodedns", help: "with chaos: comma-separated authors answered for authors.bind; at most 64",
+		field: func(c *Config) any { return &c.ChaosAuthors }, apply: on(ApplyPlugins)},
+	{key: "acl", flag: noFlag, help: "access list as CoreDNS's acl: a list of {zones, policies: [{action: allow|block|filter|drop, types, nets}]}; at most 64 rules of 64 policies",
+		field: func(c *Config) any { return &c.ACL }, apply: on(ApplyPlugins), check: checkACL},
+	{key: "templates", flag: noFlag, help: "answers from templates as CoreDNS's template: a list of {class, type, zones, match, answer, additional, authority, rcode, ede: {code, reason}, fallthrough}; at most 64",
+		field: func(c *Config) any { return &c.Templates }, apply: on(ApplyPlugins), check: checkTemplates},
+	{key: "header", flag: noFlag, help: "header flags as CoreDNS's header: {query: {set, clear}, response: {set, clear}} of aa, ra, rd",
+		field: func(c *Config) any { return &c.Header }, apply: on(ApplyPlugins, ApplyCache), check: func(c *Config) error {
+			_, _, _, err := c.HeaderMasks()
+			return err
+		}},
+	{key: "minimal-responses", help: "leave the authority and additional sections out of NOERROR answers, as CoreDNS's minimal (forwarded answers are always minimal); restart-only",
+		field: func(c *Config) any { return &c.MinimalResponses }},
 	{key: "loadbalance", help: "round_robin: rotate the order of A and AAAA records in every reply, as CoreDNS's loadbalance (empty: off)",
 		field: func(c *Config) any { return &c.LoadBalance }, apply: on(ApplyLoadBalance), check: func(c *Config) error {
 			if c.LoadBalance != LoadBalanceOff && c.LoadBalance != LoadBalanceRoundRobin {

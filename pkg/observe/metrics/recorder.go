@@ -158,11 +158,12 @@ const (
 	srcAutopath
 	srcLocal
 	srcHosts
+	srcTemplate
 	srcOther
 	numSources
 )
 
-var sourceNames = [numSources]string{"cluster", "cache", "stale", "upstream", "autopath", "local", "hosts", "other"}
+var sourceNames = [numSources]string{"cluster", "cache", "stale", "upstream", "autopath", "local", "hosts", "template", "other"}
 
 func sourceIndex(s stage.Source) int {
 	switch s {
@@ -180,6 +181,8 @@ func sourceIndex(s stage.Source) int {
 		return srcLocal
 	case stage.SourceHosts:
 		return srcHosts
+	case stage.SourceTemplate:
+		return srcTemplate
 	}
 	return srcOther
 }

@@ -51,6 +51,9 @@ func (p *Pipeline) pack(dst []byte, c *call, m *dns.Msg) ([]byte, error) {
 		}
 	}
 	out.Rcode = m.Rcode & 0xF
+	if p.cfg.MinimalResponses && minimizable(m) {
+		out.Ns, out.Extra = nil, nil
+	}
 	start := len(dst)
 	b, err := out.PackBuffer(dst[start:cap(dst)])
 	if err != nil {
@@ -132,6 +135,7 @@ func patchHeader(m []byte, c *call, rcode int) uint16 {
 	if !c.q.DO && c.q.Flags&dnswire.FlagAD == 0 {
 		flags &^= dnswire.FlagAD
 	}
+	flags = c.headerFlags(flags)
 	binary.BigEndian.PutUint16(m[2:], flags)
 	n := len(c.q.RawName)
 	if len(m) >= dnswire.HeaderLen+n && binary.BigEndian.Uint16(m[4:]) == 1 {

@@ -32,6 +32,7 @@ const (
 	failCached     = "cached SERVFAIL"
 	failCluster    = "cluster zone answered SERVFAIL"
 	failHosts      = "hosts: name in its zones has no entry and no fallthrough"
+	failTemplate   = "template: name in its zones matched no template and no fallthrough, or its records did not render"
 	failWalk       = "search-path walk answered SERVFAIL"
 	failRewrite    = "rewrite produced an invalid name"
 	failOther      = "SERVFAIL"
@@ -70,6 +71,8 @@ func sourceReason(src stage.Source) string {
 		return failCluster
 	case stage.SourceHosts:
 		return failHosts
+	case stage.SourceTemplate:
+		return failTemplate
 	case stage.SourceAutopath:
 		return failWalk
 	}

@@ -11,11 +11,15 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/pkg/query/acl"
+	"github.com/nodedns/nodedns/pkg/query/builtin"
 	"github.com/nodedns/nodedns/pkg/query/cache"
+	"github.com/nodedns/nodedns/pkg/query/dnswire"
 	"github.com/nodedns/nodedns/pkg/query/hosts"
 	"github.com/nodedns/nodedns/pkg/query/rewrite"
 	"github.com/nodedns/nodedns/pkg/query/server"
 	"github.com/nodedns/nodedns/pkg/query/stage"
+	"github.com/nodedns/nodedns/pkg/query/template"
 )
 
 // noUpstream fails every exchange; the hit-path tests never reach it.
@@ -114,6 +118,7 @@ func TestHotPathAllocs(t *testing.T) {
 		{"with loadbalance", hotServer(t, withLoadBalance)},
 		{"with all three", hotServer(t, withHosts(t), withRewrite(t), withLoadBalance)},
 		{"with client namespaces", hotServer(t, withNamespaces)},
+		{"with plugins", hotServer(t, withPlugins(t))},
 	}
 	out := make([]byte, 0, 4096)
 	cases := []struct {
@@ -137,6 +142,13 @@ func TestHotPathAllocs(t *testing.T) {
 				pkt  []byte
 				max  float64
 			}{"hosts answer", packet(t, "Static.Example.", dns.TypeA, true), 0})
+		}
+		if sv.s.plugins.Load() != nil {
+			cs = append(cs[:len(cs):len(cs)], struct {
+				name string
+				pkt  []byte
+				max  float64
+			}{"template's fixed answer", packet(t, "Www.Example.Test.", dns.TypeAAAA, true), 0})
 		}
 		for _, c := range cs {
 			if _, v := serveOnce(sv.s, c.pkt, out); v != server.Reply {
@@ -166,6 +178,20 @@ func withLoadBalance(c *Config) { c.LoadBalance = true }
 // every event reports (the per-namespace figures), to an observer.
 func withNamespaces(c *Config) {
 	c.Pods, c.ClientNamespaces, c.Observer = fakePods{client: "team-a"}, true, &noopObserver{}
+}
+
+// withPlugins configures the CoreDNS plugins as clusters use them, none
+// answering the hot-path questions but the AAAA template: local and
+// chaos, the AKS-style access list (transfers blocked, the client's
+// network allowed, the rest blocked), AAAA emptied everywhere, header
+// rules.
+func withPlugins(tb testing.TB) func(*Config) {
+	pl := &Plugins{Local: builtin.NewLocal(true), Chaos: builtin.NewChaos("nodedns", []string{"nodedns"}),
+		ACL: mustACL(tb, acl.Rule{Policies: []acl.Policy{{Action: acl.Block, Types: []string{"AXFR", "IXFR"}},
+			{Action: acl.Allow, Nets: []string{"10.0.0.0/8", "127.0.0.0/8", "fd00::/8"}}, {Action: acl.Block}}}),
+		Templates: mustTemplates(tb, template.Config{Class: "IN", Type: "AAAA", Rcode: "NOERROR"}),
+		Header:    Header{Set: dnswire.FlagAA}}
+	return func(c *Config) { c.Plugins = pl }
 }
 
 // withHosts configures static records (static.example, falling through for
@@ -201,6 +227,7 @@ func BenchmarkDropIn(b *testing.B) {
 		{"rewrite", []func(*Config){withRewrite(b)}},
 		{"loadbalance", []func(*Config){withLoadBalance}},
 		{"all", []func(*Config){withHosts(b), withRewrite(b), withLoadBalance}},
+		{"plugins", []func(*Config){withPlugins(b)}},
 	} {
 		s := hotServer(b, c.opts...)
 		for _, q := range []struct{ name, qname string }{{"cache3", "pool.example.test."}, {"cluster", "web.team-a.svc.cluster.local."}} {

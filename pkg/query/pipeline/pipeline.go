@@ -1,9 +1,12 @@
 // Package pipeline answers DNS queries. It decides, in one place
 // (lookup, serve.go), the order of the stages: name rewrites, then for a
 // pod of this node the search-path walk (or a shortcut kept from an
-// earlier one), static records, the cluster zone, cache and upstream; and
-// it turns their one Result into the reply: the client's ID, question
-// case, EDNS size, TC bit.
+// earlier one), static records, the cluster zone, cache and upstream, and
+// where the CoreDNS plugins around them run (plugins.go: local and chaos
+// first, the access list after rewrites, templates before static records,
+// header rules and minimal answers on the stages' replies); and it turns
+// their one Result into the reply: the client's ID, question case, EDNS
+// size, TC bit.
 //
 // It is the Handler behind pkg/query/server's transport. Answer runs on a
 // socket's reader and answers what needs no waiting there (cache hits,
@@ -62,6 +65,13 @@ type Config struct {
 	// Route sends the names of some zones to a resolver of their own
 	// instead of Resolver; nil: none.
 	Route *Route
+	// Plugins are the CoreDNS plugins run around the stages (plugins.go);
+	// see SetPlugins. nil: none.
+	Plugins *Plugins
+	// MinimalResponses empties the authority and additional sections of
+	// NOERROR answers, as CoreDNS's minimal (restart-only: packed replies
+	// are kept in the form they were packed in).
+	MinimalResponses bool
 	// LoadBalance rotates the order of A and AAAA records in replies,
 	// one step per reply (CoreDNS's `loadbalance round_robin`); see
 	// SetLoadBalance.
@@ -134,6 +144,8 @@ type Pipeline struct {
 	walkSet atomic.Pointer[walkSettings]
 	// rewriter rewrites query names first; nil: none.
 	rewriter atomic.Pointer[rewriterBox]
+	// plugins are the CoreDNS plugins around the stages; nil: none.
+	plugins atomic.Pointer[Plugins]
 	// loadBalance rotates the A and AAAA RRsets of every NOERROR reply
 	// (finish); rotation counts replies for the next offset.
 	loadBalance atomic.Bool
@@ -162,6 +174,7 @@ func New(cfg Config) (*Pipeline, error) {
 	p.loop.name.Store("")
 	p.walkSet.Store(&walkSettings{autopath: cfg.Autopath, search: cfg.Search})
 	p.SetRewriter(cfg.Rewriter)
+	p.SetPlugins(cfg.Plugins)
 	p.loadBalance.Store(cfg.LoadBalance)
 	return p, nil
 }

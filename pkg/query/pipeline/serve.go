@@ -43,6 +43,11 @@ type call struct {
 	// ede are the Extended DNS Errors of the reply (ede.go), sent to a
 	// client that sent EDNS.
 	ede edeSet
+	// hdr are the header plugin's rules, once the reply is a stage's
+	// (patchHeader).
+	hdr Header
+	// noTemplates: a template's CNAME targets are being looked up.
+	noTemplates bool
 	// optAt, when not 0, is the offset in the reply being finished of an
 	// OPT record the stored reply ends with (a cache hit whose upstream
 	// sent EDE options): finish makes it the reply's own.
@@ -101,6 +106,15 @@ func (p *Pipeline) serve(dst []byte, c *call) (out []byte, v server.Verdict) {
 	if out, done := p.rewrite(dst, c); done {
 		return out, server.Reply
 	}
+	if pl := p.plugins.Load(); pl != nil {
+		if pl.ACL != nil {
+			if out, v, done := p.acl(dst, c, pl.ACL); done {
+				return out, v
+			}
+		}
+		// From here on the reply is a stage's.
+		c.hdr = pl.Header
+	}
 	if ns, ok := p.podQuery(c); ok {
 		if out, v, done := p.searchPath(dst, c, ns); done {
 			return out, v
@@ -144,6 +158,13 @@ func (p *Pipeline) check(dst []byte, c *call) (out []byte, v server.Verdict, don
 		return p.reply(dst, c, dns.RcodeFormatError, stage.SourceLocal), server.Reply, true
 	case c.q.EDNS && c.q.EDNSVersion != 0:
 		return p.reply(dst, c, dns.RcodeBadVers, stage.SourceLocal), server.Reply, true
+	}
+	if pl := p.plugins.Load(); pl != nil {
+		if out, done := p.builtin(dst, c, pl); done {
+			return out, server.Reply, true
+		}
+	}
+	switch {
 	case c.q.Class != dns.ClassINET:
 		c.ede.add(dns.ExtendedErrorCodeNotSupported, edeTextClass)
 		return p.reply(dst, c, dns.RcodeRefused, stage.SourceLocal), server.Reply, true
@@ -298,6 +319,11 @@ const (
 func (p *Pipeline) lookup(c *call, dst []byte, name string, qtype uint16, f form) (answer, []byte) {
 	if c.wait {
 		p.loop.saw(name)
+	}
+	if pl := p.plugins.Load(); pl != nil && pl.Templates != nil && !c.noTemplates {
+		if a, ok := p.template(c, pl.Templates, name, qtype); ok {
+			return a, dst
+		}
 	}
 	if p.cfg.Hosts != nil {
 		if res, ok := p.cfg.Hosts.Lookup(name, qtype); ok {

@@ -210,6 +210,9 @@ func (p *Pipeline) stillWins(c *call, name string, won uint16) bool {
 // failure or a SERVFAIL/REFUSED reply is an error (the walk cannot tell
 // whether the name exists).
 func (p *Pipeline) step(c *call, name string, qtype uint16, f form) (answer, error) {
+	if !p.aclStep(c, name) {
+		return answer{}, errStepFailed
+	}
 	a, _ := p.lookup(c, nil, name, qtype, f)
 	switch {
 	case a.wait:

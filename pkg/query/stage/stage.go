@@ -7,7 +7,8 @@
 // path by forgetting a method.
 //
 // It holds types only. The stages (pkg/query/cache, pkg/query/upstream,
-// pkg/query/hosts, pkg/query/rewrite, pkg/cluster/k8s) may import it; they
+// pkg/query/hosts, pkg/query/rewrite, pkg/query/builtin, pkg/query/acl,
+// pkg/query/template, pkg/cluster/k8s) may import it; they
 // never import each other or the pipeline, and the agent wires them.
 //
 // Conventions shared by every stage:
@@ -39,8 +40,9 @@ const (
 	SourceStale    Source = "stale"
 	SourceUpstream Source = "upstream"
 	SourceAutopath Source = "autopath"
-	SourceLocal    Source = "local" // answered by the pipeline itself (errors, ANY, ...)
-	SourceHosts    Source = "hosts" // static records
+	SourceLocal    Source = "local"    // answered by the pipeline itself (errors, ANY, ...)
+	SourceHosts    Source = "hosts"    // static records
+	SourceTemplate Source = "template" // answered by a template
 )
 
 // Result is a stage's answer to one question.

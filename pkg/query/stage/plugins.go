@@ -1,0 +1,81 @@
+package stage
+
+import (
+	"net/netip"
+
+	"github.com/miekg/dns"
+)
+
+// The stages that carry CoreDNS plugins around the resolution order:
+// answers fixed by convention (local, chaos), the access list (acl) and
+// templates (template). The pipeline runs them in CoreDNS's plugin order:
+// Builtin before rewrites, ACL after them and before the cache, Templates
+// before static records and the cluster zone.
+
+// Builtin answers names whose answers no zone holds (pkg/query/builtin):
+// localhost and the special reverse zones (CoreDNS local), the server's
+// identity in class CH (CoreDNS chaos). It is asked before rewrites and
+// the access list, as those plugins come first in CoreDNS.
+type Builtin interface {
+	// Lookup answers (name, qtype, qclass), on the reader; ok is false
+	// for a name it does not answer, at no allocation.
+	Lookup(name string, qtype, qclass uint16) (res Result, ok bool)
+}
+
+// ACLAction is what an access list decides about a query.
+type ACLAction uint8
+
+// Access list decisions.
+const (
+	// ACLPass: resolve the query (allowed, or no rule applies).
+	ACLPass ACLAction = iota
+	// ACLBlock: REFUSED, with Extended DNS Error 15 (Blocked).
+	ACLBlock
+	// ACLFilter: NOERROR without records, with Extended DNS Error 17
+	// (Filtered).
+	ACLFilter
+	// ACLDrop: no reply at all.
+	ACLDrop
+)
+
+// ACL decides by the client's address and the query's name and type who
+// gets an answer (pkg/query/acl, CoreDNS acl), after rewrites.
+type ACL interface {
+	// Decide is asked about every query, on the reader, at no
+	// allocation. name is lower-case and fully qualified.
+	Decide(name string, qtype uint16, client netip.Addr) ACLAction
+	// ByName reports whether a decision may depend on the name (rules
+	// for some zones only): the search-path walk then asks about each
+	// name it visits.
+	ByName() bool
+}
+
+// TemplateAnswer is a template's answer to one question.
+type TemplateAnswer struct {
+	// Msg carries the rcode, AA and the sections; its Question is not
+	// meaningful. Read-only.
+	Msg *dns.Msg
+	// Fixed: Msg is the template's own (it renders no record), the same
+	// for every question it answers, so its packed form may be kept.
+	Fixed bool
+	// Targets are CNAME targets of the answer (to an A or AAAA question)
+	// whose records the pipeline looks up through every stage and
+	// appends, as CoreDNS's template does.
+	Targets []string
+	// EDE, when EDECode is set (HasEDE), is the Extended DNS Error the
+	// reply carries.
+	HasEDE  bool
+	EDECode uint16
+	EDEText string
+}
+
+// Templates answers questions from templates (pkg/query/template, CoreDNS
+// template), before static records and the cluster zone.
+type Templates interface {
+	// Lookup answers (name, qtype, qclass) asked by client (id is the
+	// query's ID, for templates that read the message), on the reader.
+	// ok is false when no template answers: a name outside every
+	// template's zones costs a few suffix comparisons and no
+	// allocation.
+	Lookup(name string, qtype, qclass uint16, client netip.Addr, id uint16) (a TemplateAnswer, ok bool)
+}
