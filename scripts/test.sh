@@ -137,6 +137,9 @@ finish() {
   exit "$rc"
 }
 trap finish EXIT
+# Stopped by a signal, the run must not end "all passed".
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 step "Debian packages (scripts/deps.sh)"
 scripts/deps.sh
