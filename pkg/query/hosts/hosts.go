@@ -143,7 +143,7 @@ func zoneList(what string, zones []string) ([]string, error) {
 	var out []string
 	for _, z := range zones {
 		n := dnsname.Canonical(strings.TrimSpace(z))
-		if _, ok := dns.IsDomainName(n); !ok || strings.Contains(n, "..") && n != "." {
+		if _, ok := dns.IsDomainName(n); !ok || !dns.IsFqdn(n) || strings.Contains(n, "..") && n != "." {
 			return nil, fmt.Errorf("%s %q is not a domain name", what, z)
 		}
 		out = append(out, n)

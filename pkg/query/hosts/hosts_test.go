@@ -127,6 +127,12 @@ func TestBadInput(t *testing.T) {
 		{Config{Entries: []string{"192.0.2.1"}}, `no host name after the address 192.0.2.1`},
 		{Config{Entries: []string{"192.0.2.1 a..b"}}, `host name "a..b" is not a domain name`},
 		{Config{Entries: []string{"192.0.2.1 a.*.b"}}, `'*' may only be the whole leftmost label`},
+		// A lone trailing backslash would escape the final dot (found by
+		// FuzzParseLine; the input is in testdata/fuzz/FuzzParseLine).
+		{Config{Entries: []string{"0.0.0.0 00\\"}}, `host name "00\\" is not a domain name`},
+		{Config{Entries: []string{"0.0.0.0 \\"}}, `host name "\\" is not a domain name`},
+		{Config{Entries: []string{"0.0.0.0 000000000\\"}}, `is not a domain name`},
+		{Config{Entries: []string{"192.0.2.1 a"}, Zones: []string{"a\\"}}, `hosts zone "a\\" is not a domain name`},
 		{Config{Entries: []string{"192.0.2.1 " + strings.Repeat("a", 64) + ".example"}}, `is not a domain name`},
 		{Config{File: bad}, "hosts file " + bad + ` line 4: "192.0.2.300" is not an IP address`},
 		{Config{File: dir}, "is a directory"},

@@ -67,7 +67,10 @@ func checkName(n string) (string, error) {
 	if name == "." {
 		return "", fmt.Errorf("host name %q: the root cannot be a host", n)
 	}
-	if _, ok := dns.IsDomainName(name); !ok || strings.Contains(name, "..") {
+	// A name ending in a lone backslash escapes the dot Canonical adds: it
+	// passes IsDomainName but is not fully qualified, and its answer could
+	// not be packed. hosts(5) has no escapes; such a name is refused.
+	if _, ok := dns.IsDomainName(name); !ok || !dns.IsFqdn(name) || strings.Contains(name, "..") {
 		return "", fmt.Errorf("host name %q is not a domain name", n)
 	}
 	if i := strings.IndexByte(name, '*'); i >= 0 && (i != 0 || !strings.HasPrefix(name, "*.") || strings.Count(name, "*") > 1) {
