@@ -224,6 +224,31 @@ func (s *Server) Restart(t testing.TB) {
 	}
 }
 
+// StartPair starts two servers on one port, the first on 127.0.0.1 and the
+// second on 127.0.0.2: the endpoints of a Service that name one port. When
+// that port is taken on 127.0.0.2 it picks another pair, a bounded number
+// of times, and fails the test when none is free: a busy port is no reason
+// to skip. Both are shut down at test end.
+func StartPair(t testing.TB, h1, h2 dns.HandlerFunc) (*Server, *Server) {
+	t.Helper()
+	var err error
+	for try := 0; try < 50; try++ {
+		var a, b *Server
+		if a, err = Listen("127.0.0.1:0", h1); err != nil {
+			break
+		}
+		_, port, _ := net.SplitHostPort(a.Addr)
+		if b, err = Listen(net.JoinHostPort("127.0.0.2", port), h2); err == nil {
+			t.Cleanup(a.Close)
+			t.Cleanup(b.Close)
+			return a, b
+		}
+		a.Close()
+	}
+	t.Fatalf("starting two test DNS servers on one port of 127.0.0.1 and 127.0.0.2: %v", err)
+	return nil, nil
+}
+
 // StartStable is Start on a loopback port below the kernel's ephemeral
 // range, so that after Stop no client socket can be given the port as its
 // source port and Restart always gets it back.

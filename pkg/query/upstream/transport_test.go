@@ -290,14 +290,9 @@ func (r *fakeResolver) set(name string, addrs ...netip.Addr) {
 // TestNamedServers: a stub zone's server given by a name follows the name
 // as it resolves, keeping a server's state while its address stays.
 func TestNamedServers(t *testing.T) {
-	up1 := dnstest.Start(t, dnstest.Zone(60))
 	// A second server on another loopback address, same port.
+	up1, up2 := dnstest.StartPair(t, dnstest.Zone(60), dnstest.Zone(60))
 	port := netip.MustParseAddrPort(up1.Addr).Port()
-	up2, err := dnstest.Listen(fmt.Sprintf("127.0.0.2:%d", port), dnstest.Zone(60))
-	if err != nil {
-		t.Skipf("no second loopback address with port %d: %v", port, err)
-	}
-	t.Cleanup(up2.Close)
 	res := &fakeResolver{m: map[string][]netip.Addr{}}
 	svc := "dns.corp.svc.cluster.local."
 	f := newForwarder(t, upstream.Config{
