@@ -344,6 +344,9 @@ type zoConfig struct {
 	// kubeconfig replaces the kubeconfig line's arguments (default: the
 	// control plane's admin kubeconfig).
 	kubeconfig string
+	// block are lines of CoreDNS's server block besides kubernetes (other
+	// plugins: template, local, minimal).
+	block []string
 }
 
 func zoConfigs(f zoFixture) []zoConfig {
@@ -526,7 +529,11 @@ func tryStartCoreDNS(t *testing.T, bin string, cp *ControlPlane, cfg zoConfig, u
 	for _, o := range opts {
 		fmt.Fprintf(&b, "    %s\n", o)
 	}
-	fmt.Fprintf(&b, "  }\n  forward . %s\n}\n", upstream)
+	fmt.Fprintf(&b, "  }\n")
+	for _, l := range cfg.block {
+		fmt.Fprintf(&b, "  %s\n", l)
+	}
+	fmt.Fprintf(&b, "  forward . %s\n}\n", upstream)
 	dir := t.TempDir()
 	corefile := filepath.Join(dir, "Corefile")
 	if err := os.WriteFile(corefile, []byte(b.String()), 0o600); err != nil {
