@@ -67,8 +67,21 @@ func (c *clock) Step(d time.Duration) {
 // forwarder is a real upstream.Forwarder in front of addrs.
 func forwarder(t testing.TB, addrs ...string) *upstream.Forwarder {
 	t.Helper()
+	return forwarderTimeout(t, 3*time.Second, addrs...)
+}
+
+// heldTry is the try timeout of a forwarder whose upstream a test holds
+// behind a dnstest.Gate: far longer than any test holds it, however busy
+// the machine, so that no retry adds a question to the upstream's count
+// and no timeout answers in the gate's place.
+const heldTry = time.Minute
+
+// forwarderTimeout is forwarder with the given try timeout (the budget is
+// two tries).
+func forwarderTimeout(t testing.TB, try time.Duration, addrs ...string) *upstream.Forwarder {
+	t.Helper()
 	f, err := upstream.New(upstream.Config{Servers: addrs, Policy: upstream.Sequential,
-		TryTimeout: 3 * time.Second, Budget: 6 * time.Second, Logger: quiet})
+		TryTimeout: try, Budget: 2 * try, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +111,15 @@ func setup(t testing.TB, cfg cache.Config, h dns.HandlerFunc) (*cache.Cache, *dn
 	up := dnstest.StartStable(t, h)
 	clk := newClock()
 	return newCache(t, cfg, clk, forwarder(t, up.Addr)), up, clk
+}
+
+// setupHeld is setup for a test that holds the upstream's answers behind a
+// gate: the forwarder's try timeout is heldTry.
+func setupHeld(t testing.TB, cfg cache.Config, h dns.HandlerFunc) (*cache.Cache, *dnstest.Server, *clock) {
+	t.Helper()
+	up := dnstest.StartStable(t, h)
+	clk := newClock()
+	return newCache(t, cfg, clk, forwarderTimeout(t, heldTry, up.Addr)), up, clk
 }
 
 func query(name string, qtype uint16, do, cd bool) *dns.Msg {
@@ -733,16 +755,17 @@ func TestServeStaleRefreshedWhenUpstreamBack(t *testing.T) {
 }
 
 func TestStaleAnswerAfter(t *testing.T) {
-	c, up, clk := setup(t, cache.Config{StaleAnswerAfter: 50 * time.Millisecond}, dnstest.Zone(10))
+	c, up, clk := setupHeld(t, cache.Config{StaleAnswerAfter: 50 * time.Millisecond}, dnstest.Zone(10))
 	resolve(t, c, "slow.example.test.", dns.TypeA)
 	gate := dnstest.NewGate(t)
 	up.SetHandler(gate.Wrap(dnstest.Records(dns.RcodeSuccess, "{q} 40 IN A 192.0.2.40")))
 	clk.Advance(11 * time.Second)
 	start := time.Now()
 	r, fromCache, stale := resolve(t, c, "slow.example.test.", dns.TypeA)
-	// The forwarder's try timeout is 3s and the gate is closed: only the
-	// StaleAnswerAfter timer can have answered.
-	if !stale || !fromCache || time.Since(start) >= 3*time.Second {
+	// The gate is closed and the forwarder's try timeout is a minute: an
+	// answer within the minute can only be the StaleAnswerAfter timer's
+	// (the bound is the timeout, 1200 times the timer's 50 ms).
+	if !stale || !fromCache || time.Since(start) >= heldTry {
 		t.Fatalf("slow upstream: stale %v fromCache %v after %s", stale, fromCache, time.Since(start))
 	}
 	wantTTL(t, "stale", r, 30) // default StaleTTL
@@ -776,7 +799,7 @@ func TestStaleAnswerAfter(t *testing.T) {
 func TestPrefetch(t *testing.T) {
 	for _, via := range []string{"AppendHit", "Resolve"} {
 		t.Run(via, func(t *testing.T) {
-			c, up, clk := setup(t, cache.Config{}, dnstest.Zone(100))
+			c, up, clk := setupHeld(t, cache.Config{}, dnstest.Zone(100))
 			const name = "hot.example.test."
 			get := func() (*dns.Msg, bool) {
 				if via == "AppendHit" {

@@ -296,24 +296,39 @@ func TestServeStaleImmediate(t *testing.T) {
 func TestServeStaleVerifyWithoutTimer(t *testing.T) {
 	// CoreDNS's serve_stale verify (no timeout): the query waits for the
 	// upstream's own failure, then gets the stale answer.
-	c, up, clk := setup(t, cache.Config{StaleAnswerAfter: -1, StaleRetry: -1, StaleTTL: -1}, dnstest.Zone(10))
+	c, up, clk := setupHeld(t, cache.Config{StaleAnswerAfter: -1, StaleRetry: -1, StaleTTL: -1}, dnstest.Zone(10))
 	resolve(t, c, "v.example.test.", dns.TypeA)
 	gate := dnstest.NewGate(t)
 	up.SetHandler(gate.Wrap(dnstest.Rcode(dns.RcodeServerFailure)))
 	clk.Advance(11 * time.Second)
-	done := make(chan *dns.Msg)
+	// opened is set before the gate opens: a reply that finds it unset came
+	// before the upstream answered, however late that was.
+	var opened atomic.Bool
+	done := make(chan *dns.Msg, 1)
+	early := make(chan struct{})
 	go func() {
 		r, _, _, _ := resolveFor(c, context.Background(), query("v.example.test.", dns.TypeA, false, false))
+		if !opened.Load() {
+			close(early)
+		}
 		done <- r
 	}()
 	eventually(t, "the verify to reach the upstream", func() bool { return gate.Waiting() == 1 })
+	// Hold the upstream's answer a while, so that a reply not waiting on it
+	// (one on a timer of its own, say) has the time to come first.
 	select {
-	case <-done:
+	case <-early:
 		t.Fatal("answered before the upstream did")
-	case <-time.After(100 * time.Millisecond):
+	case <-time.After(200 * time.Millisecond):
 	}
+	opened.Store(true)
 	gate.Open()
 	r := <-done
+	select {
+	case <-early:
+		t.Fatal("answered before the upstream did")
+	default:
+	}
 	if r == nil || r.Rcode != dns.RcodeSuccess {
 		t.Fatalf("reply %v, want the stale answer", r)
 	}
