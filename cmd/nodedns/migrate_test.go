@@ -81,7 +81,7 @@ func TestMigrateCommand(t *testing.T) {
 	}
 	kubeDNSMount(t, kd, map[string]string{"stubDomains": `{"acme.local": ["1.2.3.4"]}`, "upstreamNameservers": `["8.8.8.8"]`})
 	code, out, errs = runMigrate(t, "--corefile", filepath.Join(fixtures, "nodelocaldns.corefile"), "--kube-dns-config", kd)
-	if code != 0 || !strings.Contains(out, "\n  acme.local:\n    servers:\n    - 1.2.3.4\n") || !strings.Contains(out, "\nupstream:\n- 8.8.8.8\n") {
+	if code != 0 || !strings.Contains(out, "\n  acme.local:\n    failover: []\n    servers:\n    - 1.2.3.4\n") || !strings.Contains(out, "\nupstream:\n- 8.8.8.8\n") {
 		t.Errorf("with the kube-dns ConfigMap: exit %d, stderr %q\n%s", code, errs, out)
 	}
 	kubeDNSMount(t, kd, map[string]string{"stubDomains": `{"acme.local": [`})
