@@ -1,11 +1,9 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"syscall"
 	"time"
 )
@@ -166,34 +164,26 @@ func (s *Server) replaceSocket(u *udpSock) error {
 }
 
 // bindUDPLike binds a socket of the same kind as u (thread or poller) to
-// u's address, with the options Listen gives its sockets.
+// u's address, with the options Listen gives its sockets (from
+// Config.Sockets when set: the holder replaces its copy too, so that the
+// failed socket leaves the SO_REUSEPORT group).
 func (s *Server) bindUDPLike(u *udpSock) (*udpSock, error) {
-	uc, err := s.bindUDPConn(u.local)
+	uc, err := s.listenUDP(u.local, u.index, true)
 	if err != nil {
 		return nil, err
 	}
 	if !u.thread() {
-		return newPollerSock(uc), nil
+		fresh := newPollerSock(uc)
+		fresh.index = u.index
+		return fresh, nil
 	}
 	fresh, err := threadSocket(uc)
 	if err != nil {
 		_ = uc.Close()
 		return nil, err
 	}
+	fresh.index = u.index
 	return fresh, nil
-}
-
-// bindUDPConn binds one UDP socket of the listen set.
-func (s *Server) bindUDPConn(addr netip.AddrPort) (*net.UDPConn, error) {
-	lc := net.ListenConfig{Control: reusePort}
-	pc, err := lc.ListenPacket(context.Background(), "udp", addr.String())
-	if err != nil {
-		return nil, err
-	}
-	uc := pc.(*net.UDPConn)
-	// A deep receive buffer absorbs bursts while readers are busy.
-	_ = uc.SetReadBuffer(4 << 20)
-	return uc, nil
 }
 
 // ReadersHealthy reports an error while a UDP reader is down and its

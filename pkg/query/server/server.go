@@ -63,6 +63,9 @@ type Config struct {
 	// pod needs after a TC reply; default MaxTCPConns/8, at least 4;
 	// negative: no per-client bound.
 	MaxClientTCPConns int
+	// Sockets, when set, gives the listening sockets instead of binding
+	// them (a supervisor that holds them across restarts of this process).
+	Sockets Sockets
 	// TCPIdleTimeout closes a TCP connection with no query for this long;
 	// default 10s. TCPReadTimeout bounds the reading of one message from
 	// its first byte, whatever the bytes trickle in (the idle timer does
@@ -205,24 +208,24 @@ func reusePort(network, address string, c syscall.RawConn) error {
 
 // Listen binds every socket. On error nothing stays bound.
 func (s *Server) Listen() error {
-	lc := net.ListenConfig{Control: reusePort}
 	for li, addr := range s.cfg.Listen {
+		ap := netip.MustParseAddrPort(addr) // checked by New
 		for i := 0; i < s.cfg.SocketsPerAddr; i++ {
-			uc, err := s.bindUDPConn(netip.MustParseAddrPort(addr)) // checked by New
+			uc, err := s.listenUDP(ap, i, false)
 			if err != nil {
 				s.closeListeners()
 				return fmt.Errorf("binding UDP %s: %w", addr, err)
 			}
 			u := s.udpSocket(uc)
-			u.listener = li
+			u.listener, u.index = li, i
 			s.udp = append(s.udp, u)
 		}
-		l, err := lc.Listen(context.Background(), "tcp", addr)
+		l, err := s.listenTCP(ap)
 		if err != nil {
 			s.closeListeners()
 			return fmt.Errorf("binding TCP %s: %w", addr, err)
 		}
-		s.tcp = append(s.tcp, l.(*net.TCPListener))
+		s.tcp = append(s.tcp, l)
 	}
 	s.bound.Store(true)
 	return nil

@@ -29,8 +29,9 @@ type udpSock struct {
 	mu     sync.RWMutex
 	closed bool
 
-	// listener is the index in Config.Listen of the address it serves.
-	listener int
+	// listener is the index in Config.Listen of the address it serves;
+	// index its place among that address's sockets.
+	listener, index int
 }
 
 func newPollerSock(uc *net.UDPConn) *udpSock {
