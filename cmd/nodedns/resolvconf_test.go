@@ -20,7 +20,7 @@ func TestResolvConfNoUsableUpstream(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			path := writeResolvConf(t, body)
 			var stdout, stderr bytes.Buffer
-			code := run([]string{"serve", "--listen", "127.0.0.1:53", "--resolv-conf", path, "--admin", "", "--log-level", "error"}, &stdout, &stderr)
+			code := run([]string{"serve", "--supervise=false", "--listen", "127.0.0.1:53", "--resolv-conf", path, "--admin", "", "--log-level", "error"}, &stdout, &stderr)
 			msg := strings.TrimSpace(stderr.String())
 			if code != 1 || strings.Count(msg, "\n") != 0 || !strings.Contains(msg, path) || !strings.Contains(msg, "no usable nameserver") {
 				t.Errorf("exit %d, stderr %q; want 1 and one line naming %s", code, msg, path)
@@ -29,7 +29,7 @@ func TestResolvConfNoUsableUpstream(t *testing.T) {
 	}
 	var stderr bytes.Buffer
 	missing := filepath.Join(t.TempDir(), "missing.conf")
-	if code := run([]string{"serve", "--listen", "127.0.0.1:53", "--resolv-conf", missing, "--admin", ""}, io.Discard, &stderr); code != 1 ||
+	if code := run([]string{"serve", "--supervise=false", "--listen", "127.0.0.1:53", "--resolv-conf", missing, "--admin", ""}, io.Discard, &stderr); code != 1 ||
 		!strings.Contains(stderr.String(), missing) || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 {
 		t.Errorf("missing file: exit %d, %q", code, stderr.String())
 	}

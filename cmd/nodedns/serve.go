@@ -2,16 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/netip"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/nodedns/nodedns/pkg/agent"
 	"github.com/nodedns/nodedns/pkg/config"
 	"github.com/nodedns/nodedns/pkg/node/intercept"
+	"github.com/nodedns/nodedns/pkg/supervisor"
 )
 
 // serve is `nodedns serve`. A configuration it refuses is reported as one
@@ -34,7 +37,24 @@ func serve(args []string, stderr io.Writer) error {
 	for _, w := range res.Warnings {
 		log.Warn(w) // each names the file
 	}
-	if err := agent.Serve(cfg, agent.Options{Log: log, Level: level, Args: args, Version: version, Revision: revision()}); err != nil {
+	sup, err := supervisor.FromEnv(log)
+	if err != nil {
+		return err
+	}
+	if sup == nil && cfg.Supervise {
+		err := supervisor.Run(context.Background(), supervisor.Config{Args: append([]string{"serve"}, args...), HangTimeout: time.Duration(cfg.HangTimeout),
+			Log: log, Teardown: func() { agent.TeardownAfterStop(cfg, log) }})
+		var se *supervisor.StartError
+		if errors.As(err, &se) && se.First {
+			return &exitError{code: se.Code} // the serving process said why
+		}
+		if err != nil {
+			log.Error("nodedns serve (supervisor) exiting", "err", err)
+			return reportedError{err}
+		}
+		return nil
+	}
+	if err := agent.Serve(cfg, agent.Options{Log: log, Level: level, Args: args, Version: version, Revision: revision(), Supervisor: sup}); err != nil {
 		log.Error("nodedns serve exiting", "err", err)
 		return reportedError{err}
 	}

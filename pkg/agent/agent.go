@@ -26,6 +26,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/query/pipeline"
 	"github.com/nodedns/nodedns/pkg/query/server"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/supervisor"
 )
 
 // Options are what the agent takes besides its configuration.
@@ -42,6 +43,9 @@ type Options struct {
 	// the API server sees; Revision is its VCS revision, in the metrics.
 	Version  string
 	Revision string
+	// Supervisor, when set, makes this the serving process of
+	// pkg/supervisor: the sockets come from it (supervised.go).
+	Supervisor *supervisor.Client
 }
 
 // Agent holds the wired parts of an agent: Build wires them, Run runs
@@ -95,6 +99,8 @@ type Agent struct {
 	// hurry is closed when the lameduck is to end at once (a second
 	// SIGTERM or SIGINT, see Serve); nil: it always runs its course.
 	hurry <-chan struct{}
+	// sup is the supervisor's control socket; nil when unsupervised.
+	sup *supervisor.Client
 }
 
 // Serve is `nodedns serve` once the configuration is loaded and the
@@ -116,6 +122,18 @@ func Serve(cfg config.Config, opts Options) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	if opts.Supervisor != nil {
+		log := opts.Log
+		if log == nil {
+			log = slog.Default()
+		}
+		adj, err := supervisor.PreferOOMKill()
+		if err != nil {
+			log.Warn("the serving process could not volunteer for the OOM killer; at the memory limit the kernel may pick the supervisor", "err", err)
+		} else {
+			log.Debug("oom_score_adj raised", "to", adj)
+		}
+	}
 	a, err := Build(cfg, opts)
 	if err != nil {
 		return err
@@ -165,7 +183,7 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 		level = new(slog.LevelVar)
 	}
 	a := &Agent{cfg: cfg, args: opts.Args, version: opts.Version, revision: opts.Revision, log: log, level: level, started: time.Now(),
-		reloads: newReloadStats(), panics: new(recovery.Counter), kd: newKubeDNSState(cfg.KubeDNSConfig)}
+		reloads: newReloadStats(), panics: new(recovery.Counter), kd: newKubeDNSState(cfg.KubeDNSConfig), sup: opts.Supervisor}
 	a.live.Store(&cfg)
 	a.failures = errlog.New(log, errlog.Config{})
 	a.upLog = slog.New(a.failures.Handler(log.Handler()))
@@ -203,6 +221,9 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 		MaxUDPSize: cfg.MaxUDPSize, ClientNamespaces: cfg.MetricsNamespaces > 0, Logger: log}
 	scfg := server.Config{Panics: a.panics, Listen: listen, MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns,
 		UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.SocketsPerAddr(), Logger: log}
+	if a.sup != nil {
+		scfg.Sockets = a.sup
+	}
 	if err := a.wireCluster(&pcfg); err != nil {
 		return nil, err
 	}
@@ -212,6 +233,11 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	}
 	for _, c := range a.reloads.collectors() {
 		if err := a.rec.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	if a.sup != nil {
+		if err := a.rec.Register(metrics.SupervisorCollector(a.supervisorFigures)); err != nil {
 			return nil, err
 		}
 	}
@@ -268,6 +294,9 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	go a.rec.Run(ctx)
 	go a.failures.Run(ctx)
 	go a.hosts.Run(ctx)
+	if a.sup != nil {
+		go a.sup.Beat(ctx, time.Duration(a.cfg.HangTimeout)/beatsPerHang)
+	}
 	if a.clusterFwd != nil {
 		go a.clusterFwd.Run(ctx)
 	}
@@ -306,7 +335,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}
 	if a.cfg.Admin != "" || a.cfg.AdminSocket != "" {
 		var err error
-		a.admin, err = admin.New(admin.Config{Addr: a.cfg.Admin, Socket: a.cfg.AdminSocket, Pprof: a.cfg.Pprof, Health: a.healthChecks(), Ready: a.readyChecks(), Logger: a.log,
+		a.admin, err = admin.New(admin.Config{Addr: a.cfg.Admin, Socket: a.cfg.AdminSocket, Pprof: a.cfg.Pprof, SocketOnly: a.socketHooks(), Health: a.healthChecks(), Ready: a.readyChecks(), Logger: a.log,
 			Stats: func() any { return a.rec.Stats() }, Metrics: a.rec.Handler()}, a.draining.Load)
 		if err != nil {
 			_ = a.srv.Shutdown(context.Background())
@@ -330,7 +359,12 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		go a.ic.Run(ctx)
 	}
 	go a.watchPeers(ctx)
-	a.log.Info("serving DNS", "listen", a.cfg.ListenAddrs(), "upstreams", len(a.fwd.Load().Servers()), "version", a.version)
+	a.log.Info("serving DNS", "listen", a.cfg.ListenAddrs(), "upstreams", len(a.fwd.Load().Servers()), "version", a.version, "supervised", a.sup != nil)
+	if a.sup != nil {
+		if err := a.sup.Serving(); err != nil {
+			a.log.Warn("telling the supervisor this process serves", "err", err)
+		}
+	}
 	if a.cfg.LoopCheck {
 		go func() {
 			if err := a.pipe.CheckLoop(ctx, a.srv.Addrs()[0], 3*time.Second); err != nil {
@@ -365,6 +399,13 @@ func (a *Agent) shutdown(lameduck bool) {
 		}
 	}
 	// Let the sockets' queues empty before they close (see Server.Drain).
+	// The supervisor must not hand sockets connected to themselves to
+	// another serving process.
+	if a.sup != nil {
+		if err := a.sup.Draining(); err != nil {
+			a.log.Warn("telling the supervisor this process drains", "err", err)
+		}
+	}
 	a.srv.Drain(200 * time.Millisecond)
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

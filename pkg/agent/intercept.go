@@ -88,6 +88,12 @@ func (a *Agent) teardownIntercept() {
 	if a.ic == nil {
 		return
 	}
+	if a.sup != nil {
+		// Only the supervisor knows whether another serving process
+		// takes over these sockets (TeardownAfterStop).
+		a.log.Info("leaving the interception to the supervisor")
+		return
+	}
 	if !a.running().Teardown { // a reload may have changed it
 		a.log.Info("leaving interception in place (--teardown=false)")
 		return

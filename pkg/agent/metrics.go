@@ -71,6 +71,7 @@ func (a *Agent) newRecorder() (*metrics.Recorder, error) {
 					"pods": st.Pods, "endpoints": st.Endpoints}}
 			},
 			ConfigErrors: a.reloads.failures.Load,
+			Supervisor:   a.supervisorSource(),
 		}})
 }
 

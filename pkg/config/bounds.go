@@ -76,8 +76,13 @@ const (
 	// shipped manifests: kubelet's SIGKILL then skips the drain and the
 	// teardown of the rules); warnLameduck warns of that at start. A
 	// second SIGTERM or SIGINT ends the lameduck early (pkg/agent).
-	maxLameduck  = 5 * time.Minute
-	warnLameduck = 25 * time.Second
+	maxLameduck = 5 * time.Minute
+	// The hang timeout: under half a second a GC pause or a throttled
+	// CPU quota could pass for a hang; over a minute the queries queued
+	// meanwhile would have timed out long before.
+	minHangTimeout = 500 * time.Millisecond
+	maxHangTimeout = time.Minute
+	warnLameduck   = 25 * time.Second
 
 	// maxListen, maxLocalIPs: every address is bound (UDP readers, TCP)
 	// and every local IP gets rules; a node has a handful.

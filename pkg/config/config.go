@@ -135,6 +135,14 @@ type Config struct {
 	SyncInterval   Duration
 	Teardown       bool
 	Lameduck       Duration
+	// Supervise runs the agent as a supervisor holding the sockets and a
+	// serving process it replaces when it dies or hangs (pkg/supervisor);
+	// HangTimeout is how long a serving process may stop before that.
+	Supervise   bool
+	HangTimeout Duration
+	// TestHooks serves what only tests need on the admin socket
+	// (/debug/alloc: memory held on purpose, to reach a memory limit).
+	TestHooks bool
 
 	LogLevel  string
 	LogFormat string

@@ -498,6 +498,13 @@ var settings = []*Setting{
 			return durationBetween("lameduck", c.Lameduck, 0, maxLameduck)
 		}},
 
+	{key: "supervise", def: "true", help: "run as two processes: a supervisor that holds the DNS sockets and a serving process it restarts at once on the same sockets when it dies (a crash, kill -9, an OOM kill) or hangs, so queries wait in the sockets instead of failing; restart-only",
+		field: func(c *Config) any { return &c.Supervise }},
+	{key: "hang-timeout", def: "1s", help: "with supervise: a serving process that sends no heartbeat, or leaves a query unread, this long is killed and replaced; the sockets are held this long for a new one before the node's fallback gets the queries; 500ms to 1m; restart-only",
+		field: func(c *Config) any { return &c.HangTimeout }, check: func(c *Config) error {
+			return durationBetween("hang-timeout", c.HangTimeout, minHangTimeout, maxHangTimeout)
+		}},
+
 	// Logs.
 	// Drop-in features of CoreDNS plugins (dropin.go).
 	{key: "hosts", flag: noFlag, help: "static records as CoreDNS's hosts plugin: entries (hosts(5) lines), file (re-read when it changes), ttl, no-reverse, zones, fallthrough (at most 64 zones each), reload (0s, or 100ms to 1h)",
@@ -555,6 +562,8 @@ var settings = []*Setting{
 		}},
 	{key: "pprof", help: "serve Go's /debug/pprof on --admin-socket only, never on --admin",
 		field: func(c *Config) any { return &c.Pprof }},
+	{key: "test-hooks", help: "for tests only: serve POST /debug/alloc?mib=N on --admin-socket, which makes the serving process hold N MiB more (a memory limit reached on purpose); restart-only",
+		field: func(c *Config) any { return &c.TestHooks }},
 	{key: "log-queries-class", help: "comma-separated reply classes the query log keeps, as CoreDNS's log plugin: all, success, denial (NXDOMAIN, NODATA), error (SERVFAIL, REFUSED, NOTIMP, FORMERR, ...); restart-only",
 		field: func(c *Config) any { return &c.LogQueriesClass }, check: func(c *Config) error {
 			if err := metrics.CheckLogClasses(c.LogQueriesClass); err != nil {
@@ -593,6 +602,12 @@ func completeCheck(c *Config) error {
 
 // crossChecks are the checks that involve several settings.
 var crossChecks = []func(c *Config) error{
+	func(c *Config) error {
+		if c.TestHooks && c.AdminSocket == "" {
+			return errors.New("--test-hooks needs --admin-socket: they are served on the unix socket only")
+		}
+		return nil
+	},
 	func(c *Config) error {
 		if c.Pprof && c.AdminSocket == "" {
 			return errors.New("--pprof needs --admin-socket: profiles are served on the unix socket only, never on the TCP admin address")

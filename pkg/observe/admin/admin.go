@@ -62,8 +62,11 @@ type Config struct {
 	// Addr: profiles and goroutine dumps show query names and cost CPU, so
 	// they are for whoever can reach the pod's own socket (kubectl exec),
 	// not for the network. Requires Socket.
-	Pprof  bool
-	Logger *slog.Logger
+	Pprof bool
+	// SocketOnly are more handlers served on Socket only, by path (the
+	// agent's test hooks). Requires Socket.
+	SocketOnly map[string]http.Handler
+	Logger     *slog.Logger
 }
 
 // Server is the admin HTTP server.
@@ -117,9 +120,9 @@ func New(cfg Config, notReady func() bool) (*Server, error) {
 	if len(s.lns) == 0 {
 		return nil, errors.New("admin endpoint: neither an address nor a socket")
 	}
-	if cfg.Pprof && cfg.Socket == "" {
+	if (cfg.Pprof || len(cfg.SocketOnly) > 0) && cfg.Socket == "" {
 		s.closeAll()
-		return nil, errors.New("admin endpoint: pprof is served on the unix socket only, and none is configured")
+		return nil, errors.New("admin endpoint: pprof and test hooks are served on the unix socket only, and none is configured")
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) {
@@ -149,14 +152,19 @@ func New(cfg Config, notReady func() bool) (*Server, error) {
 	}
 	s.srv = &http.Server{Handler: mux, MaxHeaderBytes: maxHeaderBytes, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
 		WriteTimeout: writeTimeout, IdleTimeout: idleTimeout}
-	if cfg.Pprof {
+	if cfg.Pprof || len(cfg.SocketOnly) > 0 {
 		debug := http.NewServeMux()
 		debug.Handle("/", mux)
-		debug.HandleFunc("/debug/pprof/", pprof.Index)
-		debug.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		debug.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		debug.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		debug.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		if cfg.Pprof {
+			debug.HandleFunc("/debug/pprof/", pprof.Index)
+			debug.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+			debug.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			debug.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			debug.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
+		for path, h := range cfg.SocketOnly {
+			debug.Handle(path, h)
+		}
 		s.sock = &http.Server{Handler: debug, MaxHeaderBytes: maxHeaderBytes, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout}
 		s.sockLn = s.lns[len(s.lns)-1] // the socket is bound last
 	}

@@ -34,6 +34,9 @@ type Document struct {
 	Informers *InformerFigures       `json:"informers,omitempty"`
 	Peers     *PeerFigures           `json:"peers,omitempty"`
 	Server    *server.Stats          `json:"server,omitempty"`
+	// Supervisor: which processes serve, how the last ones ended (nil
+	// when the agent runs unsupervised).
+	Supervisor *SupervisorFigures `json:"supervisor,omitempty"`
 
 	// TopNames and TopClients are estimates from one answer in TopSample,
 	// scaled back up, with counts halved every minute: recent loudness,
@@ -127,6 +130,7 @@ func (r *Recorder) Stats() Document {
 	d.Informers = section(src.Informers)
 	d.Peers = section(src.Peers)
 	d.Server = section(src.Server)
+	d.Supervisor = section(src.Supervisor)
 	scale := uint64(r.cfg.TopSample)
 	d.TopNames = topEntries(r.names.snapshot(sec), r.cfg.TopK, scale, func(k string) string { return k })
 	d.TopClients = topEntries(r.clients.snapshot(sec), r.cfg.TopK, scale, func(k netip.Addr) string { return k.String() })

@@ -83,6 +83,9 @@ type Sources struct {
 	// ConfigErrors counts configuration reloads rejected since start.
 	ConfigErrors func() uint64
 	Peers        func() PeerFigures
+	// Supervisor is the supervisor's report; nil when the agent runs
+	// unsupervised.
+	Supervisor func() SupervisorFigures
 	// Pod names the pod of this node that owns a client address, and its
 	// workload, for the reports (the busiest pods of a namespace, the
 	// search-path report); read when /stats is served.

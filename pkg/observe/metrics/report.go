@@ -98,6 +98,7 @@ func (d *Document) Report(w io.Writer) {
 
 	renderIntercept(r, d)
 	renderPeers(r, d.Peers)
+	renderSupervisor(r, d.Supervisor, d.Now)
 	renderInformers(r, d.Informers)
 	r.blank()
 

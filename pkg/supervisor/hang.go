@@ -1,0 +1,84 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// checkHang kills a serving process that has stopped: no heartbeat for
+// HangTimeout (a SIGSTOP, a scheduler that no longer runs), or the same
+// datagram at the head of a UDP socket's queue for HangTimeout (its
+// reader no longer reads, though the process lives). Queries queued on
+// the sockets stay there for the next serving process.
+func (s *supervisor) checkHang() {
+	c := s.cur
+	if c == nil || !c.serving || c.draining || c.hung != "" || s.stopping {
+		clear(s.heads)
+		return
+	}
+	now := s.cfg.now()
+	if d := now.Sub(c.lastBeat); d >= s.cfg.HangTimeout {
+		s.kill(c, fmt.Sprintf("no heartbeat for %s", d.Round(time.Millisecond)))
+		return
+	}
+	for key, f := range s.socks {
+		if !strings.HasPrefix(key, opUDP+" ") {
+			continue
+		}
+		k, ok := peekHead(f)
+		if !ok {
+			delete(s.heads, key)
+			continue
+		}
+		h, seen := s.heads[key]
+		if !seen || h.key != k {
+			s.heads[key] = head{key: k, since: now}
+			continue
+		}
+		if d := now.Sub(h.since); d >= s.cfg.HangTimeout {
+			s.kill(c, fmt.Sprintf("a query waited %s unread on socket %q", d.Round(time.Millisecond), key))
+			return
+		}
+	}
+}
+
+func (s *supervisor) kill(c *child, why string) {
+	c.hung = why
+	s.log.Error("serving process hung: killing it and starting another on the same sockets", "pid", c.pid, "why", why)
+	if err := unix.Kill(c.pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+		s.log.Error("killing the hung serving process", "pid", c.pid, "err", err)
+	}
+}
+
+// peekHead names the datagram at the head of f's queue (its source, size
+// and first bytes, which hold the DNS ID) without taking it; false when
+// the queue is empty. MSG_DONTWAIT: the serving process may have made the
+// shared open file blocking.
+func peekHead(f *os.File) (string, bool) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return "", false
+	}
+	var buf [16]byte
+	var n int
+	var from unix.Sockaddr
+	var rerr error
+	if err := rc.Control(func(fd uintptr) {
+		n, from, rerr = unix.Recvfrom(int(fd), buf[:], unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_TRUNC)
+	}); err != nil || rerr != nil {
+		return "", false
+	}
+	var src string
+	switch a := from.(type) {
+	case *unix.SockaddrInet4:
+		src = fmt.Sprintf("%v:%d", a.Addr, a.Port)
+	case *unix.SockaddrInet6:
+		src = fmt.Sprintf("%v:%d", a.Addr, a.Port)
+	}
+	return fmt.Sprintf("%s %d %x", src, n, buf[:min(n, len(buf))]), true
+}
