@@ -75,12 +75,7 @@ func (ix *Index) zoneOf(name string) *zoneMsgs {
 // fallsThrough reports whether a name error for name goes on to the cache
 // and upstream (Config.Fallthrough).
 func (ix *Index) fallsThrough(name string) bool {
-	for _, z := range ix.cfg.Fallthrough {
-		if z == "." || dnsname.InZone(name, z) {
-			return true
-		}
-	}
-	return false
+	return dnsname.InZones(name, ix.cfg.Fallthrough)
 }
 
 // maxLabels is the longest name below the zone with a meaning:

@@ -45,6 +45,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
@@ -266,6 +267,13 @@ type group struct {
 // New validates cfg and returns a Forwarder. Call Run to probe down servers.
 func New(cfg Config) (*Forwarder, error) {
 	cfg.defaults()
+	// Canonical once, here, so that telling a server's name in or out of
+	// them compares bytes.
+	zs := make([]string, len(cfg.ClusterZones))
+	for i, z := range cfg.ClusterZones {
+		zs[i] = dnsname.Canonical(z)
+	}
+	cfg.ClusterZones = zs
 	if err := checkPolicy(cfg.Policy); err != nil {
 		return nil, err
 	}
@@ -418,7 +426,7 @@ func (f *Forwarder) AllDown() uint64 { return f.allDown.Load() }
 // excepts it.
 func (f *Forwarder) groupFor(name string) *group {
 	for _, g := range f.groups {
-		if (g.zone == "." || dns.IsSubDomain(g.zone, name)) && !g.excepts(name) {
+		if dnsname.InZone(name, g.zone) && !g.excepts(name) {
 			return g
 		}
 	}
