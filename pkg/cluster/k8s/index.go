@@ -57,9 +57,7 @@ type Index struct {
 
 	// Writer side: touched only by informer handlers, under wmu.
 	wmu        sync.Mutex
-	svcs       map[string]*service            // key "name.ns"
-	bySvc      map[string][]*endpointSlice    // key "name.ns", sorted by slice name
-	sliceByKey map[string]*endpointSlice      // key "ns/name"
+	svcStore                                  // the Services and their EndpointSlices
 	podByKey   map[string]*pod                // key "ns/name"
 	nsCount    int                            // namespaces exposed
 	endpoints  int                            // ready addresses indexed
@@ -110,9 +108,7 @@ func New(client kubernetes.Interface, cfg Config) (*Index, error) {
 		log:        c.Logger.With("component", "k8s"),
 		now:        time.Now,
 		dnsSvcKey:  name + "." + ns,
-		svcs:       make(map[string]*service),
-		bySvc:      make(map[string][]*endpointSlice),
-		sliceByKey: make(map[string]*endpointSlice),
+		svcStore:   newSvcStore(),
 		podByKey:   make(map[string]*pod),
 		syncCh:     make(chan struct{}),
 		views:      make(map[string]*svcView),
