@@ -408,6 +408,22 @@ func (f *Forwarder) tend() {
 	}
 }
 
+// ForwarderStats are the forwarder's own counters (Coalesced, Overloaded,
+// ClientLimited, AllDown). pkg/observe/metrics reports them as they are:
+// the JSON names are the /stats document's forwarder section (read by
+// `nodedns stats --json`), so fields are added, never renamed.
+type ForwarderStats struct {
+	Coalesced     uint64 `json:"coalesced"`
+	Overloaded    uint64 `json:"overloaded"`
+	ClientLimited uint64 `json:"client_limited"`
+	AllDown       uint64 `json:"all_down"`
+}
+
+// Stats returns the forwarder's own counters.
+func (f *Forwarder) Stats() ForwarderStats {
+	return ForwarderStats{Coalesced: f.Coalesced(), Overloaded: f.Overloaded(), ClientLimited: f.ClientLimited(), AllDown: f.AllDown()}
+}
+
 // Coalesced is how many queries were answered by joining another query's
 // exchange; Overloaded how many were refused at an in-flight bound (all of
 // them), ClientLimited how many of those at a client's or namespace's
