@@ -2,7 +2,8 @@
 
 package integration
 
-// Search-path shortcuts for real (issue 4): the agent, a real API server
+// Search-path shortcuts for real, with the resolvers pods run rather than
+// a fake: the agent, a real API server
 // holding two "pods" on this node, and glibc's getent and dig inside each
 // pod's network namespace with the search list and ndots:5 kubelet writes.
 //

@@ -525,8 +525,8 @@ func TestClusterPods(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond)
 	wantNS("10.244.50.1", nsNew)
-	if st := ix.Stats(); st.Pods != 2 {
-		t.Errorf("pods watched: %d, want 2 (this node's)", st.Pods)
+	if st := ix.Stats(); st.Objects[k8s.ObjPods] != 2 {
+		t.Errorf("pods watched: %d, want 2 (this node's)", st.Objects[k8s.ObjPods])
 	}
 }
 

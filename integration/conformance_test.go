@@ -2,7 +2,9 @@
 
 package integration
 
-// Protocol conformance through the binary (issue 17): the table of
+// Protocol conformance through the binary, for the clients that are not
+// glibc or musl (the unit tests reach the pipeline, not the binary): the
+// table of
 // internal/conformance (RFC 8906 sections 3 and 8, RFC 1035, 6891, 6895,
 // 6840) sent over UDP and TCP to the nodedns agent and, side by side, to
 // CoreDNS 1.15 set up the same way: (a) a name answered authoritatively

@@ -2,7 +2,8 @@
 
 package integration
 
-// The CoreDNS-compatible series against CoreDNS 1.15 itself (issue 16):
+// The CoreDNS-compatible series against CoreDNS 1.15 itself, so that
+// dashboards and alerts written for it read nodedns unchanged:
 // CoreDNS with NodeLocal DNSCache's Corefile (a cluster.local, a reverse
 // and a "." server block, each with cache and forward, bound to one
 // address) and nodedns, both forwarding to the same loopback upstream, get

@@ -2,12 +2,15 @@
 
 package integration
 
-// deploy/daemonset.yaml against a real kube-apiserver (issue 6): every
-// object of the file is applied server-side (strict field validation, as
-// `kubectl apply --server-side` does), so the API server's own defaulting,
-// validation and admission judge it, not a YAML lint. Then each object is
-// read back and checked for what the issue asks of it, and the RBAC it
-// grants is checked through SubjectAccessReviews. Everything created is
+// deploy/daemonset.yaml against a real kube-apiserver, because a manifest
+// that only parses can still be refused, defaulted into something else or
+// grant too much: every object of the file is applied server-side (strict
+// field validation, as `kubectl apply --server-side` does), so the API
+// server's own defaulting, validation and admission judge it, not a YAML
+// lint. Then each object is read back and checked for what a node-local
+// DNS agent needs of it (host network, the capabilities its interception
+// takes, a rolling update that never leaves a node without DNS), and the
+// RBAC it grants is checked through SubjectAccessReviews. Everything created is
 // deleted at the end, whether the test passes or not.
 
 import (
@@ -367,7 +370,8 @@ func TestDeployManifest(t *testing.T) {
 }
 
 // checkDaemonSet checks the DaemonSet as the API server stored it (after
-// its defaulting) against issue 6.
+// its defaulting): a rollout must never leave a node without DNS, and the
+// agent must get what it needs and no more.
 func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, cfg map[string]any) {
 	t.Helper()
 	us := ds.Spec.UpdateStrategy

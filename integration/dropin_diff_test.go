@@ -2,7 +2,8 @@
 
 package integration
 
-// Differential test of hosts and rewrite (issue 15): CoreDNS 1.15 with
+// Differential test of hosts and rewrite, which must answer as the
+// CoreDNS configuration they replace: CoreDNS 1.15 with
 // `hosts` (and `rewrite ... answer auto`) in front of `forward`, and the
 // nodedns binary with the same records and rules, are asked the same
 // questions; the answers must agree (rcode, AA and every record, TTLs
@@ -123,8 +124,8 @@ func diffUpstream(t *testing.T) *dnstest.Server {
 		default:
 			// Reverse names get their reverse zone's SOA: an SOA that is
 			// not an ancestor of the name is not the denial's zone, and
-			// the agent drops it from a reply (issue 13's minimal
-			// replies) where CoreDNS passes it on.
+			// the agent drops it from a reply (it cuts replies down to
+			// what answers the question) where CoreDNS passes it on.
 			zone := "example.com."
 			for _, z := range []string{"example.org.", "example.net.", "new.example.", "internal.", "example.", "in-addr.arpa.", "ip6.arpa."} {
 				if strings.HasSuffix(name, "."+z) || name == z {

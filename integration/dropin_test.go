@@ -2,7 +2,8 @@
 
 package integration
 
-// The drop-in features of issue 15 through the real agent binary on
+// The features that let nodedns replace CoreDNS's hosts, rewrite,
+// loadbalance and errors plugins, through the real agent binary on
 // loopback, as an operator configures them in the ConfigMap: static records
 // (entries and a hosts file re-read on change), name rewrites answered
 // under the name asked, round-robin order across queries, and the warn

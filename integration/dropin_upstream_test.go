@@ -145,7 +145,7 @@ func TestDoTUpstream(t *testing.T) {
 	var failed []string
 	// 120 at once: within one client's share of the forwarder's slots
 	// (MaxInflight/8 = 125); beyond it the agent answers SERVFAIL at once,
-	// by design (issue 13).
+	// by design: one client cannot take every slot.
 	for i := range 120 {
 		wg.Add(1)
 		go func() {

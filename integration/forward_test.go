@@ -2,8 +2,8 @@
 
 package integration
 
-// --cluster-zone forward through the real agent (issue 15): NodeLocal
-// DNSCache's arrangement. The pods, API server and upstream are those of
+// --cluster-zone forward through the real agent: NodeLocal DNSCache's
+// arrangement, which clusters moving from it keep. The pods, API server and upstream are those of
 // the autopath test; a fake central cluster DNS on loopback answers the
 // cluster zone as CoreDNS would and counts what it is asked, and over
 // which transport. The agent must send it the cluster and reverse zones

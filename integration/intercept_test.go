@@ -2,7 +2,8 @@
 
 package integration
 
-// Interception for real (issue 5): a "node" namespace holding the link and
+// Interception for real, since a fake netlink or iptables cannot show a
+// packet reaching the agent: a "node" namespace holding the link and
 // the rules, a "pod" namespace joined to it by a veth pair with a route to
 // the local IPs via the node side, real iptables in both the nft and the
 // legacy backend, dig as the client and conntrack as the witness.
@@ -169,8 +170,8 @@ func (e *interceptEnv) ourRules(backend string, v6 bool) ([]string, error) {
 	return rules, nil
 }
 
-// wantRules is the rule table of issue 5 as iptables-save prints it, for
-// one local IP.
+// wantRules is the rule table the agent installs (pkg/node/intercept) as
+// iptables-save prints it, for one local IP.
 func wantRules(ip string) []struct{ prefix, target string } {
 	host := ip + "/32"
 	if strings.Contains(ip, ":") {

@@ -22,7 +22,8 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Issue 13: a pod asking random names under a zone whose server answers
+// Memory stays bounded whatever the answers weigh: a pod asking random
+// names under a zone whose server answers
 // ~60 KB each (over TCP, after a TC reply over UDP) must not push the agent
 // past its memory bound. The agent's cache is bounded by bytes
 // (--cache-max-bytes) and keeps no reply over its entry limit, and the

@@ -2,7 +2,8 @@
 
 package integration
 
-// Agent life cycle on a real node namespace (issue 13): a start that fails
+// Agent life cycle on a real node namespace, where a mistake leaves the
+// node's pods without DNS: a start that fails
 // once the link is in place leaves nothing behind; a link the agent did
 // not create is used and left; another DNS server sharing the local IP
 // through SO_REUSEPORT keeps the agent not ready until it is gone.

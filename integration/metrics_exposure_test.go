@@ -2,7 +2,8 @@
 
 package integration
 
-// How deploy/daemonset.yaml exposes metrics (issue 16): on the node's IP
+// How deploy/daemonset.yaml exposes metrics, so that Prometheus finds
+// every node's agent: on the node's IP
 // (the downward API's status.hostIP) at port 9253, through --admin; a
 // named `metrics` port for discovery that cannot stall a rolling update;
 // prometheus.io annotations. Called from the DaemonSet checks of

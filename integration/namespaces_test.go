@@ -2,7 +2,8 @@
 
 package integration
 
-// Per-namespace figures and Extended DNS Errors for real (issue 24): pods
+// Per-namespace figures and Extended DNS Errors for real, as an operator
+// and dig see them, not as the unit tests' fakes do: pods
 // in three namespaces on this node (network namespaces registered as Pods
 // in the API server, as TestAutopath's), each sending a known mix of
 // queries with dig, and a client on the node itself. The agent counts at

@@ -3,7 +3,8 @@
 package integration
 
 // Prometheus scrapes the agent the way deploy/daemonset.yaml exposes it
-// (issue 16): in a "node" network namespace the agent runs with
+// (metrics for the network, query names and client addresses only for
+// the pod): in a "node" network namespace the agent runs with
 // --admin=[<node IP>]:9253, the argument kubelet makes of
 // --admin=[$(HOST_IP)]:9253 on an IPv4 node (brackets and all); Prometheus
 // runs in a second namespace, another host joined to the node by a veth

@@ -2,8 +2,9 @@
 
 package integration
 
-// Reliability (issue 8): the agent through an API server outage and
-// through SIGKILLs at random moments under load.
+// Reliability: the agent through an API server outage and through
+// SIGKILLs at random moments under load, the failures a node's only DNS
+// server meets in a cluster's life.
 //
 // API outage. /ready stays true while the API server is away, on purpose:
 // readiness says whether this process should get DNS traffic, and an agent

@@ -2,7 +2,8 @@
 
 package integration
 
-// Zero-downtime restart (issue 6): the agent is replaced under load the way
+// Zero-downtime restart: a node's pods have no other DNS server, so the
+// agent is replaced under load the way
 // a DaemonSet with maxSurge 1 replaces it on a node — the new process
 // starts beside the old one and shares its sockets (SO_REUSEPORT), the old
 // one gets SIGTERM, turns /ready false, answers for --lameduck, drains its
@@ -562,8 +563,8 @@ func (e *interceptEnv) ruleLines(t *testing.T, table string, v6 bool) []string {
 }
 
 // checkRuleCopies fails unless every rule of ours in the raw and filter
-// tables appears exactly once and there are as many as the rule table of
-// issue 5 has (checkRulesOnce checks their exact form).
+// tables appears exactly once and there are as many as the agent installs
+// (wantRules; checkRulesOnce checks their exact form).
 func (e *interceptEnv) checkRuleCopies(t *testing.T) {
 	t.Helper()
 	for _, v6 := range []bool{false, true} {

@@ -2,7 +2,7 @@
 
 package integration
 
-// Soak (issue 8): the agent under a mixed workload for a long time, with
+// Soak: the agent under a mixed workload for a long time, with
 // upstream faults on a schedule and Service churn in the API server. It
 // runs only when NODEDNS_SOAK is set to a duration (scripts/soak.sh does
 // that); the plain integration run skips it.

@@ -664,8 +664,9 @@ func zoDiff(t *testing.T, cp *ControlPlane, coredns, up string, f zoFixture, cfg
 	return answers
 }
 
-// TestZoneOptionsDifferential is the differential test of issue 15's
-// cluster zone options.
+// TestZoneOptionsDifferential is the differential test of the cluster
+// zone options against CoreDNS's kubernetes plugin, whose answers they
+// must match.
 func TestZoneOptionsDifferential(t *testing.T) {
 	cp := controlPlane(t)
 	coredns := coreDNSBin(t)

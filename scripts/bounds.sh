@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Bounds (issue 8): 1,000,000 distinct random names through the agent (a
+# Bounds, since memory and goroutines must not grow with what clients
+# ask: 1,000,000 distinct random names through the agent (a
 # local test upstream answers everything), sampling RSS, cache size and
 # goroutines every 50,000 queries; then the latency of well-behaved
 # clients alone and while one client floods random names. Traffic stays on

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Soak test (issue 8): the agent for DURATION under a mixed workload from
+# Soak test, for what only time shows (leaks, drift, a rare crash): the
+# agent for DURATION under a mixed workload from
 # several pod network namespaces (cluster names of a real kube-apiserver,
 # autopath, external names, NXDOMAIN, misses), with upstream faults on a
 # schedule (stopped, SERVFAIL, silent) and Service churn in the API server.

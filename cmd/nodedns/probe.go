@@ -1,11 +1,10 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"strings"
 	"time"
 
 	"github.com/nodedns/nodedns/pkg/observe/admin"
@@ -27,16 +26,10 @@ func probe(args []string, stdout, stderr io.Writer) error {
 	if what != "health" && what != "ready" || fs.NArg() != 1 {
 		return fmt.Errorf("want exactly one of: health, ready")
 	}
-	c, base := admin.NewClient(*socket, *addr, *timeout)
-	resp, err := c.Get(base + "/" + what)
+	body, err := admin.NewClient(*socket, *addr, *timeout).Probe(context.Background(), what)
 	if err != nil {
-		return fmt.Errorf("no agent answering: %w", err)
+		return err
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", what, strings.TrimSpace(string(body)))
-	}
-	fmt.Fprint(stdout, string(body))
+	fmt.Fprint(stdout, body)
 	return nil
 }

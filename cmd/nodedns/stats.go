@@ -1,27 +1,20 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/nodedns/nodedns/pkg/observe/admin"
 	"github.com/nodedns/nodedns/pkg/observe/metrics"
 )
-
-// maxStatsBody bounds what `nodedns stats` reads from /stats.
-const maxStatsBody = 8 << 20
 
 type statsOptions struct {
 	admin, socket string
@@ -83,12 +76,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	client, base := admin.NewClient(o.socket, o.admin, o.timeout)
-	where := o.admin
-	if o.socket != "" {
-		where = o.socket
-	}
-	fetch := func() ([]byte, error) { return fetchStats(ctx, client, base+"/stats", where, o.timeout) }
+	c := admin.NewClient(o.socket, o.admin, o.timeout)
 	show := func(w io.Writer, body []byte) error {
 		if o.json && o.namespace == "" && !o.searchPath {
 			_, err := w.Write(body)
@@ -96,55 +84,18 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		var d metrics.Document
 		if err := json.Unmarshal(body, &d); err != nil {
-			return fmt.Errorf("decoding /stats from %s: %w", where, err)
+			return fmt.Errorf("decoding /stats from %s: %w", c.Where(), err)
 		}
 		return showPart(w, &d, o)
 	}
-	if !o.watch {
-		body, err := fetch()
-		if err != nil {
-			return err
-		}
-		return show(stdout, body)
+	if o.watch {
+		return c.Watch(ctx, stdout, admin.WatchOptions{Interval: o.interval, Count: o.count, Header: !o.json}, show)
 	}
-
-	// --watch: an agent that stops answering (a restart during a rollout)
-	// is reported and retried, not fatal; an interrupt ends it cleanly.
-	clear := isTerminal(stdout)
-	for n := 1; ; n++ {
-		var buf bytes.Buffer
-		if clear {
-			buf.WriteString("\x1b[H\x1b[2J")
-		} else if n > 1 {
-			buf.WriteString("\n")
-		}
-		if !o.json {
-			fmt.Fprintf(&buf, "%s  every %s, Ctrl-C to stop\n\n", time.Now().Format(time.TimeOnly), o.interval)
-		}
-		body, err := fetch()
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err == nil {
-			err = show(&buf, body)
-		}
-		if err != nil {
-			fmt.Fprintf(&buf, "nodedns stats: %v\n", err)
-		}
-		if _, werr := stdout.Write(buf.Bytes()); werr != nil {
-			return fmt.Errorf("writing report: %w", werr)
-		}
-		if o.count > 0 && n >= o.count {
-			return err
-		}
-		t := time.NewTimer(o.interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
+	body, err := c.Stats(ctx)
+	if err != nil {
+		return err
 	}
+	return show(stdout, body)
 }
 
 // showPart writes the report o asks for of d: the whole report, one
@@ -172,69 +123,4 @@ func showPart(w io.Writer, d *metrics.Document, o statsOptions) error {
 		return nil
 	}
 	return json.NewEncoder(w).Encode(part)
-}
-
-// fetchStats GETs url and returns the body of a 200 answer.
-func fetchStats(ctx context.Context, c *http.Client, url, where string, timeout time.Duration) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, fmt.Errorf("building request for %s: %w", url, err)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, unreachable(where, timeout, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxStatsBody))
-	if err != nil {
-		return nil, fmt.Errorf("reading /stats from %s: %w", where, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		msg := strings.TrimSpace(string(body))
-		if i := strings.IndexByte(msg, '\n'); i >= 0 {
-			msg = msg[:i]
-		}
-		return nil, fmt.Errorf("agent at %s answered /stats with %s: %s", where, resp.Status, metrics.Printable(msg))
-	}
-	return body, nil
-}
-
-// agentError is "no agent answering": one short line for the operator,
-// the full error underneath for errors.Is.
-type agentError struct {
-	where, reason string
-	err           error
-}
-
-func (e *agentError) Error() string {
-	return "no agent answering at " + e.where + ": " + e.reason
-}
-func (e *agentError) Unwrap() error { return e.err }
-
-// unreachable names why the agent did not answer by the innermost cause
-// ("connection refused", "no such file or directory"), not by the
-// request's full chain of wrappers.
-func unreachable(where string, timeout time.Duration, err error) error {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return &agentError{where: where, reason: "no answer within " + timeout.String(), err: err}
-	}
-	inner := err
-	for {
-		u := errors.Unwrap(inner)
-		if u == nil {
-			break
-		}
-		inner = u
-	}
-	return &agentError{where: where, reason: inner.Error(), err: err}
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/node/intercept"
 	"github.com/nodedns/nodedns/pkg/observe/admin"
 	"github.com/nodedns/nodedns/pkg/observe/metrics"
 	"github.com/nodedns/nodedns/pkg/query/cache"
@@ -46,10 +48,10 @@ func sampleDocument() metrics.Document {
 			{Addr: "169.254.0.53:53", Up: true, Requests: 100, Failures: 2, P50ms: 1.41, P99ms: 22.6},
 			{Addr: "[fd00::53]:53", Up: false, Requests: 9, Failures: 9, LastError: "reading from [fd00::53]:53: i/o timeout"},
 		},
-		Intercept: &metrics.InterceptFigures{Enabled: true, Link: "nodelocaldns", LinkType: "dummy",
+		Intercept: &intercept.Status{Enabled: true, Link: "nodelocaldns", LinkType: "dummy",
 			IPs: []string{"169.254.20.10", "169.254.20.11"}, Backend: "nft", RulesPresent: 5, RulesWanted: 6,
 			Repairs: 2, LastRepair: now.Add(-time.Hour), LastError: "inserting rule: exit status 4"},
-		Informers: &metrics.InformerFigures{Enabled: true, Synced: true,
+		Informers: &k8s.Stats{Enabled: true, Synced: true,
 			Objects: map[string]int{"services": 40, "endpointslices": 45, "namespaces": 6, "pods": 12}},
 		Peers:      &metrics.PeerFigures{Foreign: []string{"169.254.20.10:53/udp: 1 socket(s) of another process (coredns[77]), foreign"}},
 		Server:     &server.Stats{Overloaded: 4, Panics: 1, InFlight: 2, TCPConns: 3, UDPReaders: 2, UDPReadersLive: 1, UDPReaderRestarts: 7},

@@ -6,7 +6,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nodedns/nodedns/pkg/cluster/k8s"
 	"github.com/nodedns/nodedns/pkg/config"
+	"github.com/nodedns/nodedns/pkg/node/intercept"
 	"github.com/nodedns/nodedns/pkg/observe/admin"
 	"github.com/nodedns/nodedns/pkg/observe/metrics"
 	"github.com/nodedns/nodedns/pkg/query/cache"
@@ -46,29 +48,20 @@ func (a *Agent) newRecorder() (*metrics.Recorder, error) {
 				}
 				return out
 			},
-			Forwarder: func() metrics.ForwarderFigures {
-				f := a.fwd.Load()
-				return metrics.ForwarderFigures{Coalesced: f.Coalesced(), Overloaded: f.Overloaded(), ClientLimited: f.ClientLimited(), AllDown: f.AllDown()}
-			},
-			Server: func() server.Stats { return a.srv.Stats() },
-			Intercept: func() metrics.InterceptFigures {
+			Forwarder: func() upstream.ForwarderStats { return a.fwd.Load().Stats() },
+			Server:    func() server.Stats { return a.srv.Stats() },
+			Intercept: func() intercept.Status {
 				if a.ic == nil {
-					return metrics.InterceptFigures{}
+					return intercept.Status{} // not enabled
 				}
-				st := a.ic.Status()
-				return metrics.InterceptFigures{Enabled: true, Link: st.Link, LinkType: st.LinkType, IPs: st.IPs, Backend: st.Backend,
-					RulesPresent: st.RulesPresent, RulesWanted: st.RulesWanted, Repairs: st.Repairs, LastRepair: st.LastRepair, LastError: st.LastError,
-					Errors: st.Errors}
+				return a.ic.Status()
 			},
 			Peers: a.peerFigures,
-			Informers: func() metrics.InformerFigures {
+			Informers: func() k8s.Stats {
 				if a.ix == nil {
-					return metrics.InformerFigures{}
+					return k8s.Stats{} // not enabled
 				}
-				st := a.ix.Stats()
-				return metrics.InformerFigures{Enabled: true, Synced: st.Synced, Objects: map[string]int{
-					"services": st.Services, "endpointslices": st.EndpointSlices, "namespaces": st.Namespaces,
-					"pods": st.Pods, "endpoints": st.Endpoints}}
+				return a.ix.Stats()
 			},
 			ConfigErrors: a.reloads.failures.Load,
 			Supervisor:   a.supervisorSource(),

@@ -191,7 +191,7 @@ func canonClusterDomain(s string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if dns.IsSubDomain("in-addr.arpa.", n) || dns.IsSubDomain("ip6.arpa.", n) {
+	if dnsname.IsReverse(n) {
 		return "", fmt.Errorf("a reverse zone cannot be the cluster domain")
 	}
 	return n, nil

@@ -231,10 +231,8 @@ func normalizeZone(raw string) (string, error) {
 	if _, ok := dns.IsDomainName(z); !ok || strings.Contains(z, "..") {
 		return "", fmt.Errorf("%w: zone %q is not a domain name", ErrConfig, raw)
 	}
-	for _, r := range reverseZones {
-		if dns.IsSubDomain(r, z) {
-			return "", fmt.Errorf("%w: zone %q: a reverse zone cannot be a cluster domain (PTR queries are always answered for the addresses the cluster knows)", ErrConfig, raw)
-		}
+	if dnsname.IsReverse(z) {
+		return "", fmt.Errorf("%w: zone %q: a reverse zone cannot be a cluster domain (PTR queries are always answered for the addresses the cluster knows)", ErrConfig, raw)
 	}
 	return z, nil
 }

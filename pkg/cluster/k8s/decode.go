@@ -127,29 +127,34 @@ func readMeta(data []byte, m *objMeta, what int) error {
 		case it.is(3, 2):
 			m.namespace = string(it.data)
 		case what&metaOwner != 0 && it.is(11, 2):
-			if k, v, err := labelEntry(it.data, podTemplateHash); err != nil {
+			if k, v, err := mapEntry(it.data); err != nil {
 				return err
-			} else if k {
-				m.templateHash = v
+			} else if string(k) == podTemplateHash {
+				m.templateHash = string(v)
 			}
 		case what&metaOwner != 0 && it.is(13, 2):
 			if err := readOwner(it.data, m); err != nil {
 				return err
 			}
 		case what&(metaServiceName|metaLabels) != 0 && it.is(11, 2):
-			k, v, err := mapEntry(it.data, what&metaLabels != 0)
+			kb, vb, err := mapEntry(it.data)
 			if err != nil {
 				return err
 			}
+			if what&metaLabels == 0 {
+				if string(kb) == discoveryv1.LabelServiceName {
+					m.serviceName = string(vb)
+				}
+				continue
+			}
+			k, v := string(kb), string(vb)
 			if k == discoveryv1.LabelServiceName {
 				m.serviceName = v
 			}
-			if what&metaLabels != 0 {
-				if m.labels == nil {
-					m.labels = make(map[string]string)
-				}
-				m.labels[k] = v
+			if m.labels == nil {
+				m.labels = make(map[string]string)
 			}
+			m.labels[k] = v
 		case what&metaTimes != 0 && it.is(8, 2):
 			t, err := readTime(it.data)
 			if err != nil {
@@ -163,43 +168,20 @@ func readMeta(data []byte, m *objMeta, what int) error {
 	return it.err
 }
 
-// mapEntry reads a map<string,string> entry (key 1, value 2). Unless all
-// is set, only the service-name label is returned (k is "" otherwise), so
-// that other labels cost no allocation.
-func mapEntry(data []byte, all bool) (k, v string, err error) {
+// mapEntry reads a map<string,string> entry (key 1, value 2) as slices of
+// data: the caller makes strings of what it keeps, so that the labels it
+// does not keep cost no allocation.
+func mapEntry(data []byte) (k, v []byte, err error) {
 	it := pbIter{b: data}
-	var kb, vb []byte
 	for it.next() {
 		switch {
 		case it.is(1, 2):
-			kb = it.data
+			k = it.data
 		case it.is(2, 2):
-			vb = it.data
+			v = it.data
 		}
-	}
-	if all || string(kb) == discoveryv1.LabelServiceName {
-		k, v = string(kb), string(vb)
 	}
 	return k, v, it.err
-}
-
-// labelEntry reads a map<string,string> entry and returns its value when
-// its key is key, allocating nothing for other keys.
-func labelEntry(data []byte, key string) (bool, string, error) {
-	it := pbIter{b: data}
-	var kb, vb []byte
-	for it.next() {
-		switch {
-		case it.is(1, 2):
-			kb = it.data
-		case it.is(2, 2):
-			vb = it.data
-		}
-	}
-	if it.err != nil || string(kb) != key {
-		return false, "", it.err
-	}
-	return true, string(vb), nil
 }
 
 // readOwner reads an OwnerReference into m when it is the controller's

@@ -4,140 +4,213 @@ import (
 	"cmp"
 	"net/netip"
 	"slices"
+	"time"
 )
 
-// touch records a change: the SOA serial is the Unix time of the last
-// change, as in CoreDNS. The shared negative answers carry the SOA, so they
-// are rebuilt when the serial moves (at most once a second) or when force
-// is set (the NS data changed). Called with wmu held.
+// touch records a change to the cluster zone: the SOA serial is the Unix
+// time of the last change, as in CoreDNS. The shared negative answers
+// carry the SOA, so they are rebuilt when the serial moves (at most once a
+// second) or when force is set (the NS data changed). Called with wmu
+// held.
 func (ix *Index) touch(force bool) {
+	ix.changed(&ix.lastChange, ix.zoneMsg.Load().serial, force)
+}
+
+// changed records a change to zones whose SOA serial is *last, the time of
+// their last change, and serial the one their shared answers carry now.
+// Called with wmu held.
+func (ix *Index) changed(last *time.Time, serial uint32, force bool) {
 	// After the change is in place: a reader that built an answer from the
 	// old state read the old generation first (Generation).
 	ix.gen.Add(1)
 	ix.counters.events++
-	ix.lastChange = ix.now()
-	if force || uint32(ix.lastChange.Unix()) != ix.zoneMsg.Load().serial {
+	*last = ix.now()
+	if force || uint32(last.Unix()) != serial {
 		ix.rebuildZone()
 	}
 }
 
-// onService applies a Service event (old nil: add; cur nil: delete).
-func (ix *Index) onService(old, cur any) {
-	s, _ := cur.(*service)
-	o, _ := old.(*service)
-	if s != nil && o != nil && s.equal(o) {
-		return
+// eventObjects reads an informer event's objects as T (old nil: an add;
+// cur nil: a delete): cur, and ref, the one that names the object. ok is
+// false when there is nothing to apply: an update that changed nothing
+// the index keeps (equal), or no object of type T.
+func eventObjects[T comparable](old, cur any, equal func(a, b T) bool) (c, ref T, ok bool) {
+	var none T
+	c, _ = cur.(T)
+	o, _ := old.(T)
+	if c != none && o != none && equal(c, o) {
+		return none, none, false
 	}
-	ref := s
-	if ref == nil {
+	ref = c
+	if ref == none {
 		ref = o
 	}
-	if ref == nil {
-		return
-	}
-	key := ref.name + "." + ref.namespace
-	ix.wmu.Lock()
-	defer ix.wmu.Unlock()
-	prev := ix.svcs[key]
-	if s != nil {
-		ix.svcs[key] = s
-	} else {
-		delete(ix.svcs, key)
-	}
-	ix.objCount[objServices] = len(ix.svcs)
-	var view *svcView
-	if s != nil {
-		view = ix.buildView(s, ix.bySvc[key], nil)
-	}
-	ix.mu.Lock()
-	if prev != nil {
-		for _, ip := range prev.ips {
-			ix.clusterIPs.remove(ip, key)
-		}
-	}
-	if view != nil {
-		for _, ip := range s.ips {
-			ix.clusterIPs.add(ip, key)
-		}
-		ix.views[key] = view
-	} else {
-		delete(ix.views, key)
-	}
-	ix.mu.Unlock()
-	ix.touch(key == ix.dnsSvcKey)
+	return c, ref, ref != none
 }
 
-// onSlice applies an EndpointSlice event.
-func (ix *Index) onSlice(old, cur any) {
-	e, _ := cur.(*endpointSlice)
-	o, _ := old.(*endpointSlice)
-	if e != nil && o != nil && e.equal(o) {
-		return
+// svcStore is one zone kind's services and their EndpointSlices as the
+// writers keep them, under Index.wmu: the cluster zone's Services, or the
+// multicluster zones' ServiceImports.
+type svcStore struct {
+	svcs       map[string]*service         // key "name.ns"
+	bySvc      map[string][]*endpointSlice // key "name.ns", sorted by slice name
+	sliceByKey map[string]*endpointSlice   // key "ns/name"
+}
+
+func newSvcStore() svcStore {
+	return svcStore{svcs: map[string]*service{}, bySvc: map[string][]*endpointSlice{}, sliceByKey: map[string]*endpointSlice{}}
+}
+
+// putService stores s, the service of key (nil: deleted), and returns the
+// one it replaces.
+func (st *svcStore) putService(key string, s *service) (prev *service) {
+	prev = st.svcs[key]
+	if s != nil {
+		st.svcs[key] = s
+	} else {
+		delete(st.svcs, key)
 	}
-	ref := e
-	if ref == nil {
-		ref = o
-	}
-	if ref == nil {
-		return
-	}
-	skey := ref.namespace + "/" + ref.name
-	ix.wmu.Lock()
-	defer ix.wmu.Unlock()
+	return prev
+}
+
+// putSlice stores e, the EndpointSlice of skey (nil: deleted), in its
+// service's set, and returns the one it replaces and the keys of the
+// services whose sets changed ("" for none).
+func (st *svcStore) putSlice(skey string, e *endpointSlice) (prev *endpointSlice, keys [2]string) {
 	// The stored slice, not the event's old object, is what the indexes
 	// hold: they may differ after a missed event and a relist.
-	prev := ix.sliceByKey[skey]
+	prev = st.sliceByKey[skey]
 	if e != nil {
-		ix.sliceByKey[skey] = e
+		st.sliceByKey[skey] = e
 	} else {
-		delete(ix.sliceByKey, skey)
+		delete(st.sliceByKey, skey)
 	}
-	ix.objCount[objSlices] = len(ix.sliceByKey)
-
-	// Service keys whose slice sets change.
-	var keys [2]string
 	if prev != nil && prev.service != "" {
 		k := prev.service + "." + prev.namespace
-		ix.bySvc[k] = removeSlice(ix.bySvc[k], prev)
-		if len(ix.bySvc[k]) == 0 {
-			delete(ix.bySvc, k)
+		st.bySvc[k] = removeSlice(st.bySvc[k], prev)
+		if len(st.bySvc[k]) == 0 {
+			delete(st.bySvc, k)
 		}
 		keys[0] = k
 	}
 	if e != nil && e.service != "" {
 		k := e.service + "." + e.namespace
-		ix.bySvc[k] = insertSlice(ix.bySvc[k], e)
+		st.bySvc[k] = insertSlice(st.bySvc[k], e)
 		if k != keys[0] {
 			keys[1] = k
 		}
 	}
-	var views [2]*svcView
-	for i, k := range keys {
-		if s := ix.svcs[k]; k != "" && s != nil {
-			views[i] = ix.buildView(s, ix.bySvc[k], ix.peekView(k))
-		}
-	}
+	return prev, keys
+}
 
-	ix.mu.Lock()
-	if prev != nil && prev.service != "" {
-		for i := range prev.len() {
-			ix.epIPs.remove(prev.ip(i), epRef{prev, int32(i)})
+// buildViews builds, with build, the views of the services of keys that
+// exist (putSlice's keys).
+func (st *svcStore) buildViews(keys [2]string, build func(key string, s *service, sl []*endpointSlice) *svcView) (views [2]*svcView) {
+	for i, k := range keys {
+		if s := st.svcs[k]; k != "" && s != nil {
+			views[i] = build(k, s, st.bySvc[k])
 		}
-		ix.endpoints -= prev.len()
 	}
-	if e != nil && e.service != "" {
-		for i := range e.len() {
-			ix.epIPs.add(e.ip(i), epRef{e, int32(i)})
-		}
-		ix.endpoints += e.len()
-	}
+	return views
+}
+
+// publish puts views, rebuilt for keys, in to (mu held); a nil view
+// leaves its key as it was.
+func publish(to map[string]*svcView, keys [2]string, views [2]*svcView) {
 	for i, k := range keys {
 		if views[i] != nil {
-			ix.views[k] = views[i]
+			to[k] = views[i]
 		}
 	}
-	ix.mu.Unlock()
-	ix.touch(false)
+}
+
+// setView publishes v as the view of key, or deletes key when v is nil
+// (mu held).
+func setView(to map[string]*svcView, key string, v *svcView) {
+	if v != nil {
+		to[key] = v
+	} else {
+		delete(to, key)
+	}
+}
+
+// serviceEvent applies a Service or ServiceImport event (old nil: add;
+// cur nil: delete) to st and calls apply, under wmu, with the service's
+// key, the service (nil: deleted) and the one it replaced.
+func (ix *Index) serviceEvent(st *svcStore, old, cur any, apply func(key string, s, prev *service)) {
+	s, ref, ok := eventObjects(old, cur, (*service).equal)
+	if !ok {
+		return
+	}
+	key := ref.name + "." + ref.namespace
+	ix.wmu.Lock()
+	defer ix.wmu.Unlock()
+	apply(key, s, st.putService(key, s))
+}
+
+// sliceEvent applies an EndpointSlice event to st and calls apply, under
+// wmu, with the slice (nil: deleted), the one it replaced and the keys of
+// the services whose slice sets changed (putSlice).
+func (ix *Index) sliceEvent(st *svcStore, old, cur any, apply func(e, prev *endpointSlice, keys [2]string)) {
+	e, ref, ok := eventObjects(old, cur, (*endpointSlice).equal)
+	if !ok {
+		return
+	}
+	ix.wmu.Lock()
+	defer ix.wmu.Unlock()
+	prev, keys := st.putSlice(ref.namespace+"/"+ref.name, e)
+	apply(e, prev, keys)
+}
+
+// onService applies a Service event.
+func (ix *Index) onService(old, cur any) {
+	ix.serviceEvent(&ix.svcStore, old, cur, func(key string, s, prev *service) {
+		ix.objCount[objServices] = len(ix.svcs)
+		var view *svcView
+		if s != nil {
+			view = ix.buildView(s, ix.bySvc[key], nil)
+		}
+		ix.mu.Lock()
+		if prev != nil {
+			for _, ip := range prev.ips {
+				ix.clusterIPs.remove(ip, key)
+			}
+		}
+		if view != nil {
+			for _, ip := range s.ips {
+				ix.clusterIPs.add(ip, key)
+			}
+		}
+		setView(ix.views, key, view)
+		ix.mu.Unlock()
+		ix.touch(key == ix.dnsSvcKey)
+	})
+}
+
+// onSlice applies an EndpointSlice event.
+func (ix *Index) onSlice(old, cur any) {
+	ix.sliceEvent(&ix.svcStore, old, cur, func(e, prev *endpointSlice, keys [2]string) {
+		ix.objCount[objSlices] = len(ix.sliceByKey)
+		views := ix.buildViews(keys, func(k string, s *service, sl []*endpointSlice) *svcView {
+			return ix.buildView(s, sl, ix.peekView(k))
+		})
+		ix.mu.Lock()
+		if prev != nil && prev.service != "" {
+			for i := range prev.len() {
+				ix.epIPs.remove(prev.ip(i), epRef{prev, int32(i)})
+			}
+			ix.endpoints -= prev.len()
+		}
+		if e != nil && e.service != "" {
+			for i := range e.len() {
+				ix.epIPs.add(e.ip(i), epRef{e, int32(i)})
+			}
+			ix.endpoints += e.len()
+		}
+		publish(ix.views, keys, views)
+		ix.mu.Unlock()
+		ix.touch(false)
+	})
 }
 
 // peekView returns the published view of key. Called with wmu held: only

@@ -57,9 +57,7 @@ type Index struct {
 
 	// Writer side: touched only by informer handlers, under wmu.
 	wmu        sync.Mutex
-	svcs       map[string]*service            // key "name.ns"
-	bySvc      map[string][]*endpointSlice    // key "name.ns", sorted by slice name
-	sliceByKey map[string]*endpointSlice      // key "ns/name"
+	svcStore                                  // the Services and their EndpointSlices
 	podByKey   map[string]*pod                // key "ns/name"
 	nsCount    int                            // namespaces exposed
 	endpoints  int                            // ready addresses indexed
@@ -110,9 +108,7 @@ func New(client kubernetes.Interface, cfg Config) (*Index, error) {
 		log:        c.Logger.With("component", "k8s"),
 		now:        time.Now,
 		dnsSvcKey:  name + "." + ns,
-		svcs:       make(map[string]*service),
-		bySvc:      make(map[string][]*endpointSlice),
-		sliceByKey: make(map[string]*endpointSlice),
+		svcStore:   newSvcStore(),
 		podByKey:   make(map[string]*pod),
 		syncCh:     make(chan struct{}),
 		views:      make(map[string]*svcView),
@@ -218,38 +214,56 @@ func (ix *Index) refreshPodNS(ips ...[]netip.Addr) {
 	ix.podNS.Store(newPodTable(next))
 }
 
-// Stats is a snapshot of the index for /stats and logs.
+// Stats is a snapshot of the index for /stats, metrics and logs.
+// pkg/observe/metrics reports it as it is: the JSON names are the /stats
+// document's informers section (read by `nodedns stats --json`), so fields
+// and kinds are added, never renamed.
 type Stats struct {
-	Synced         bool
-	Services       int
-	EndpointSlices int
-	Namespaces     int       // namespaces that exist and are exposed (Config.Namespaces, NamespaceLabels)
-	Pods           int       // pods watched (this node's, or all in verified mode)
-	Endpoints      int       // ready endpoint addresses indexed
-	Events         int       // informer events that changed the index
-	Rebuilds       int       // service views rebuilt
-	LastChange     time.Time // time of the last change (the SOA serial)
-	SyncDuration   time.Duration
-	Zone           string
-	PodMode        PodMode
+	// Enabled is true in every Stats an Index reports: the zero Stats
+	// stands for an agent that serves no cluster zone from informers.
+	Enabled bool `json:"enabled"`
+	Synced  bool `json:"synced"`
+	// Objects counts what the index holds, by kind: ObjServices,
+	// ObjEndpointSlices, ObjNamespaces (that exist and are exposed:
+	// Config.Namespaces, NamespaceLabels), ObjPods (watched: this node's,
+	// or all in verified mode), ObjEndpoints (ready addresses indexed).
+	Objects      map[string]int `json:"objects,omitempty"`
+	Events       int            `json:"-"` // informer events that changed the index
+	Rebuilds     int            `json:"-"` // service views rebuilt
+	LastChange   time.Time      `json:"-"` // time of the last change (the SOA serial)
+	SyncDuration time.Duration  `json:"-"`
+	Zone         string         `json:"-"`
+	PodMode      PodMode        `json:"-"`
 }
+
+// The kinds of Stats.Objects.
+const (
+	ObjServices       = "services"
+	ObjEndpointSlices = "endpointslices"
+	ObjNamespaces     = "namespaces"
+	ObjPods           = "pods"
+	ObjEndpoints      = "endpoints"
+)
 
 // Stats returns counters of the index.
 func (ix *Index) Stats() Stats {
 	ix.wmu.Lock()
 	defer ix.wmu.Unlock()
 	st := Stats{
-		Synced:         ix.synced.Load(),
-		Services:       ix.objCount[objServices],
-		EndpointSlices: ix.objCount[objSlices],
-		Namespaces:     ix.objCount[objNamespaces],
-		Pods:           ix.objCount[objPods],
-		Endpoints:      ix.endpoints,
-		Events:         ix.counters.events,
-		Rebuilds:       ix.counters.rebuilds,
-		LastChange:     ix.lastChange,
-		Zone:           ix.zone,
-		PodMode:        ix.cfg.Pods,
+		Enabled: true,
+		Synced:  ix.synced.Load(),
+		Objects: map[string]int{
+			ObjServices:       ix.objCount[objServices],
+			ObjEndpointSlices: ix.objCount[objSlices],
+			ObjNamespaces:     ix.objCount[objNamespaces],
+			ObjPods:           ix.objCount[objPods],
+			ObjEndpoints:      ix.endpoints,
+		},
+		Events:     ix.counters.events,
+		Rebuilds:   ix.counters.rebuilds,
+		LastChange: ix.lastChange,
+		Zone:       ix.zone,
+		PodMode:    ix.cfg.Pods,
 	}
 	if !ix.syncedAt.IsZero() {
 		st.SyncDuration = ix.syncedAt.Sub(ix.startedAt)

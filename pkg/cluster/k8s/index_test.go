@@ -118,7 +118,7 @@ func TestUpdates(t *testing.T) {
 	waitAnswer(t, ix, "ns1.svc.cluster.local.", dns.TypeA, nxdomain)
 
 	st := ix.Stats()
-	if !st.Synced || st.Services != 2 || st.EndpointSlices != 1 || st.Namespaces != 0 || st.Endpoints != 1 {
+	if !st.Synced || st.Objects[ObjServices] != 2 || st.Objects[ObjEndpointSlices] != 1 || st.Objects[ObjNamespaces] != 0 || st.Objects[ObjEndpoints] != 1 {
 		t.Errorf("stats: %+v", st)
 	}
 }
@@ -203,7 +203,7 @@ func TestPodNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("10.244.0.5", "")
-	if st := ix.Stats(); st.Pods != 2 {
+	if st := ix.Stats(); st.Objects[ObjPods] != 2 {
 		t.Errorf("stats: %+v", st)
 	}
 }

@@ -173,9 +173,9 @@ func (ix *Index) waitSynced(ctx context.Context, ctrls []cache.Controller, skip 
 			ix.gen.Add(1)
 			close(ix.syncCh)
 			st := ix.Stats()
-			ix.log.Info("cluster zone synced", "took", took, "services", st.Services,
-				"endpointslices", st.EndpointSlices, "endpoints", st.Endpoints,
-				"namespaces", st.Namespaces, "pods", st.Pods)
+			ix.log.Info("cluster zone synced", "took", took, ObjServices, st.Objects[ObjServices],
+				ObjEndpointSlices, st.Objects[ObjEndpointSlices], ObjEndpoints, st.Objects[ObjEndpoints],
+				ObjNamespaces, st.Objects[ObjNamespaces], ObjPods, st.Objects[ObjPods])
 			return
 		}
 		if now := ix.now(); now.Sub(lastLog) >= 5*time.Second {

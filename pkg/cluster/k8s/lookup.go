@@ -75,12 +75,7 @@ func (ix *Index) zoneOf(name string) *zoneMsgs {
 // fallsThrough reports whether a name error for name goes on to the cache
 // and upstream (Config.Fallthrough).
 func (ix *Index) fallsThrough(name string) bool {
-	for _, z := range ix.cfg.Fallthrough {
-		if z == "." || dnsname.InZone(name, z) {
-			return true
-		}
-	}
-	return false
+	return dnsname.InZones(name, ix.cfg.Fallthrough)
 }
 
 // maxLabels is the longest name below the zone with a meaning:
@@ -378,10 +373,17 @@ func (ix *Index) resolveEndpoint(zm *zoneMsgs, v *svcView, name, label string, q
 			}
 		}
 	}
+	return ix.endpointAnswer(zm, name, qtype, refs)
+}
+
+// endpointAnswer answers name with refs, the endpoints it names: A or
+// AAAA with their addresses, SRV with their ports (name the target),
+// NXDOMAIN for none. A hostname may be shared by any number of endpoints:
+// at most maxAnswerSRV of them answer.
+func (ix *Index) endpointAnswer(zm *zoneMsgs, name string, qtype uint16, refs []epRef) *dns.Msg {
 	if len(refs) == 0 {
 		return zm.nxdomain
 	}
-	// A hostname may be shared by any number of endpoints.
 	refs = refs[:min(len(refs), maxAnswerSRV)]
 	switch qtype {
 	case dns.TypeA, dns.TypeAAAA:

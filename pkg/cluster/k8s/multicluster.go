@@ -69,19 +69,18 @@ const (
 // ServiceImportResource is the resource nodedns lists ServiceImports from.
 var ServiceImportResource = schema.GroupVersionResource{Group: "multicluster.x-k8s.io", Version: "v1alpha1", Resource: "serviceimports"}
 
-// mcState is the writer side of the multicluster zones, under Index.wmu.
+// mcState is the writer side of the multicluster zones, under Index.wmu:
+// the ServiceImports (svcs) and their EndpointSlices.
 type mcState struct {
-	imports    map[string]*service         // key "name.ns"
-	bySvc      map[string][]*endpointSlice // key "name.ns", sorted by slice name
-	sliceByKey map[string]*endpointSlice   // key "ns/name"
-	lastChange time.Time                   // the multicluster zones' SOA serial
+	svcStore
+	lastChange time.Time // the multicluster zones' SOA serial
 	// missing: the last list of ServiceImports found no such resource
 	// (the CRD is not installed), said once until it is.
 	missing atomic.Bool
 }
 
 func newMCState() *mcState {
-	return &mcState{imports: map[string]*service{}, bySvc: map[string][]*endpointSlice{}, sliceByKey: map[string]*endpointSlice{}}
+	return &mcState{svcStore: newSvcStore()}
 }
 
 // transformImport strips a ServiceImport (unstructured, from the dynamic
@@ -200,104 +199,34 @@ func (ix *Index) mcControllers() []cache.Controller {
 // touchMC records a multicluster change (wmu held): a new generation, and
 // the multicluster zones' SOA serial.
 func (ix *Index) touchMC() {
-	ix.gen.Add(1)
-	ix.counters.events++
-	ix.mc.lastChange = ix.now()
-	if uint32(ix.mc.lastChange.Unix()) != ix.zoneMsg.Load().mcSerial {
-		ix.rebuildZone()
-	}
+	ix.changed(&ix.mc.lastChange, ix.zoneMsg.Load().mcSerial, false)
 }
 
 // onImport applies a ServiceImport event.
 func (ix *Index) onImport(old, cur any) {
-	s, _ := cur.(*service)
-	o, _ := old.(*service)
-	if s != nil && o != nil && s.equal(o) {
-		return
-	}
-	ref := s
-	if ref == nil {
-		ref = o
-	}
-	if ref == nil {
-		return
-	}
-	key := ref.name + "." + ref.namespace
-	ix.wmu.Lock()
-	defer ix.wmu.Unlock()
-	if s != nil {
-		ix.mc.imports[key] = s
-	} else {
-		delete(ix.mc.imports, key)
-	}
-	var view *svcView
-	if s != nil {
-		view = ix.buildImportView(s, ix.mc.bySvc[key])
-	}
-	ix.mu.Lock()
-	if view != nil {
-		ix.mcViews[key] = view
-	} else {
-		delete(ix.mcViews, key)
-	}
-	ix.mu.Unlock()
-	ix.touchMC()
+	ix.serviceEvent(&ix.mc.svcStore, old, cur, func(key string, s, _ *service) {
+		var view *svcView
+		if s != nil {
+			view = ix.buildImportView(s, ix.mc.bySvc[key])
+		}
+		ix.mu.Lock()
+		setView(ix.mcViews, key, view)
+		ix.mu.Unlock()
+		ix.touchMC()
+	})
 }
 
 // onMCSlice applies an event of an imported EndpointSlice.
 func (ix *Index) onMCSlice(old, cur any) {
-	e, _ := cur.(*endpointSlice)
-	o, _ := old.(*endpointSlice)
-	if e != nil && o != nil && e.equal(o) {
-		return
-	}
-	ref := e
-	if ref == nil {
-		ref = o
-	}
-	if ref == nil {
-		return
-	}
-	skey := ref.namespace + "/" + ref.name
-	ix.wmu.Lock()
-	defer ix.wmu.Unlock()
-	mc := ix.mc
-	prev := mc.sliceByKey[skey]
-	if e != nil {
-		mc.sliceByKey[skey] = e
-	} else {
-		delete(mc.sliceByKey, skey)
-	}
-	var keys [2]string
-	if prev != nil && prev.service != "" {
-		k := prev.service + "." + prev.namespace
-		mc.bySvc[k] = removeSlice(mc.bySvc[k], prev)
-		if len(mc.bySvc[k]) == 0 {
-			delete(mc.bySvc, k)
-		}
-		keys[0] = k
-	}
-	if e != nil && e.service != "" {
-		k := e.service + "." + e.namespace
-		mc.bySvc[k] = insertSlice(mc.bySvc[k], e)
-		if k != keys[0] {
-			keys[1] = k
-		}
-	}
-	var views [2]*svcView
-	for i, k := range keys {
-		if s := mc.imports[k]; k != "" && s != nil {
-			views[i] = ix.buildImportView(s, mc.bySvc[k])
-		}
-	}
-	ix.mu.Lock()
-	for i, k := range keys {
-		if views[i] != nil {
-			ix.mcViews[k] = views[i]
-		}
-	}
-	ix.mu.Unlock()
-	ix.touchMC()
+	ix.sliceEvent(&ix.mc.svcStore, old, cur, func(_, _ *endpointSlice, keys [2]string) {
+		views := ix.mc.buildViews(keys, func(_ string, s *service, sl []*endpointSlice) *svcView {
+			return ix.buildImportView(s, sl)
+		})
+		ix.mu.Lock()
+		publish(ix.mcViews, keys, views)
+		ix.mu.Unlock()
+		ix.touchMC()
+	})
 }
 
 // buildImportView builds the view of an import with its slices, its
@@ -356,27 +285,5 @@ func (ix *Index) resolveMCEndpoint(zm *zoneMsgs, v *svcView, name, label, cluste
 			refs = append(refs, r)
 		}
 	}
-	if len(refs) == 0 {
-		return zm.nxdomain
-	}
-	switch qtype {
-	case dns.TypeA, dns.TypeAAAA:
-		ips := make([]netip.Addr, len(refs))
-		for i, r := range refs {
-			ips[i] = r.sl.ip(int(r.i))
-		}
-		return ix.addrAnswer(zm, name, qtype, ips)
-	case dns.TypeSRV:
-		owner := strings.Clone(name)
-		var entries []srvEntry
-		for _, r := range refs {
-			for _, p := range r.sl.ports {
-				if len(entries) < maxAnswerSRV {
-					entries = append(entries, srvEntry{target: owner, ip: r.sl.ip(int(r.i)), port: p.port})
-				}
-			}
-		}
-		return orNodata(ix.srvAnswer(owner, entries), zm)
-	}
-	return zm.nodata
+	return ix.endpointAnswer(zm, name, qtype, refs)
 }

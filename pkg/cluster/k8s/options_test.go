@@ -169,7 +169,7 @@ ex ` + web + ` 5 AAAA fd00:10:96::a`},
 		{"5.1.244.10.in-addr.arpa.", dns.TypePTR, "forward"},
 		{"10.0.96.10.in-addr.arpa.", dns.TypePTR, "NOERROR aa\nan 10.0.96.10.in-addr.arpa. 5 PTR " + web},
 	})
-	if st := ix.Stats(); st.EndpointSlices != 0 || st.Endpoints != 0 {
+	if st := ix.Stats(); st.Objects[ObjEndpointSlices] != 0 || st.Objects[ObjEndpoints] != 0 {
 		t.Errorf("stats with NoEndpoints: %+v", st)
 	}
 	// No EndpointSlice list or watch is made at all.
@@ -263,8 +263,8 @@ func TestNamespaceLabels(t *testing.T) {
 	}
 	waitAnswer(t, ix, web2, dns.TypeA, nxdomain)
 	waitAnswer(t, ix, "20.0.96.10.in-addr.arpa.", dns.TypePTR, "forward")
-	if st := ix.Stats(); st.Namespaces != 1 {
-		t.Errorf("namespaces exposed: %d, want 1", st.Namespaces)
+	if st := ix.Stats(); st.Objects[ObjNamespaces] != 1 {
+		t.Errorf("namespaces exposed: %d, want 1", st.Objects[ObjNamespaces])
 	}
 }
 

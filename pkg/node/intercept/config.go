@@ -121,35 +121,42 @@ func ValidInterfaceName(name string) error {
 }
 
 // Status is a snapshot of the interception state, for /stats and metrics.
+// pkg/observe/metrics reports it as it is: the JSON names are the /stats
+// document's intercept section (read by `nodedns stats --json`), so fields
+// are added, never renamed.
 type Status struct {
+	// Enabled is true in every Status an Interceptor reports: the zero
+	// Status stands for an agent that manages neither link nor rules.
+	Enabled bool `json:"enabled"`
 	// Link is the interface name; LinkType its kind as found on the host
 	// ("dummy", "bridge"), empty while the link is absent or not managed.
-	Link     string
-	LinkType string
+	Link     string `json:"link,omitempty"`
+	LinkType string `json:"link_type,omitempty"`
 	// LinkOwned: the link was created by nodedns (it carries its mark) and
 	// is removed at teardown; false for a link found in place, which is
-	// used but left.
-	LinkOwned bool
+	// used but left. Not in /stats.
+	LinkOwned bool `json:"-"`
 	// IPs are the local IPs being intercepted.
-	IPs []string
+	IPs []string `json:"ips,omitempty"`
 	// Backend is the iptables backend in use ("nft", "legacy"), empty when
 	// rules are not managed.
-	Backend string
+	Backend string `json:"backend,omitempty"`
 	// RulesPresent of RulesWanted rules were in place after the last pass.
-	RulesPresent, RulesWanted int
+	RulesPresent int `json:"rules_present"`
+	RulesWanted  int `json:"rules_wanted"`
 	// Repairs counts the things put back by reconcile passes (a link
 	// created, an address added, a link set up, a rule inserted, a
 	// duplicate removed) since New; LastRepair is when the last one was.
-	Repairs    uint64
-	LastRepair time.Time
+	Repairs    uint64    `json:"repairs"`
+	LastRepair time.Time `json:"last_repair,omitzero"`
 	// LastError is the error of the last pass, empty when it succeeded.
-	LastError string
+	LastError string `json:"last_error,omitempty"`
 	// Errors counts the failures met while putting the link and rules in
 	// place (at start and in every reconcile pass), by kind: ErrIptables,
 	// ErrIptablesLock, ErrInterfaceAdd, ErrInterfaceCheck (the error types
 	// of node-cache's coredns_nodecache_setup_errors_total). nil until the
 	// first failure.
-	Errors map[string]uint64
+	Errors map[string]uint64 `json:"errors,omitempty"`
 }
 
 // Kinds of Status.Errors.

@@ -345,6 +345,7 @@ func (ic *Interceptor) Status() Status {
 	ic.stMu.Lock()
 	defer ic.stMu.Unlock()
 	st := ic.st
+	st.Enabled = true
 	st.IPs = slices.Clone(ic.st.IPs)
 	st.Errors = maps.Clone(ic.st.Errors)
 	return st

@@ -3,8 +3,9 @@
 // /metrics (Prometheus) and /stats (a JSON document for `nodedns stats`),
 // and, when asked, Go's /debug/pprof on the unix socket only. It owns no
 // DNS logic; the agent hands it the checks and the stats source.
-// NewClient is the other end, for the commands that read the endpoint from
-// another process (`nodedns stats`, `probe`, `pprof`).
+// Client is the other end (client.go), for the commands that read the
+// endpoint from another process: `nodedns stats` (once or --watch),
+// `probe` and `pprof`.
 //
 // /stats names the busiest client addresses and query names of the node's
 // pods, so it is served only over the unix socket and on loopback

@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nodedns/nodedns/pkg/node/intercept"
 )
 
 // collector turns the Recorder's counters and the Sources into Prometheus
@@ -238,9 +240,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// interceptErrorKinds are the kinds of InterceptFigures.Errors, exported
+// interceptErrorKinds are the kinds of intercept.Status.Errors, exported
 // from the start at zero.
-var interceptErrorKinds = []string{"iptables", "iptables_lock", "interface_add", "interface_check"}
+var interceptErrorKinds = []string{intercept.ErrIptables, intercept.ErrIptablesLock, intercept.ErrInterfaceAdd, intercept.ErrInterfaceCheck}
 
 func b2f(b bool) float64 {
 	if b {

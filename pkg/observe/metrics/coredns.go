@@ -501,7 +501,7 @@ func (cc *corednsCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(cc.proxyHCFailures, u.ProbeFailures, "forward", u.Addr)
 		}
 	}
-	var fw ForwarderFigures
+	var fw upstream.ForwarderStats
 	if src.Forwarder != nil {
 		fw = src.Forwarder()
 	}

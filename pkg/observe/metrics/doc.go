@@ -33,12 +33,11 @@
 //
 // Figures owned by other packages (cache, upstreams, interception,
 // informers, the server's own counters) are read at scrape time through the
-// funcs in Sources. The query path's stages hand theirs over as they keep
-// them (cache.Stats, upstream.ServerStats, server.Stats: one type each,
-// whose JSON names are the /stats document's); the node's and the control
-// plane's come as plain structs defined here (InterceptFigures,
-// InformerFigures, PeerFigures), so that this package imports none of
-// pkg/node and pkg/cluster.
+// funcs in Sources, each as its owner keeps it (cache.Stats,
+// upstream.ServerStats, upstream.ForwarderStats, server.Stats,
+// intercept.Status, k8s.Stats: one type each, whose JSON names are the
+// /stats document's). Only the peers report, a list the agent groups by
+// kind from pkg/node/peers, comes as a struct defined here (PeerFigures).
 //
 // Limits: a namespace's figures start when it is first counted apart (its
 // queries before count under "other"); the QPS windows count whole seconds

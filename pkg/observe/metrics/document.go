@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/node/intercept"
 	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
@@ -26,14 +28,14 @@ type Document struct {
 	Total   uint64                       `json:"total"`
 	Answers map[string]map[string]uint64 `json:"answers"`
 
-	Cache     *CacheStats            `json:"cache,omitempty"`
-	Autopath  AutopathStats          `json:"autopath"`
-	Upstreams []upstream.ServerStats `json:"upstreams,omitempty"`
-	Forwarder *ForwarderFigures      `json:"forwarder,omitempty"`
-	Intercept *InterceptFigures      `json:"intercept,omitempty"`
-	Informers *InformerFigures       `json:"informers,omitempty"`
-	Peers     *PeerFigures           `json:"peers,omitempty"`
-	Server    *server.Stats          `json:"server,omitempty"`
+	Cache     *CacheStats              `json:"cache,omitempty"`
+	Autopath  AutopathStats            `json:"autopath"`
+	Upstreams []upstream.ServerStats   `json:"upstreams,omitempty"`
+	Forwarder *upstream.ForwarderStats `json:"forwarder,omitempty"`
+	Intercept *intercept.Status        `json:"intercept,omitempty"`
+	Informers *k8s.Stats               `json:"informers,omitempty"`
+	Peers     *PeerFigures             `json:"peers,omitempty"`
+	Server    *server.Stats            `json:"server,omitempty"`
 	// Supervisor: which processes serve, how the last ones ended (nil
 	// when the agent runs unsupervised).
 	Supervisor *SupervisorFigures `json:"supervisor,omitempty"`

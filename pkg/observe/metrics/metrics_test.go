@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
+	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/node/intercept"
 	"github.com/nodedns/nodedns/pkg/observe/hist"
 	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/pipeline"
@@ -317,17 +319,17 @@ func fullSources() Sources {
 			return server.Stats{Overloaded: 4, ClientLimited: 8, Panics: 1, InFlight: 2, TCPConns: 3, TCPClientLimited: 15, TCPEvicted: 16,
 				UDPReaders: 2, UDPReadersLive: 1, UDPReaderRestarts: 5}
 		},
-		Forwarder: func() ForwarderFigures {
-			return ForwarderFigures{Coalesced: 12, Overloaded: 13, ClientLimited: 17, AllDown: 14}
+		Forwarder: func() upstream.ForwarderStats {
+			return upstream.ForwarderStats{Coalesced: 12, Overloaded: 13, ClientLimited: 17, AllDown: 14}
 		},
 		ConfigErrors: func() uint64 { return 2 },
-		Intercept: func() InterceptFigures {
-			return InterceptFigures{Enabled: true, Link: "nodelocaldns", LinkType: "dummy", IPs: []string{"169.254.20.10"},
+		Intercept: func() intercept.Status {
+			return intercept.Status{Enabled: true, Link: "nodelocaldns", LinkType: "dummy", IPs: []string{"169.254.20.10"},
 				Backend: "nft", RulesPresent: 6, RulesWanted: 6, Repairs: 2,
 				LastRepair: time.Date(2025, 3, 1, 11, 0, 0, 0, time.UTC), Errors: map[string]uint64{"iptables_lock": 3}}
 		},
-		Informers: func() InformerFigures {
-			return InformerFigures{Enabled: true, Synced: true, Objects: map[string]int{"services": 40, "endpointslices": 45, "namespaces": 6, "pods": 12}}
+		Informers: func() k8s.Stats {
+			return k8s.Stats{Enabled: true, Synced: true, Objects: map[string]int{"services": 40, "endpointslices": 45, "namespaces": 6, "pods": 12}}
 		},
 		Peers: func() PeerFigures {
 			return PeerFigures{Foreign: []string{"169.254.20.10:53/udp: coredns"}}

@@ -14,6 +14,8 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/node/intercept"
 	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/pipeline"
 	"github.com/nodedns/nodedns/pkg/query/server"
@@ -76,10 +78,10 @@ type Sources struct {
 	Cache     func() cache.Stats
 	Upstreams func() []upstream.ServerStats
 	Server    func() server.Stats
-	Intercept func() InterceptFigures
-	Informers func() InformerFigures
+	Intercept func() intercept.Status
+	Informers func() k8s.Stats
 	// Forwarder are the figures of the upstream forwarder as a whole.
-	Forwarder func() ForwarderFigures
+	Forwarder func() upstream.ForwarderStats
 	// ConfigErrors counts configuration reloads rejected since start.
 	ConfigErrors func() uint64
 	Peers        func() PeerFigures
@@ -102,36 +104,6 @@ type PodInfo struct {
 	Kind, Workload  string
 }
 
-// ForwarderFigures are the upstream forwarder's own counters: queries
-// that joined an identical exchange in flight, queries refused at its
-// in-flight bound, and exchanges that found every server marked down.
-type ForwarderFigures struct {
-	Coalesced  uint64 `json:"coalesced"`
-	Overloaded uint64 `json:"overloaded"`
-	// ClientLimited is the part of Overloaded refused at a client's or a
-	// namespace's share of the bound.
-	ClientLimited uint64 `json:"client_limited"`
-	AllDown       uint64 `json:"all_down"`
-}
-
-// InterceptFigures are the interception state. Enabled is false when the
-// agent manages neither link nor rules (the other fields are then empty).
-type InterceptFigures struct {
-	Enabled      bool      `json:"enabled"`
-	Link         string    `json:"link,omitempty"`
-	LinkType     string    `json:"link_type,omitempty"`
-	IPs          []string  `json:"ips,omitempty"`
-	Backend      string    `json:"backend,omitempty"`
-	RulesPresent int       `json:"rules_present"`
-	RulesWanted  int       `json:"rules_wanted"`
-	Repairs      uint64    `json:"repairs"`
-	LastRepair   time.Time `json:"last_repair,omitzero"`
-	LastError    string    `json:"last_error,omitempty"`
-	// Errors counts setup failures by kind (iptables, iptables_lock,
-	// interface_add, interface_check).
-	Errors map[string]uint64 `json:"errors,omitempty"`
-}
-
 // PeerFigures are the other processes found serving the agent's DNS
 // addresses (pkg/node/peers): nodedns agents (a rolling update), foreign DNS
 // servers (which keep the agent not ready), and sockets whose server could
@@ -141,14 +113,6 @@ type PeerFigures struct {
 	Foreign      []string  `json:"foreign,omitempty"`
 	Unidentified []string  `json:"unidentified,omitempty"`
 	Checked      time.Time `json:"checked,omitzero"`
-}
-
-// InformerFigures are the state of the Kubernetes informers. Objects counts
-// what the index holds by kind ("services", "endpointslices", ...).
-type InformerFigures struct {
-	Enabled bool           `json:"enabled"`
-	Synced  bool           `json:"synced"`
-	Objects map[string]int `json:"objects,omitempty"`
 }
 
 // Answer sources, as indexes into the counter arrays. srcOther catches a

@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/nodedns/nodedns/pkg/cluster/k8s"
 )
 
 // sourceOrder is how answer sources are listed: cluster first, then the
@@ -234,7 +236,7 @@ func renderPeers(r report, p *PeerFigures) {
 	}
 }
 
-func renderInformers(r report, inf *InformerFigures) {
+func renderInformers(r report, inf *k8s.Stats) {
 	switch {
 	case inf == nil:
 		r.line("Informers", "not reported")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
@@ -20,12 +21,6 @@ const localTTL = 604800
 
 // localZones are the zones Local answers (none holds another).
 var localZones = []string{"localhost.", "0.in-addr.arpa.", "127.in-addr.arpa.", "255.in-addr.arpa."}
-
-// inZone reports whether name is zone or under it, allocating nothing.
-func inZone(name, zone string) bool {
-	n := len(name) - len(zone)
-	return n == 0 && name == zone || n > 0 && name[n-1] == '.' && name[n:] == zone
-}
 
 // Local answers localhost and its reverse names itself, as CoreDNS's local
 // plugin (1.15): localhost. A 127.0.0.1 and AAAA ::1 (SOA and NS at the
@@ -49,12 +44,12 @@ func NewLocal(localhostPrefix bool) *Local { return &Local{prefix: localhostPref
 // owner names are that name (the pipeline restores the client's case).
 func (l *Local) Lookup(name string, qtype, _ uint16) (stage.Result, bool) {
 	const lh = "localhost."
-	if len(name) > len(lh) && (inZone(name, lh) || l.prefix && strings.HasPrefix(name, lh)) {
+	if len(name) > len(lh) && (dnsname.InZone(name, lh) || l.prefix && strings.HasPrefix(name, lh)) {
 		return stage.Result{Msg: localhost(name, qtype), Source: stage.SourceLocal}, true
 	}
 	zone := ""
 	for _, z := range localZones {
-		if inZone(name, z) {
+		if dnsname.InZone(name, z) {
 			zone = z
 			break
 		}

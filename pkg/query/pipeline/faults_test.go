@@ -20,7 +20,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/query/upstream"
 )
 
-// Upstream fault storm (issue 8): the real pipeline (server, cache,
+// Upstream fault storm: the real pipeline (server, cache,
 // forwarder) in front of one misbehaving upstream and one healthy one.
 // Every fault must give the client an answer within the budget: the
 // healthy upstream's, a stale one, or SERVFAIL; the misbehaving upstream

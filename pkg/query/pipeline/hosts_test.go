@@ -7,6 +7,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/query/hosts"
+	"github.com/nodedns/nodedns/pkg/query/template"
 )
 
 // TestHostsStage: static records answer before the cluster zone and the
@@ -82,5 +83,51 @@ func TestHostsInSearchPathWalk(t *testing.T) {
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 2 || r.Answer[0].(*dns.CNAME).Target != "legacy.corp.example." ||
 		r.Answer[1].(*dns.A).A.String() != "192.0.2.60" {
 		t.Fatalf("walk through hosts: %v", r)
+	}
+}
+
+// TestStageOrderForPodsOwnName: a pod's short name for a name of its own
+// namespace (`web` from team-a, asked as web.team-a.svc.cluster.local.,
+// the first expansion of its search list) is answered in the one stage
+// order, templates and static records before the cluster zone, as the same
+// question from a client that is no pod is. Asked twice: the second answer
+// comes from what the first kept, if anything.
+func TestStageOrderForPodsOwnName(t *testing.T) {
+	h, err := hosts.New(hosts.Config{Entries: []string{"10.96.9.9 web.team-a.svc.cluster.local"}, Fallthrough: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl := &Plugins{Templates: mustTemplates(t, template.Config{Class: "IN", Type: "A", Zones: []string{"cluster.local"},
+		Match: []string{`^web\.team-a\.svc\.cluster\.local\.$`}, Answer: []string{"{{ .Name }} 60 IN A 10.96.9.8"},
+		FallthroughSet: true})}
+	pod := netip.MustParseAddr("127.0.0.1")
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"hosts", Config{Hosts: h}, "10.96.9.9"},
+		{"template", Config{Plugins: tpl}, "10.96.9.8"},
+		{"template before hosts", Config{Hosts: h, Plugins: tpl}, "10.96.9.8"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, autopath := range []bool{false, true} {
+				cfg := c.cfg
+				cfg.Resolver, cfg.Cluster = externalResolver(), testCluster()
+				cfg.Pods, cfg.Autopath = fakePods{pod: "team-a"}, autopath
+				_, addr := start(t, cfg)
+				for i := 0; i < 2; i++ {
+					r := exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA))
+					if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+						t.Fatalf("autopath %v, ask %d: %v", autopath, i+1, r)
+					}
+					a, ok := r.Answer[0].(*dns.A)
+					if !ok || a.A.String() != c.want || a.Hdr.Name != "web.team-a.svc.cluster.local." {
+						t.Errorf("autopath %v, ask %d: answer %v, want web.team-a.svc.cluster.local. A %s (the cluster's is 10.96.0.10)",
+							autopath, i+1, r.Answer[0], c.want)
+					}
+				}
+			}
+		})
 	}
 }

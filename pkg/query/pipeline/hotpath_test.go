@@ -129,7 +129,8 @@ func TestHotPathAllocs(t *testing.T) {
 		{"cache hit", packet(t, "Www.Example.Test.", dns.TypeA, true), 0},
 		{"cluster answer", packet(t, "web.team-a.svc.cluster.local.", dns.TypeA, true), 0},
 		// A headless Service too large for UDP: the TC reply costs what a
-		// small answer costs (issue 13).
+		// small answer costs, so large Services are no way to load the
+		// agent.
 		{"huge headless (TC)", packet(t, "huge.team-a.svc.cluster.local.", dns.TypeA, true), 0},
 		{"huge headless (TC, no EDNS)", packet(t, "huge.team-a.svc.cluster.local.", dns.TypeA, false), 0},
 		{"cache hit of 3 addresses", packet(t, "pool.example.test.", dns.TypeA, true), 0},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
@@ -90,7 +91,7 @@ func (p *Pipeline) resolver(name string) stage.Resolver {
 		return p.cfg.Resolver
 	}
 	for _, z := range *p.route.except.Load() {
-		if inZone(z, name) {
+		if dnsname.InZone(name, z) {
 			return p.cfg.Resolver
 		}
 	}
@@ -102,17 +103,9 @@ func (r *router) routes(name string) bool {
 		return true
 	}
 	for _, z := range r.zones {
-		if inZone(z, name) {
+		if dnsname.InZone(name, z) {
 			return true
 		}
 	}
 	return false
-}
-
-func inZone(zone, name string) bool {
-	if zone == "." || name == zone {
-		return true
-	}
-	i := len(name) - len(zone)
-	return i > 0 && name[i-1] == '.' && name[i:] == zone
 }

@@ -208,7 +208,8 @@ func (p *Pipeline) rewrite(dst []byte, c *call) (out []byte, done bool) {
 
 // searchPath answers c, from a pod of namespace ns, when it is the first
 // expansion of the pod's search list: from a shortcut kept from an
-// earlier query, the name itself in the cluster, or the walk. done is
+// earlier query, the name itself where it exists as asked (asAsked), or
+// the walk. done is
 // false when c is no such expansion, or the walk cannot decide (an
 // expansion failed): c is then answered as asked and the client walks its
 // list itself, exactly as without autopath.
@@ -320,30 +321,16 @@ func (p *Pipeline) lookup(c *call, dst []byte, name string, qtype uint16, f form
 	if c.wait {
 		p.loop.saw(name)
 	}
-	if pl := p.plugins.Load(); pl != nil && pl.Templates != nil && !c.noTemplates {
-		if a, ok := p.template(c, pl.Templates, name, qtype); ok {
+	if a, ok := p.held(c, name, qtype); ok {
+		switch {
+		case !a.NotSynced && a.ExternalTarget == "":
 			return a, dst
+		case !c.wait:
+			return answer{wait: true}, dst
+		case a.NotSynced:
+			return p.beforeSync(c, name, qtype), dst
 		}
-	}
-	if p.cfg.Hosts != nil {
-		if res, ok := p.cfg.Hosts.Lookup(name, qtype); ok {
-			res.Source = stage.SourceHosts
-			return answer{Result: res, stable: true}, dst
-		}
-	}
-	if p.cfg.Cluster != nil {
-		if res, ok := p.cfg.Cluster.Lookup(name, qtype); ok {
-			res.Source = stage.SourceCluster
-			switch {
-			case !res.NotSynced && res.ExternalTarget == "":
-				return answer{Result: res, stable: true}, dst
-			case !c.wait:
-				return answer{wait: true}, dst
-			case res.NotSynced:
-				return p.beforeSync(c, name, qtype), dst
-			}
-			return p.externalName(c, res, qtype), dst
-		}
+		return p.externalName(c, a.Result, qtype), dst
 	}
 	r := p.resolver(name)
 	if c.wait {
@@ -379,6 +366,31 @@ func (p *Pipeline) lookup(c *call, dst []byte, name string, qtype uint16, f form
 	}
 	cache.Msg.Authoritative = false
 	return answer{Result: cache, stored: ref}, dst
+}
+
+// held answers (name, qtype) from the stages that hold their own records,
+// in the stage order: the templates, the static records, the cluster zone.
+// ok is false when none holds the name. A cluster answer may still be
+// pending (NotSynced, ExternalTarget): lookup resolves it.
+func (p *Pipeline) held(c *call, name string, qtype uint16) (a answer, ok bool) {
+	if pl := p.plugins.Load(); pl != nil && pl.Templates != nil && !c.noTemplates {
+		if a, ok := p.template(c, pl.Templates, name, qtype); ok {
+			return a, true
+		}
+	}
+	if p.cfg.Hosts != nil {
+		if res, ok := p.cfg.Hosts.Lookup(name, qtype); ok {
+			res.Source = stage.SourceHosts
+			return answer{Result: res, stable: true}, true
+		}
+	}
+	if p.cfg.Cluster != nil {
+		if res, ok := p.cfg.Cluster.Lookup(name, qtype); ok {
+			res.Source = stage.SourceCluster
+			return answer{Result: res, stable: !res.NotSynced && res.ExternalTarget == ""}, true
+		}
+	}
+	return answer{}, false
 }
 
 // resolve asks r (cache, then upstream) for (name, qtype), waiting.

@@ -346,15 +346,22 @@ func (p *Pipeline) keepShortcut(c *call, ns string, set *walkSettings, me *memoE
 	p.shortcuts.add(e, c.req.Received.UnixNano())
 }
 
-// asAsked answers r, a walk candidate, when the name asked exists in the
-// cluster as it is: the walk's first step wins, whatever the type (a name
-// exists or not for every type alike), and the reply is the cluster's
-// answer itself, no CNAME: what the client gets without autopath. This is
-// a pod's short name for a Service of its own namespace.
+// asAsked answers c, a walk candidate, when the name asked exists as it
+// is in a stage that holds its own records, asked in the stage order
+// (held: templates and static records before the cluster zone): the
+// walk's first step wins, whatever the type (a name exists or not for
+// every type alike), and the reply is that stage's answer itself, no
+// CNAME: what the client gets without autopath. This is a pod's short
+// name for a Service of its own namespace. What is not at hand (a cluster
+// name before the sync or an ExternalName, a template's CNAME targets on
+// the reader) and a name error are left to the walk.
 func (p *Pipeline) asAsked(dst []byte, c *call) ([]byte, bool) {
-	res, ok := p.cfg.Cluster.Lookup(c.name, c.q.Type)
-	if !ok || res.NotSynced || res.ExternalTarget != "" || res.Msg.Rcode == dns.RcodeNameError {
+	a, ok := p.held(c, c.name, c.q.Type)
+	if !ok || a.wait || a.NotSynced || a.ExternalTarget != "" || a.Msg.Rcode == dns.RcodeNameError {
 		return dst, false
 	}
-	return p.sendPacked(dst, c, res.Msg, stage.SourceCluster), true
+	if a.stable {
+		return p.sendPacked(dst, c, a.Msg, a.Source), true
+	}
+	return p.send(dst, c, a.Msg, a.Source, 0, 0), true
 }

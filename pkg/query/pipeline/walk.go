@@ -8,6 +8,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/query/autopath"
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
@@ -51,7 +52,7 @@ func (p *Pipeline) missedExpansion(c *call, ns string) {
 	name, search := c.name, p.walkConf().search
 	if p.cfg.Cluster != nil {
 		zone := p.cfg.Cluster.Zone()
-		if name != zone && inZone(zone, name) {
+		if name != zone && dnsname.InZone(name, zone) {
 			c.expansion = true
 			if base, ok := autopath.Split(name, ns, zone); ok {
 				c.search, c.searchCut, c.searchWon = true, len(name)-len(base), -1
@@ -61,7 +62,7 @@ func (p *Pipeline) missedExpansion(c *call, ns string) {
 		}
 	}
 	for _, d := range search {
-		if name != d && inZone(d, name) {
+		if name != d && dnsname.InZone(name, d) {
 			c.expansion = true
 			return
 		}

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 )
 
 // The exchange loop is CoreDNS's forward ServeDNS (1.15), step for step,
@@ -55,12 +57,7 @@ func (g *group) excepts(name string) bool {
 	if len(g.except) == 0 || name == g.zone {
 		return false
 	}
-	for _, z := range g.except {
-		if z == "." || dns.IsSubDomain(z, name) {
-			return true
-		}
-	}
-	return false
+	return dnsname.InZones(name, g.except)
 }
 
 // passesOn reports whether r goes on to the group's next group.
@@ -81,12 +78,7 @@ func (f *Forwarder) external(name string) bool {
 	if len(f.cfg.ClusterZones) == 0 {
 		return f.cfg.Resolver == nil
 	}
-	for _, z := range f.cfg.ClusterZones {
-		if dns.IsSubDomain(strings.ToLower(dns.Fqdn(z)), name) {
-			return false
-		}
-	}
-	return true
+	return !dnsname.InZones(name, f.cfg.ClusterZones)
 }
 
 // exchange answers q from the group of its name and the groups chained

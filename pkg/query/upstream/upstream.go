@@ -45,6 +45,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
@@ -266,6 +267,13 @@ type group struct {
 // New validates cfg and returns a Forwarder. Call Run to probe down servers.
 func New(cfg Config) (*Forwarder, error) {
 	cfg.defaults()
+	// Canonical once, here, so that telling a server's name in or out of
+	// them compares bytes.
+	zs := make([]string, len(cfg.ClusterZones))
+	for i, z := range cfg.ClusterZones {
+		zs[i] = dnsname.Canonical(z)
+	}
+	cfg.ClusterZones = zs
 	if err := checkPolicy(cfg.Policy); err != nil {
 		return nil, err
 	}
@@ -400,6 +408,22 @@ func (f *Forwarder) tend() {
 	}
 }
 
+// ForwarderStats are the forwarder's own counters (Coalesced, Overloaded,
+// ClientLimited, AllDown). pkg/observe/metrics reports them as they are:
+// the JSON names are the /stats document's forwarder section (read by
+// `nodedns stats --json`), so fields are added, never renamed.
+type ForwarderStats struct {
+	Coalesced     uint64 `json:"coalesced"`
+	Overloaded    uint64 `json:"overloaded"`
+	ClientLimited uint64 `json:"client_limited"`
+	AllDown       uint64 `json:"all_down"`
+}
+
+// Stats returns the forwarder's own counters.
+func (f *Forwarder) Stats() ForwarderStats {
+	return ForwarderStats{Coalesced: f.Coalesced(), Overloaded: f.Overloaded(), ClientLimited: f.ClientLimited(), AllDown: f.AllDown()}
+}
+
 // Coalesced is how many queries were answered by joining another query's
 // exchange; Overloaded how many were refused at an in-flight bound (all of
 // them), ClientLimited how many of those at a client's or namespace's
@@ -418,7 +442,7 @@ func (f *Forwarder) AllDown() uint64 { return f.allDown.Load() }
 // excepts it.
 func (f *Forwarder) groupFor(name string) *group {
 	for _, g := range f.groups {
-		if (g.zone == "." || dns.IsSubDomain(g.zone, name)) && !g.excepts(name) {
+		if dnsname.InZone(name, g.zone) && !g.excepts(name) {
 			return g
 		}
 	}

@@ -7,7 +7,11 @@
 // the walk itself (which answer wins, what the client gets back).
 package autopath
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
+)
 
 // Split reports whether name (lower-case FQDN) is `<base>.<ns>.svc.<zone>`,
 // the first element of the search list kubelet gives a pod in namespace ns,
@@ -45,7 +49,8 @@ func Walk(base, ns, zone string, search []string) []string {
 // Search returns the search domains of a resolv.conf that come after the
 // cluster's own (`<ns>.svc.<zone>`, `svc.<zone>`, `<zone>`), lower-case and
 // fully qualified: the node's domains that pods inherit. It is the default
-// for the extra steps of the walk.
+// for the extra steps of the walk. zone is the cluster domain, a
+// lower-case FQDN.
 func Search(resolvConfSearch []string, zone string) []string {
 	var out []string
 	for _, d := range resolvConfSearch {
@@ -56,7 +61,7 @@ func Search(resolvConfSearch []string, zone string) []string {
 		if !strings.HasSuffix(d, ".") {
 			d += "."
 		}
-		if d == zone || strings.HasSuffix(d, "."+zone) {
+		if dnsname.InZone(d, zone) {
 			continue
 		}
 		out = append(out, d)
