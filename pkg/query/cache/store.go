@@ -15,7 +15,7 @@ import (
 )
 
 // Put stores r as the answer for k if the caching rules allow it.
-func (c *Cache) Put(k Key, r *dns.Msg) { c.store(k, r) }
+func (c *Cache) Put(k Key, r *dns.Msg) { c.store(k, r, c.gen.Load()) }
 
 // keeps reports whether old must survive a SERVFAIL: it is still fresh, or
 // could still be served stale (either is worth more than the failure).
@@ -52,10 +52,13 @@ func (c *Cache) keepsAnswer(old *entry, now int64) bool {
 //   - nothing under a zone of DisableSuccess (answers) or DisableDenial
 //     (the rest) is stored;
 //   - with StalePreferPositive, an answer to the question still fresh or
-//     servable stale is not replaced by anything but another answer.
+//     servable stale is not replaced by anything but another answer;
+//   - nothing fetched before the upstream was replaced or entries were
+//     dropped (gen, read before the fetch, no longer the cache's) is
+//     stored: it is the old upstream's answer, or one just dropped.
 //
 // It returns the entry's lifetime and whether r was stored.
-func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
+func (c *Cache) store(k Key, r *dns.Msg, gen uint64) (time.Duration, bool) {
 	if r.Truncated || len(r.Question) != 1 {
 		return 0, false
 	}
@@ -112,7 +115,9 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 	}
 	e := &entry{wire: wire, kind: kd, flags: keyFlags(&k), rcode: uint16(r.Rcode), stored: now, lifetime: int64(life)}
 	sh, h := c.slot(&k)
-	sh.add(h, e)
+	if !sh.add(h, e, &c.gen, gen) {
+		return 0, false
+	}
 	return life, true
 }
 

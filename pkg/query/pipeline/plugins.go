@@ -41,12 +41,15 @@ type Header struct {
 }
 
 // SetPlugins replaces the plugins while the pipeline runs (nil: none).
-// Queries under way finish with the old ones.
+// Queries under way finish with the old ones. Search-path decisions and
+// shortcuts are made again (Invalidate): a template may now answer a
+// step, the access list block one.
 func (p *Pipeline) SetPlugins(pl *Plugins) {
 	if pl != nil && *pl == (Plugins{}) {
 		pl = nil
 	}
 	p.plugins.Store(pl)
+	p.Invalidate()
 }
 
 // builtin answers c from the Local and Chaos answers, before the checks of
@@ -99,6 +102,22 @@ func (p *Pipeline) aclStep(c *call, name string) bool {
 		return true
 	}
 	return pl.ACL.Decide(name, c.q.Type, c.req.Client) == stage.ACLPass
+}
+
+// aclSteps reports whether the access list lets c's client visit every
+// name of steps for qtype (aclStep): a decision or shortcut made for one
+// client of a namespace is another's only so. No allocation.
+func (p *Pipeline) aclSteps(c *call, steps []string, qtype uint16) bool {
+	pl := p.plugins.Load()
+	if pl == nil || pl.ACL == nil || !pl.ACL.ByName() {
+		return true
+	}
+	for _, s := range steps {
+		if pl.ACL.Decide(s, qtype, c.req.Client) != stage.ACLPass {
+			return false
+		}
+	}
+	return true
 }
 
 // template answers (name, qtype) from the templates: ok false when none
