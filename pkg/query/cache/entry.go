@@ -26,9 +26,10 @@ const (
 	// failure without a reply remembered as SERVFAIL.
 	kindServfail
 	// kindPartial: NOERROR with records that do not answer the question
-	// (a CNAME chain that does not reach the type asked): stored as a
-	// positive answer, but not one serve-stale-policy prefer-positive
-	// keeps.
+	// (a CNAME chain that does not reach the type asked), with an SOA:
+	// NODATA at the chain's end, stored for a denial's lifetime; counted
+	// with the answers (CoreDNS's "success"), but not one
+	// serve-stale-policy prefer-positive keeps.
 	kindPartial
 )
 

@@ -106,8 +106,10 @@ func settingsDrop(old, cur *Config) func(e *entry) bool {
 	}
 	return func(e *entry) bool {
 		switch e.kind {
-		case kindPositive, kindPartial:
+		case kindPositive:
 			return over(e, maxPos) || success && under(e, cur.DisableSuccess)
+		case kindPartial:
+			return over(e, maxNeg) || success && under(e, cur.DisableSuccess)
 		case kindNegative:
 			return over(e, maxNeg) || denial && under(e, cur.DisableDenial)
 		default:
