@@ -28,8 +28,9 @@
 // answered once. A name given in both sources, exactly in one and as a
 // wildcard in the other, answers from the exact records.
 //
-// Bounds: the file is read only up to 16 MiB (lines up to 64 KiB); a
-// larger one is an error. Answers are built on a name's first query and
+// Bounds: the file is read only up to 16 MiB (lines up to 64 KiB) and
+// 100,000 names (each name of each line counts; the configured entries
+// the same again); a larger one is an error naming the file and the bound. Answers are built on a name's first query and
 // kept with the records, so a repeated question allocates nothing.
 package hosts
 
