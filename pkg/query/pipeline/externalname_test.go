@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/stage"
+	"github.com/nodedns/nodedns/pkg/query/template"
 )
 
 // rcodeExchanger answers every query with rcode and no records.
@@ -52,6 +53,37 @@ func TestExternalNameTargetFailure(t *testing.T) {
 				}
 				if want == dns.RcodeServerFailure && len(r.Answer) != 0 {
 					t.Fatalf("a SERVFAIL with records: %v", r)
+				}
+			}
+		})
+	}
+}
+
+// A template's CNAME target the upstream could not resolve is a SERVFAIL
+// too, as an ExternalName's: the template's CNAME alone with NOERROR would
+// read as "no such record" (CoreDNS's template appends whatever its
+// lookup gave, nothing for a SERVFAIL: a stated departure,
+// docs/plugins.md). A target that does not exist keeps the template's
+// answer.
+func TestTemplateTargetFailure(t *testing.T) {
+	for _, rc := range []int{dns.RcodeServerFailure, dns.RcodeRefused, dns.RcodeNameError} {
+		t.Run(dns.RcodeToString[rc], func(t *testing.T) {
+			c, err := cache.New(cache.Config{Logger: quietLog}, rcodeExchanger(rc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			pl := &Plugins{Templates: mustTemplates(t, template.Config{Class: "IN", Type: "A", Zones: []string{"ext.example"},
+				Answer: []string{"{{ .Name }} 60 IN CNAME www.example.net."}})}
+			_, addr := start(t, Config{Resolver: c, Plugins: pl})
+			want := dns.RcodeServerFailure
+			if rc == dns.RcodeNameError {
+				want = dns.RcodeSuccess
+			}
+			for i := range 2 {
+				r := exchange(t, addr, "udp", q("x.ext.example.", dns.TypeA))
+				if r.Rcode != want || want == dns.RcodeSuccess && len(r.Answer) != 1 || want != dns.RcodeSuccess && len(r.Answer) != 0 {
+					t.Fatalf("query %d, target %s: %v; want %s", i, dns.RcodeToString[rc], r, dns.RcodeToString[want])
 				}
 			}
 		})

@@ -139,16 +139,21 @@ func (p *Pipeline) template(c *call, t stage.Templates, name string, qtype uint1
 		return answer{wait: true}, true
 	}
 	// The targets' records, looked up through every stage (CoreDNS asks
-	// its whole server); their rcodes are not the reply's, their TC is.
-	// Not through the templates again: a target a template answers with
-	// another CNAME would go round.
+	// its whole server); their NXDOMAIN is not the reply's, their TC is.
+	// A target that could not be resolved makes the reply a SERVFAIL
+	// (targetFailed), where CoreDNS's template appends the nothing its
+	// lookup gave. Not through the templates again: a target a template
+	// answers with another CNAME would go round.
 	m := &dns.Msg{MsgHdr: ta.Msg.MsgHdr, Answer: append([]dns.RR(nil), ta.Msg.Answer...), Ns: ta.Msg.Ns, Extra: ta.Msg.Extra}
 	c.noTemplates = true
 	defer func() { c.noTemplates = false }()
 	for _, target := range ta.Targets {
 		a, _ := p.lookup(c, nil, target, qtype, asMsg)
-		if a.err != nil || a.wait || a.Msg == nil {
+		if a.wait || a.err == nil && a.Msg == nil {
 			continue
+		}
+		if f, failed := targetFailed(c, a, "template CNAME", target); failed {
+			return f, true
 		}
 		m.Answer = append(m.Answer, a.Msg.Answer...)
 		m.Truncated = m.Truncated || a.Msg.Truncated
