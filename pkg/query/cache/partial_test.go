@@ -62,3 +62,24 @@ func TestCNAMEOnlyReply(t *testing.T) {
 		t.Error("a chain that ends at the type is not kept")
 	}
 }
+
+// TestErrorRcodesServeStale: an upstream that answers an expired entry's
+// question with FORMERR, NOTIMP, REFUSED or SERVFAIL has failed, not
+// answered: the stale answer goes out (RFC 8767 §4: only NOERROR and
+// NXDOMAIN replace it), and the error is not what later queries get.
+func TestErrorRcodesServeStale(t *testing.T) {
+	for _, rc := range []int{dns.RcodeFormatError, dns.RcodeNotImplemented, dns.RcodeRefused, dns.RcodeServerFailure} {
+		t.Run(dns.RcodeToString[rc], func(t *testing.T) {
+			c, up, clk := setup(t, cache.Config{StaleFor: time.Hour, StaleAnswerAfter: 5 * time.Second}, dnstest.Zone(10))
+			resolve(t, c, "st.example.test.", dns.TypeA)
+			up.SetHandler(dnstest.Rcode(rc))
+			clk.Advance(15 * time.Second)
+			for i := range 2 {
+				r, _, stale := resolve(t, c, "st.example.test.", dns.TypeA)
+				if !stale || r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+					t.Fatalf("query %d with the upstream answering %s: stale %v, %v; want the stale answer", i, dns.RcodeToString[rc], stale, r)
+				}
+			}
+		})
+	}
+}
