@@ -330,14 +330,27 @@ func (a *Agent) running() *config.Config { return a.live.Load() }
 
 // swapForwarder makes fwd the upstream; the old forwarder keeps probing
 // until the exchanges it carries are past their budget, then stops.
+//
+// Answers of the old servers do not outlive the change: the cache drops
+// the entries of every name fwd sends elsewhere or otherwise
+// (upstream.Moved: the default servers, a stub domain's, a shared
+// setting), stale ones included, and stores nothing from the exchanges
+// still under way on the old forwarder; the pipeline drops the
+// search-path decisions made from the old answers. The entries of zones
+// whose servers did not change stay. (CoreDNS and NodeLocal DNSCache start
+// an empty cache on every reload.) The log line comes last: the change is
+// whole once it is written.
 func (a *Agent) swapForwarder(fwd *upstream.Forwarder) {
+	old := a.fwd.Load()
 	ctx, cancel := context.WithCancel(a.runCtx)
 	go fwd.Run(ctx)
 	a.cache.SetExchanger(fwd)
 	a.fwd.Store(fwd)
+	dropped := a.cache.Forget(upstream.Moved(old, fwd))
+	a.pipe.Invalidate()
 	time.AfterFunc(upstreamBudget, a.stopFwd)
 	a.stopFwd = cancel
-	a.log.Info("upstreams replaced", "servers", len(fwd.Servers()))
+	a.log.Info("upstreams replaced", "servers", len(fwd.Servers()), "cache_entries_dropped", dropped)
 }
 
 // reloadStats are the reload figures: nodedns_config_reloads_total{result}

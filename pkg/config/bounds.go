@@ -237,7 +237,8 @@ func (c *Config) checkReaders() error {
 
 // checkHostsBounds bounds the lists and the reload period of the hosts key
 // (the records themselves are pkg/query/hosts's: its file holds at most
-// 16 MiB, the entries are bounded by this file's size).
+// 16 MiB and 100,000 names, the entries as many names, and by this file's
+// size).
 func (c *Config) checkHostsBounds() error {
 	h := c.Hosts
 	if h == nil {

@@ -152,3 +152,33 @@ func (s *syncBuf) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestAttackServicePortsBounded: the API server bounds a Service's ports
+// only by the object's size (some 50,000 fit in 1.5 MiB), and every SRV
+// query walked them all while its answer stops at maxAnswerSRV. The index
+// keeps the first maxServicePorts, in the transform and the protobuf
+// decoder alike.
+func TestAttackServicePortsBounded(t *testing.T) {
+	o := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "many", Namespace: "ns1"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.50", ClusterIPs: []string{"10.96.0.50"}}}
+	for i := range 5000 {
+		o.Spec.Ports = append(o.Spec.Ports, corev1.ServicePort{Name: fmt.Sprintf("p%d", i), Protocol: corev1.ProtocolTCP, Port: int32(1000 + i)})
+	}
+	b, err := o.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]func() (any, error){
+		"transform": func() (any, error) { return transformService(o) },
+		"decoder":   func() (any, error) { return decodeService(b) },
+	} {
+		got, err := f()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := got.(*service)
+		if len(s.ports) != maxServicePorts || cap(s.ports) != maxServicePorts || s.ports[0].name != "p0" {
+			t.Errorf("%s: %d ports kept (capacity %d); want the first %d", name, len(s.ports), cap(s.ports), maxServicePorts)
+		}
+	}
+}

@@ -191,8 +191,8 @@ func transformService(obj any) (any, error) {
 func newService(o *corev1.Service) *service {
 	var ports []port
 	if len(o.Spec.Ports) > 0 {
-		ports = make([]port, len(o.Spec.Ports))
-		for i, p := range o.Spec.Ports {
+		ports = make([]port, min(len(o.Spec.Ports), maxServicePorts))
+		for i, p := range o.Spec.Ports[:len(ports)] {
 			ports[i] = port{name: strings.ToLower(p.Name), proto: protoName(string(p.Protocol)), port: p.Port}
 		}
 	}
@@ -201,8 +201,15 @@ func newService(o *corev1.Service) *service {
 
 // buildService makes the stripped Service from the fields DNS reads; both
 // the informer transform and the protobuf list decoder go through it.
-// ports are already lower-cased; none means noPorts.
+// ports are already lower-cased; none means noPorts; past maxServicePorts
+// only the first are kept (in a slice of their own: the decoder's may be
+// far larger).
 func buildService(name, ns, typ, clusterIP string, clusterIPs []string, externalName string, ports []port) *service {
+	if len(ports) > maxServicePorts {
+		kept := make([]port, maxServicePorts)
+		copy(kept, ports)
+		ports = kept
+	}
 	s := &service{name: name, namespace: ns, ports: ports}
 	switch {
 	case typ == string(corev1.ServiceTypeExternalName):

@@ -23,6 +23,11 @@ const (
 	maxAnswerA    = 4000
 	maxAnswerAAAA = 2300
 	maxAnswerSRV  = 1000
+	// maxServicePorts bounds the ports a Service keeps (buildService): the
+	// API server bounds them only by the object's size (some 50,000 in
+	// 1.5 MiB), every SRV query walks them, and past maxAnswerSRV ports no
+	// SRV answer could hold another.
+	maxServicePorts = maxAnswerSRV
 )
 
 // svcView is everything Lookup needs about one Service, built when the

@@ -244,6 +244,13 @@ type Cache struct {
 	log  *slog.Logger
 	up   atomic.Pointer[exchangerBox]
 	seed maphash.Seed
+	// gen moves whenever what a fetch under way would store may no longer
+	// be stored: the upstream was replaced (SetExchanger), entries were
+	// dropped (Forget, Reconfigure). A fetch reads it before it reads the
+	// upstream, and its reply is stored only while gen has not moved
+	// (checked under the shard's lock, so a drop that follows cannot miss
+	// it).
+	gen atomic.Uint64
 	// shards hold entries by a 64-bit hash of their Key (slot); the
 	// entry's packed question and flags confirm the key on every lookup,
 	// so a collision is a miss, never a wrong answer. Keying by the hash
@@ -287,9 +294,14 @@ func New(cfg Config, up stage.Exchanger) (*Cache, error) {
 		l, err := simplelru.NewLRU(size, func(_ uint64, e *entry) {
 			e.setGone()
 			sh.bytes -= e.cost()
-			c.evictions.Add(1)
 			if e.denial() {
 				sh.denials--
+			}
+			if sh.dropping {
+				return
+			}
+			c.evictions.Add(1)
+			if e.denial() {
 				c.denialEvictions.Add(1)
 			}
 		})
@@ -307,14 +319,24 @@ type exchangerBox struct{ stage.Exchanger }
 func (c *Cache) conf() *Config { return c.cfg.Load() }
 
 // SetExchanger replaces the upstream (live reload). Exchanges already
-// under way finish with the old one.
-func (c *Cache) SetExchanger(up stage.Exchanger) { c.up.Store(&exchangerBox{up}) }
+// under way finish with the old one and answer their queries, but their
+// replies are not stored: they are the old upstream's. The entries stored
+// before stay; Forget drops those the new upstream would answer otherwise.
+func (c *Cache) SetExchanger(up stage.Exchanger) {
+	c.up.Store(&exchangerBox{up})
+	// After the store: a fetch that reads the new generation reads the new
+	// upstream too.
+	c.gen.Add(1)
+}
 
 // Reconfigure applies new limits (live reload): size and byte bounds, TTL
 // clamps, negative and SERVFAIL lifetimes, serve-stale and prefetch
 // settings. The clock, panic counter, logger and MaxRefresh stay as they
-// were. Entries already stored keep their lifetimes; smaller bounds evict
-// the least recently used.
+// were. Smaller bounds evict the least recently used entries. Entries the
+// new settings would not have stored as they are go (settingsDrop): those
+// under a zone now in DisableSuccess or DisableDenial, and those whose
+// lifetime is longer than the new bound of their kind; the others keep
+// their lifetimes.
 func (c *Cache) Reconfigure(cfg Config) error {
 	old := c.conf()
 	cfg.Clock, cfg.Panics, cfg.Logger, cfg.MaxRefresh = old.Clock, old.Panics, old.Logger, old.MaxRefresh
@@ -328,6 +350,11 @@ func (c *Cache) Reconfigure(cfg Config) error {
 		}
 	}
 	c.cfg.Store(&cfg)
+	if drop := settingsDrop(old, &cfg); drop != nil {
+		if n := c.dropIf(drop); n > 0 {
+			c.log.Info("cache entries dropped: the new settings would not keep them", "entries", n)
+		}
+	}
 	return nil
 }
 

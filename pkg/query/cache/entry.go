@@ -26,9 +26,10 @@ const (
 	// failure without a reply remembered as SERVFAIL.
 	kindServfail
 	// kindPartial: NOERROR with records that do not answer the question
-	// (a CNAME chain that does not reach the type asked): stored as a
-	// positive answer, but not one serve-stale-policy prefer-positive
-	// keeps.
+	// (a CNAME chain that does not reach the type asked), with an SOA:
+	// NODATA at the chain's end, stored for a denial's lifetime; counted
+	// with the answers (CoreDNS's "success"), but not one
+	// serve-stale-policy prefer-positive keeps.
 	kindPartial
 )
 
@@ -146,13 +147,21 @@ type shard struct {
 	budget int64 // guarded by mu
 	// denials counts the denial entries held; guarded by mu.
 	denials int
+	// dropping: entries leaving now are dropped (dropIf), not evicted;
+	// guarded by mu.
+	dropping bool
 }
 
 // add stores e under h, then evicts the least recently used entries while
 // the shard is over its byte budget (e itself stays: it fits MaxEntryBytes).
-func (sh *shard) add(h uint64, e *entry) {
+// It stores nothing, and reports false, when gen no longer reads want: the
+// reply was fetched before the upstream was replaced or entries dropped.
+func (sh *shard) add(h uint64, e *entry, gen *atomic.Uint64, want uint64) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if gen.Load() != want {
+		return false
+	}
 	// Add replaces a present value without the evict callback: the old
 	// entry's cost leaves the count here.
 	if old, ok := sh.lru.Peek(h); ok {
@@ -168,6 +177,7 @@ func (sh *shard) add(h uint64, e *entry) {
 	}
 	sh.lru.Add(h, e)
 	sh.trim()
+	return true
 }
 
 // trim evicts the oldest entries while over budget; sh.mu is held.

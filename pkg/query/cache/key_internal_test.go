@@ -89,7 +89,7 @@ func TestHashCollisionIsAMiss(t *testing.T) {
 	} {
 		// Plant a's entry where kb hashes, as a collision would.
 		sh, h := c.slot(&kb)
-		sh.add(h, e)
+		sh.add(h, e, &c.gen, c.gen.Load())
 		if got, ok := c.get(&kb); ok {
 			t.Errorf("key %+v found the entry stored for %+v (%p)", kb, ka, got)
 		}

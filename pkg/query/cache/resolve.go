@@ -64,9 +64,10 @@ func (c *Cache) Resolve(ctx context.Context, o stage.Origin, q *dns.Msg) (stage.
 	}
 	c.misses.Add(1)
 	if !found {
-		r, _, err := c.fetch(ctx, o, k, q.Id)
+		gen := c.gen.Load()
+		r, _, err := c.fetchAt(ctx, o, k, q.Id, gen)
 		if err != nil && ctx.Err() == nil {
-			c.rememberFailure(k, err)
+			c.rememberFailure(k, err, gen)
 		}
 		return upstreamResult(r, err)
 	}
@@ -148,14 +149,15 @@ func (c *Cache) verifyStale(ctx context.Context, o stage.Origin, k Key, e *entry
 // that follow are answered at once instead of each waiting out the
 // upstream's timeouts. A query shed by a bound, or a name no server is
 // configured for, is no such failure (nor, the caller checks, a query
-// whose client stopped waiting).
-func (c *Cache) rememberFailure(k Key, err error) {
+// whose client stopped waiting). gen is the generation the failed fetch
+// began under: an old upstream's failure is not remembered.
+func (c *Cache) rememberFailure(k Key, err error, gen uint64) {
 	if errors.Is(err, stage.ErrOverloaded) || errors.Is(err, stage.ErrNoServer) || errors.Is(err, errTruncated) {
 		return
 	}
 	m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, RecursionDesired: true, RecursionAvailable: true, Rcode: dns.RcodeServerFailure}}
 	m.Question = []dns.Question{{Name: k.Name, Qtype: k.Type, Qclass: k.Class}}
-	c.store(k, m)
+	c.store(k, m, gen)
 }
 
 // errTruncated: the exchanger handed back a truncated reply.
@@ -197,6 +199,12 @@ func (c *Cache) rejects(k Key, r *dns.Msg) bool {
 // whether the reply replaced the entry for k. The reply's ID is id. o is
 // who the query is for; the zero Origin for the cache's own refreshes.
 func (c *Cache) fetch(ctx context.Context, o stage.Origin, k Key, id uint16) (r *dns.Msg, stored bool, err error) {
+	return c.fetchAt(ctx, o, k, id, c.gen.Load())
+}
+
+// fetchAt is fetch under generation gen, read before the call: the reply
+// is stored only while gen is still the cache's (store).
+func (c *Cache) fetchAt(ctx context.Context, o stage.Origin, k Key, id uint16, gen uint64) (r *dns.Msg, stored bool, err error) {
 	out := upstreamQuery(k, id, c.conf().ClearRD)
 	r, err = c.up.Load().Exchange(ctx, o, out)
 	if err != nil {
@@ -211,7 +219,7 @@ func (c *Cache) fetch(ctx context.Context, o stage.Origin, k Key, id uint16) (r 
 	if len(r.Question) == 0 {
 		r.Question = out.Question
 	}
-	if life, ok := c.store(k, r); ok {
+	if life, ok := c.store(k, r, gen); ok {
 		setTTLs(r, ttlSeconds(int64(life)))
 		return r, true, nil
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 // Put stores r as the answer for k if the caching rules allow it.
-func (c *Cache) Put(k Key, r *dns.Msg) { c.store(k, r) }
+func (c *Cache) Put(k Key, r *dns.Msg) { c.store(k, r, c.gen.Load()) }
 
 // keeps reports whether old must survive a SERVFAIL: it is still fresh, or
 // could still be served stale (either is worth more than the failure).
@@ -41,6 +41,14 @@ func (c *Cache) keepsAnswer(old *entry, now int64) bool {
 //     answer is then kept for MinTTL, as one with TTL 0 is);
 //   - NOERROR with answers: lifetime is the smallest TTL in the message (OPT
 //     excluded), clamped to [MinTTL, MaxTTL];
+//   - NOERROR whose answers do not answer the question (a CNAME chain that
+//     stops short of the type asked) is NODATA at the chain's end (RFC 2308
+//     §2.2) and kept as a denial is: only with an SOA, for the smallest of
+//     the records' TTLs and the SOA's MINIMUM, clamped to [MinNegativeTTL,
+//     MaxNegativeTTL]. Without an SOA it says nothing about how long the
+//     end has no data (an upstream that could not follow the chain sends
+//     such replies too), and is not kept. CoreDNS keeps it as an answer,
+//     up to its max TTL;
 //   - NXDOMAIN, or NOERROR without answers (NODATA): only with an SOA in the
 //     authority section; lifetime min(SOA TTL, SOA MINIMUM) (RFC 2308 §5),
 //     clamped to [MinNegativeTTL, MaxNegativeTTL]; SOA-less denials are not
@@ -52,10 +60,13 @@ func (c *Cache) keepsAnswer(old *entry, now int64) bool {
 //   - nothing under a zone of DisableSuccess (answers) or DisableDenial
 //     (the rest) is stored;
 //   - with StalePreferPositive, an answer to the question still fresh or
-//     servable stale is not replaced by anything but another answer.
+//     servable stale is not replaced by anything but another answer;
+//   - nothing fetched before the upstream was replaced or entries were
+//     dropped (gen, read before the fetch, no longer the cache's) is
+//     stored: it is the old upstream's answer, or one just dropped.
 //
 // It returns the entry's lifetime and whether r was stored.
-func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
+func (c *Cache) store(k Key, r *dns.Msg, gen uint64) (time.Duration, bool) {
 	if r.Truncated || len(r.Question) != 1 {
 		return 0, false
 	}
@@ -69,10 +80,16 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 	switch {
 	case r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0:
 		kd = kindPositive
-		if !answers(k, r) {
-			kd = kindPartial
-		}
 		life = clamp(minTTL(r), cfg.MinTTL, cfg.MaxTTL)
+		if !answers(k, r) {
+			soa := findSOA(r)
+			if soa == nil {
+				return 0, false
+			}
+			kd = kindPartial
+			ttl := time.Duration(ttlOf(soa.Minttl)) * time.Second
+			life = clamp(min(minTTL(r), ttl), cfg.MinNegativeTTL, cfg.MaxNegativeTTL)
+		}
 	case r.Rcode == dns.RcodeNameError || r.Rcode == dns.RcodeSuccess:
 		soa := findSOA(r)
 		if soa == nil {
@@ -112,7 +129,9 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 	}
 	e := &entry{wire: wire, kind: kd, flags: keyFlags(&k), rcode: uint16(r.Rcode), stored: now, lifetime: int64(life)}
 	sh, h := c.slot(&k)
-	sh.add(h, e)
+	if !sh.add(h, e, &c.gen, gen) {
+		return 0, false
+	}
 	return life, true
 }
 

@@ -28,8 +28,9 @@
 // answered once. A name given in both sources, exactly in one and as a
 // wildcard in the other, answers from the exact records.
 //
-// Bounds: the file is read only up to 16 MiB (lines up to 64 KiB); a
-// larger one is an error. Answers are built on a name's first query and
+// Bounds: the file is read only up to 16 MiB (lines up to 64 KiB) and
+// 100,000 names (each name of each line counts; the configured entries
+// the same again); a larger one is an error naming the file and the bound. Answers are built on a name's first query and
 // kept with the records, so a repeated question allocates nothing.
 package hosts
 
@@ -161,8 +162,10 @@ type Hosts struct {
 	cfg  *settings  // nil: disabled
 	file []entry    // the file's records as last read
 	stat fileStamp  // the file as last read
-	// lastReload is when the records last changed (unix nanoseconds).
+	// lastReload is when the records last changed (unix nanoseconds);
+	// gen counts the changes (Generation).
 	lastReload atomic.Int64
+	gen        atomic.Uint64
 	wake       chan struct{}
 }
 
@@ -211,6 +214,7 @@ func (h *Hosts) Prepare(cfg Config) (apply func(), err error) {
 			defer h.mu.Unlock()
 			h.cfg, h.file, h.stat = nil, nil, fileStamp{}
 			h.t.Store(nil)
+			h.gen.Add(1)
 		}, nil
 	}
 	s, err := cfg.validate()
@@ -251,8 +255,13 @@ func (h *Hosts) Prepare(cfg Config) (apply func(), err error) {
 func (h *Hosts) rebuild() {
 	t := newTable(h.cfg, h.file, h.cfg.entries)
 	h.t.Store(t)
+	h.gen.Add(1)
 	h.lastReload.Store(time.Now().UnixNano())
 }
+
+// Generation moves after every change of the records: a reload, the file
+// re-read or removed (stage.Hosts).
+func (h *Hosts) Generation() uint64 { return h.gen.Load() }
 
 // readFile reads path ("" reads nothing). A missing file is no error: its
 // stamp says so, and it is read when it appears.

@@ -151,6 +151,11 @@ type Pipeline struct {
 	loadBalance atomic.Bool
 	rotation    atomic.Uint32
 	loop        loopProbe
+	// conf moves with every change the pipeline is told of that may
+	// change what the stages answer (plugins, rewrites, the search path,
+	// routes, Invalidate); with the static records' Generation it stamps
+	// the search-path decisions and shortcuts (confGeneration).
+	conf atomic.Uint64
 }
 
 // New validates cfg and returns the pipeline.
@@ -179,6 +184,32 @@ func New(cfg Config) (*Pipeline, error) {
 	return p, nil
 }
 
+// Invalidate drops what the pipeline built from the stages' answers and
+// cannot check against them (search-path decisions and shortcuts): the
+// caller changed what some stage answers, as replacing the upstreams
+// does. Queries under way finish with what they read; anything they keep
+// carries the generation they started under and is not used. The packed
+// replies stay: each is checked against its stage's message on every use.
+func (p *Pipeline) Invalidate() {
+	p.conf.Add(1)
+	p.memo.c.Purge()
+	p.shortcuts.purge()
+}
+
+// confGeneration moves whenever a search-path decision or shortcut built
+// before may no longer hold for a reason outside the cluster zone (which
+// its own generation covers): Invalidate, a setter, or a change of the
+// static records (their Generation, which the pipeline is not told of:
+// the hosts file is re-read by its own watcher). The sum of two counters
+// that only grow moves when either does.
+func (p *Pipeline) confGeneration() uint64 {
+	g := p.conf.Load()
+	if p.cfg.Hosts != nil {
+		g += p.cfg.Hosts.Generation()
+	}
+	return g
+}
+
 // mono returns t (a reading of time.Now) as nanoseconds since the pipeline
 // was made, on the monotonic clock: a step of the wall clock moves it not.
 func (p *Pipeline) mono(t time.Time) int64 { return int64(t.Sub(p.epoch)) }
@@ -186,13 +217,15 @@ func (p *Pipeline) mono(t time.Time) int64 { return int64(t.Sub(p.epoch)) }
 type rewriterBox struct{ rw stage.Rewriter }
 
 // SetRewriter replaces the name rewriter while the pipeline runs (nil: no
-// rewriting). Queries under way finish with the old one.
+// rewriting). Queries under way finish with the old one; search-path
+// decisions are made again (Invalidate).
 func (p *Pipeline) SetRewriter(rw stage.Rewriter) {
 	if rw == nil {
 		p.rewriter.Store(nil)
-		return
+	} else {
+		p.rewriter.Store(&rewriterBox{rw: rw})
 	}
-	p.rewriter.Store(&rewriterBox{rw: rw})
+	p.Invalidate()
 }
 
 // SetLoadBalance turns the round-robin order of A and AAAA records in

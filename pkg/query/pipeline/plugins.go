@@ -41,12 +41,15 @@ type Header struct {
 }
 
 // SetPlugins replaces the plugins while the pipeline runs (nil: none).
-// Queries under way finish with the old ones.
+// Queries under way finish with the old ones. Search-path decisions and
+// shortcuts are made again (Invalidate): a template may now answer a
+// step, the access list block one.
 func (p *Pipeline) SetPlugins(pl *Plugins) {
 	if pl != nil && *pl == (Plugins{}) {
 		pl = nil
 	}
 	p.plugins.Store(pl)
+	p.Invalidate()
 }
 
 // builtin answers c from the Local and Chaos answers, before the checks of
@@ -101,6 +104,22 @@ func (p *Pipeline) aclStep(c *call, name string) bool {
 	return pl.ACL.Decide(name, c.q.Type, c.req.Client) == stage.ACLPass
 }
 
+// aclSteps reports whether the access list lets c's client visit every
+// name of steps for qtype (aclStep): a decision or shortcut made for one
+// client of a namespace is another's only so. No allocation.
+func (p *Pipeline) aclSteps(c *call, steps []string, qtype uint16) bool {
+	pl := p.plugins.Load()
+	if pl == nil || pl.ACL == nil || !pl.ACL.ByName() {
+		return true
+	}
+	for _, s := range steps {
+		if pl.ACL.Decide(s, qtype, c.req.Client) != stage.ACLPass {
+			return false
+		}
+	}
+	return true
+}
+
 // template answers (name, qtype) from the templates: ok false when none
 // does. Without c.wait an answer whose CNAME targets must be looked up
 // waits.
@@ -120,16 +139,21 @@ func (p *Pipeline) template(c *call, t stage.Templates, name string, qtype uint1
 		return answer{wait: true}, true
 	}
 	// The targets' records, looked up through every stage (CoreDNS asks
-	// its whole server); their rcodes are not the reply's, their TC is.
-	// Not through the templates again: a target a template answers with
-	// another CNAME would go round.
+	// its whole server); their NXDOMAIN is not the reply's, their TC is.
+	// A target that could not be resolved makes the reply a SERVFAIL
+	// (targetFailed), where CoreDNS's template appends the nothing its
+	// lookup gave. Not through the templates again: a target a template
+	// answers with another CNAME would go round.
 	m := &dns.Msg{MsgHdr: ta.Msg.MsgHdr, Answer: append([]dns.RR(nil), ta.Msg.Answer...), Ns: ta.Msg.Ns, Extra: ta.Msg.Extra}
 	c.noTemplates = true
 	defer func() { c.noTemplates = false }()
 	for _, target := range ta.Targets {
 		a, _ := p.lookup(c, nil, target, qtype, asMsg)
-		if a.err != nil || a.wait || a.Msg == nil {
+		if a.wait || a.err == nil && a.Msg == nil {
 			continue
+		}
+		if f, failed := targetFailed(c, a, "template CNAME", target); failed {
+			return f, true
 		}
 		m.Answer = append(m.Answer, a.Msg.Answer...)
 		m.Truncated = m.Truncated || a.Msg.Truncated

@@ -72,7 +72,12 @@ func (p *Pipeline) SetRouteExcept(zones []string) error {
 	if p.route == nil {
 		return nil
 	}
-	return p.route.setExcept(zones)
+	if err := p.route.setExcept(zones); err != nil {
+		return err
+	}
+	// A cached winner may now be another resolver's name.
+	p.Invalidate()
+	return nil
 }
 
 func (r *router) setExcept(zones []string) error {

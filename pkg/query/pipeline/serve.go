@@ -467,8 +467,13 @@ func (p *Pipeline) beforeSync(c *call, name string, qtype uint16) answer {
 const maxChain = 10
 
 // externalName appends the answer for an ExternalName's out-of-zone target
-// to the cluster's CNAME. Like CoreDNS, the target's rcode does not become
-// the reply's: the CNAME itself exists.
+// to the cluster's CNAME. Like CoreDNS, the target's NXDOMAIN does not
+// become the reply's: the CNAME itself exists. A target the upstream
+// could not resolve (SERVFAIL, REFUSED or any other error rcode, a cached
+// SERVFAIL) is a SERVFAIL, with the target's EDE options: the CNAME alone
+// with NOERROR would read as "no such record" to the client, which stops
+// looking. CoreDNS 1.15 sends that NOERROR; a stated departure
+// (docs/cluster-zone.md).
 func (p *Pipeline) externalName(c *call, res stage.Result, qtype uint16) answer {
 	out := &dns.Msg{MsgHdr: res.Msg.MsgHdr, Answer: append([]dns.RR(nil), res.Msg.Answer...)}
 	cluster := stage.Result{Msg: out, Source: stage.SourceCluster}
@@ -476,8 +481,8 @@ func (p *Pipeline) externalName(c *call, res stage.Result, qtype uint16) answer 
 		return answer{Result: cluster}
 	}
 	a, _ := p.lookup(c, nil, res.ExternalTarget, qtype, asMsg)
-	if a.err != nil {
-		return answer{Result: stage.Result{Source: a.Source}, err: fmt.Errorf("resolving ExternalName target %s: %w", res.ExternalTarget, a.err)}
+	if f, failed := targetFailed(c, a, "ExternalName", res.ExternalTarget); failed {
+		return f
 	}
 	if a.Source == stage.SourceStale {
 		c.ede.stale(a.Msg.Rcode)
@@ -493,6 +498,26 @@ func (p *Pipeline) externalName(c *call, res stage.Result, qtype uint16) answer 
 		out.Ns = a.Msg.Ns
 	}
 	return answer{Result: cluster}
+}
+
+// targetFailed returns the answer of a CNAME whose target (what, name: an
+// ExternalName's, a template's) could not be resolved, a the target's
+// lookup: failed false when it was (an answer, NODATA or NXDOMAIN). An
+// error stays the error; a SERVFAIL, REFUSED or other error rcode becomes
+// a SERVFAIL with the target's EDE options, from the target's source (a
+// cached SERVFAIL says so, EDE 13). Never the CNAME alone with NOERROR:
+// the client would read "no such record" and stop looking.
+func targetFailed(c *call, a answer, what, name string) (answer, bool) {
+	if a.err != nil {
+		return answer{Result: stage.Result{Source: a.Source}, err: fmt.Errorf("resolving %s target %s: %w", what, name, a.err)}, true
+	}
+	if rc := a.Msg.Rcode; rc == dns.RcodeSuccess || rc == dns.RcodeNameError {
+		return answer{}, false
+	}
+	c.ede.passOn(a.Msg)
+	fail := &dns.Msg{MsgHdr: a.Msg.MsgHdr}
+	fail.Rcode = dns.RcodeServerFailure
+	return answer{Result: stage.Result{Msg: fail, Source: a.Source}}, true
 }
 
 // send encodes m as the reply to c, appends it and reports it.

@@ -28,6 +28,13 @@ import (
 //     replaces, evicts or purges it, and when it expires, so A and AAAA
 //     keep following one decision;
 //   - the search-path settings (a reload changes the pointer);
+//   - what the stages before the cluster zone answer, and the upstreams:
+//     the decision's confGeneration (templates, the access list, static
+//     records, rewrites, routes, the upstreams replaced) must still be the
+//     pipeline's;
+//   - the access list, for the client asking: every step must be one it
+//     may visit (a rule by client network blocks one pod of a namespace,
+//     not another);
 //   - the cluster: while the index's Generation has not moved, nothing in
 //     it changed; when it has, every earlier step in the cluster zone must
 //     still be NXDOMAIN (else the decision is forgotten and the name
@@ -264,8 +271,12 @@ func (p *Pipeline) shortcutHit(dst []byte, c *call, ns string) ([]byte, bool) {
 	if e.ns != ns {
 		return dst, false
 	}
-	if e.set != p.walkConf() || !e.memo.alive(c.req.Received.UnixNano()) || !p.clusterStillHolds(e, c) {
+	if e.set != p.walkConf() || !e.memo.alive(c.req.Received.UnixNano()) || e.memo.conf != p.confGeneration() || !p.clusterStillHolds(e, c) {
 		p.shortcuts.remove(e)
+		return dst, false
+	}
+	if !p.aclSteps(c, e.steps, c.q.Type) {
+		// Another client of the namespace may still use it.
 		return dst, false
 	}
 	start := len(dst)

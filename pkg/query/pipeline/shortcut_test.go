@@ -114,6 +114,12 @@ type scEnv struct {
 
 func newSCEnv(t *testing.T, search []string) *scEnv {
 	t.Helper()
+	return newSCEnvHosts(t, search, nil)
+}
+
+// newSCEnvHosts is newSCEnv with static records (nil: none).
+func newSCEnvHosts(t *testing.T, search []string, h stage.Hosts) *scEnv {
+	t.Helper()
 	e := &scEnv{cl: newGenCluster(), pods: &mutablePods{m: map[netip.Addr]string{podClient: "team-a"}}}
 	c, err := cache.New(cache.Config{Size: 1000, Clock: func() time.Duration { return time.Hour + time.Duration(e.clock.Load()) }}, ppUpstream{})
 	if err != nil {
@@ -122,7 +128,7 @@ func newSCEnv(t *testing.T, search []string) *scEnv {
 	t.Cleanup(c.Close)
 	e.c = c
 	e.s, err = New(Config{Resolver: c, Cluster: e.cl, Pods: e.pods,
-		Autopath: true, Search: search})
+		Autopath: true, Search: search, Hosts: h})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,11 +139,17 @@ func newSCEnv(t *testing.T, search []string) *scEnv {
 // when it must, and says whether the kept shortcut answered it.
 func (e *scEnv) ask(t *testing.T, name string, qtype uint16) (m *dns.Msg, fromShortcut bool) {
 	t.Helper()
+	return e.askFrom(t, podClient, name, qtype)
+}
+
+// askFrom is ask from client.
+func (e *scEnv) askFrom(t *testing.T, client netip.Addr, name string, qtype uint16) (m *dns.Msg, fromShortcut bool) {
+	t.Helper()
 	ev := &events{}
 	e.s.cfg.Observer = ev
 	defer func() { e.s.cfg.Observer = nil }()
 	r := new(server.Request)
-	r.Read("udp", 0, podClient, time.Now(), packet(t, name, qtype, false))
+	r.Read("udp", 0, client, time.Now(), packet(t, name, qtype, false))
 	k := scKey{name: strings.ToLower(name), qtype: qtype}
 	h := e.s.shortcuts.hash(k)
 	kept := e.s.shortcuts.get(h, k)

@@ -96,11 +96,15 @@ func (p *Pipeline) walk(c *call, ns, base string) (m *dns.Msg, steps, saved int,
 	// The key holds the namespace: one namespace's result is never
 	// another's.
 	key := ns + "/" + base
-	// The generation is read before any answer: a change after this point
-	// moves it, and a shortcut built here is checked again (shortcut.go).
-	gen := p.clusterGen()
+	// The generations are read before any answer: a change after this
+	// point moves them, and a shortcut built here is checked again
+	// (shortcut.go), a decision made here not used again.
+	gen, conf := p.clusterGen(), p.confGeneration()
 	tried := 0
-	if e, hit := p.memo.get(key); hit && e.idx < len(names) {
+	// A decision is the namespace's; a client the access list keeps from
+	// one of its steps walks from the start (and stops at that step),
+	// leaving the decision to the others.
+	if e, hit := p.memo.get(key, conf); hit && e.idx < len(names) && p.aclSteps(c, names[:e.idx+1], qtype) {
 		i := e.idx
 		if !p.stepsStillMissing(names[:i], qtype) {
 			// An earlier step exists in the cluster now (a Service
@@ -154,7 +158,7 @@ func (p *Pipeline) walk(c *call, ns, base string) (m *dns.Msg, steps, saved int,
 		if a.Msg.Rcode == dns.RcodeNameError {
 			continue
 		}
-		e := p.memo.put(key, i, qtype)
+		e := p.memo.put(key, i, qtype, conf)
 		c.walkWon(i, a)
 		m := p.walkReply(c, names, i, a.Msg)
 		if !c.wait {
@@ -267,7 +271,10 @@ type memoEntry struct {
 	idx     int    // the winning step
 	qtype   uint16 // the type whose walk found it
 	expires int64  // unix nanoseconds
-	dead    atomic.Bool
+	// conf is the pipeline's confGeneration when the walk that decided
+	// began: the decision holds only while it is still the pipeline's.
+	conf uint64
+	dead atomic.Bool
 }
 
 // alive reports whether the decision still stands at now (unix nanoseconds).
@@ -281,17 +288,20 @@ func newWalkMemo(size int, ttl time.Duration) *walkMemo {
 	return &walkMemo{ttl: ttl, c: c}
 }
 
-func (w *walkMemo) get(key string) (*memoEntry, bool) {
+// get returns the decision for key, if one made under conf (the
+// pipeline's confGeneration) still stands.
+func (w *walkMemo) get(key string, conf uint64) (*memoEntry, bool) {
 	e, ok := w.c.Get(key)
-	if !ok || !e.alive(time.Now().UnixNano()) {
+	if !ok || !e.alive(time.Now().UnixNano()) || e.conf != conf {
 		return nil, false
 	}
 	return e, true
 }
 
-// put remembers idx as the winner for key and returns the decision.
-func (w *walkMemo) put(key string, idx int, qtype uint16) *memoEntry {
-	e := &memoEntry{key: key, idx: idx, qtype: qtype, expires: time.Now().Add(w.ttl).UnixNano()}
+// put remembers idx as the winner for key, decided by a walk begun under
+// conf, and returns the decision.
+func (w *walkMemo) put(key string, idx int, qtype uint16, conf uint64) *memoEntry {
+	e := &memoEntry{key: key, idx: idx, qtype: qtype, expires: time.Now().Add(w.ttl).UnixNano(), conf: conf}
 	if old, ok := w.c.Peek(key); ok {
 		// Add replaces a value without the eviction callback.
 		old.dead.Store(true)
@@ -322,6 +332,5 @@ func (p *Pipeline) walkConf() *walkSettings { return p.walkSet.Load() }
 // settings. Remembered winners are forgotten: the list they indexed changed.
 func (p *Pipeline) SetSearchPath(autopath bool, search []string) {
 	p.walkSet.Store(&walkSettings{autopath: autopath, search: append([]string(nil), search...)})
-	p.memo.c.Purge()
-	p.shortcuts.purge()
+	p.Invalidate()
 }

@@ -118,6 +118,12 @@ type Hosts interface {
 	// next stage answers. The message is the same for a question until
 	// the records change (the pipeline keeps it packed by identity).
 	Lookup(name string, qtype uint16) (res Result, ok bool)
+	// Generation is a counter that moves after every change of the
+	// records (a reload, the file re-read), as Cluster's does: what was
+	// built from answers of the stages after it (the search-path
+	// decisions and shortcuts) is current only while it has not moved.
+	// On the reader.
+	Generation() uint64
 }
 
 // Cluster is the local authority for the cluster zone and for the reverse

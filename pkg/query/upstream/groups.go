@@ -161,7 +161,7 @@ func (g *group) list() []*Server {
 // groups chained behind it (opts.Next).
 func (f *Forwarder) newGroup(zone string, addrs []string, opts GroupOptions) (*group, error) {
 	g := &group{zone: zone, policy: f.cfg.Policy, failover: opts.Failover, failfast: opts.Failfast,
-		readTimeout: f.cfg.TryTimeout}
+		readTimeout: f.cfg.TryTimeout, addrs: slices.Clone(addrs), opts: opts}
 	if opts.ForceTCP && opts.PreferUDP {
 		return nil, fmt.Errorf("force-tcp and prefer-udp together: pick one")
 	}

@@ -177,15 +177,27 @@ func (h *hostNames) query(ctx context.Context, name string) ([]netip.Addr, time.
 	return nil, 0, errors.Join(errs...)
 }
 
-// exchangeHost asks server q over UDP (TCP when the reply is truncated).
+// exchangeHost asks server q over UDP, read as the forwarder reads its
+// servers (exchangeUDP: the datagram whole whatever its size, strays and
+// garbage skipped), and over TCP when the reply is truncated; a reply
+// still truncated over TCP answers nothing (errTruncated): taken as an
+// answer it would say the name has no address.
 func exchangeHost(ctx context.Context, server string, q *dns.Msg) (*dns.Msg, error) {
 	ctx, cancel := context.WithTimeout(ctx, hostTimeout)
 	defer cancel()
-	c := &dns.Client{Net: "udp"}
-	r, _, err := c.ExchangeContext(ctx, q, server)
-	if err == nil && r.Truncated {
-		c.Net = "tcp"
-		r, _, err = c.ExchangeContext(ctx, q, server)
+	r, err := exchangeUDP(ctx, server, q)
+	if err != nil || !r.Truncated {
+		return r, err
 	}
-	return r, err
+	c := &dns.Client{Net: "tcp"}
+	if r, _, err = c.ExchangeContext(ctx, q, server); err != nil {
+		return nil, fmt.Errorf("retrying %s over TCP after truncation: %w", server, err)
+	}
+	if err := Validate(q, r); err != nil {
+		return nil, fmt.Errorf("reply from %s over TCP: %w: %w", server, errMismatch, err)
+	}
+	if r.Truncated {
+		return nil, fmt.Errorf("retrying %s over TCP after truncation: %w", server, errTruncated)
+	}
+	return r, nil
 }

@@ -203,34 +203,40 @@ func (s *Server) exchangeOnce(ctx context.Context, q *dns.Msg, timeout time.Dura
 // on for the real one (a try that gets only such datagrams times out, a
 // failure of the server's: it sent nothing usable in time).
 func (s *Server) udp(ctx context.Context, m *dns.Msg) (*dns.Msg, error) {
+	return exchangeUDP(ctx, s.Addr, m)
+}
+
+// exchangeUDP is Server.udp's exchange with addr: every UDP question the
+// package asks (the resolvers of upstream names too) is read so.
+func exchangeUDP(ctx context.Context, addr string, m *dns.Msg) (*dns.Msg, error) {
 	buf, err := m.Pack()
 	if err != nil {
-		return nil, fmt.Errorf("packing query for %s: %w", s.Addr, err)
+		return nil, fmt.Errorf("packing query for %s: %w", addr, err)
 	}
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "udp", s.Addr)
+	nc, err := d.DialContext(ctx, "udp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("dialing %s over UDP: %w", s.Addr, err)
+		return nil, fmt.Errorf("dialing %s over UDP: %w", addr, err)
 	}
 	defer nc.Close()
 	uc := nc.(*net.UDPConn)
 	if dl, ok := ctx.Deadline(); ok {
 		if err := nc.SetDeadline(dl); err != nil {
-			return nil, fmt.Errorf("setting deadline on %s: %w", s.Addr, err)
+			return nil, fmt.Errorf("setting deadline on %s: %w", addr, err)
 		}
 	}
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if _, err := uc.Write(buf); err != nil {
-		return nil, fmt.Errorf("writing to %s: %w", s.Addr, err)
+		return nil, fmt.Errorf("writing to %s: %w", addr, err)
 	}
 	for stray := 0; ; stray++ {
 		if stray > maxStray {
-			return nil, fmt.Errorf("reading from %s: %w", s.Addr, errStray)
+			return nil, fmt.Errorf("reading from %s: %w", addr, errStray)
 		}
 		b, err := readDatagram(uc)
 		if err != nil {
-			return nil, fmt.Errorf("reading from %s: %w", s.Addr, err)
+			return nil, fmt.Errorf("reading from %s: %w", addr, err)
 		}
 		r := new(dns.Msg)
 		if err := r.Unpack(b); err != nil {

@@ -143,12 +143,14 @@ func TestCAFileErrors(t *testing.T) {
 	for _, tc := range []struct{ content, want string }{
 		{"", "no PEM certificate"},
 		{"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "certificate 1"},
+		// The bound: never read past 4 MiB.
+		{strings.Repeat("#", 4<<20+1), "larger than 4194304 bytes"},
 	} {
 		p := dir + "/ca.pem"
 		writeFile(t, p, tc.content)
 		_, err := upstream.New(upstream.Config{Servers: []string{"tls://127.0.0.1"}, CAFile: p, Logger: quiet})
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), p) {
-			t.Errorf("CA %q: %v; want an error naming the file and %q", tc.content, err, tc.want)
+			t.Errorf("CA %.40q: %v; want an error naming the file and %q", tc.content, err, tc.want)
 		}
 	}
 	if _, err := upstream.New(upstream.Config{CAFile: dir + "/missing.pem", Logger: quiet}); err == nil || !strings.Contains(err.Error(), "missing.pem") {

@@ -262,6 +262,10 @@ type group struct {
 	// current addresses (nil: servers is the whole list); groups.go.
 	dyn *dynamic
 	cur atomic.Pointer[[]*Server]
+	// addrs and opts are what the group was made of, as given: Moved
+	// compares them.
+	addrs []string
+	opts  GroupOptions
 }
 
 // New validates cfg and returns a Forwarder. Call Run to probe down servers.
