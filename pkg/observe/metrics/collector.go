@@ -98,8 +98,8 @@ func newCollector(r *Recorder) *collector {
 		srvInflight:      d("server_inflight_requests", "Requests being resolved off the socket readers."),
 		srvTCP:           d("server_tcp_connections", "Open client TCP connections."),
 
-		srvTCPClientLimited: d("server_tcp_client_limited_total", "Client TCP connections closed at once because their client held its share of the connection bound with none idle."),
-		srvTCPEvicted:       d("server_tcp_evicted_total", "Idle client TCP connections closed to make room for a new one at the connection bound."),
+		srvTCPClientLimited: d("server_tcp_client_limited_total", "Client TCP connections closed at once because their client held its share of the connection bound with none stalled."),
+		srvTCPEvicted:       d("server_tcp_evicted_total", "Stalled client TCP connections (idle, or with a message not arriving, for 100 ms) closed to make room for a new one at the connection bound."),
 
 		srvReaders:        d("server_udp_readers", "UDP socket readers the agent runs (sockets per address x listen addresses)."),
 		srvReadersLive:    d("server_udp_readers_live", "UDP socket readers reading now; below server_udp_readers while a failed reader is being restarted."),

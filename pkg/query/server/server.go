@@ -56,7 +56,9 @@ type Config struct {
 	// may hold (see fairness.go); default MaxInflight/8, at least 16;
 	// negative: no per-client bound.
 	MaxClientInflight int
-	// MaxTCPConns bounds open TCP connections; default 1000.
+	// MaxTCPConns bounds open TCP connections; default 1000. Its last
+	// eighth is kept for clients holding fewer than two (tcp.go:
+	// admitTCP).
 	MaxTCPConns int
 	// MaxClientTCPConns bounds the open TCP connections of one client
 	// address, so that one pod cannot hold the connections every other
@@ -140,13 +142,14 @@ type Server struct {
 	tcpConns map[*net.TCPConn]*tcpState
 	// tcpClients counts open TCP connections per client address (under
 	// tcpMu); entries exist only while a client has one.
-	tcpClients map[netip.Addr]int
+	tcpClients map[netip.Addr]*tcpClient
 
 	overloads atomic.Uint64
 	// clientLimited counts queries refused at the per-client bound.
 	clientLimited atomic.Uint64
 	// tcpClientLimited counts TCP connections refused at the per-client
-	// bound; tcpEvicted idle connections closed to make room for new ones.
+	// bound; tcpEvicted stalled connections closed to make room for new
+	// ones.
 	tcpClientLimited, tcpEvicted atomic.Uint64
 
 	// UDP readers (readers.go): running now, restarted after a failure,
@@ -173,7 +176,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "server"),
 		sem: make(chan struct{}, cfg.MaxInflight), fair: newClientLimiter(cfg.MaxClientInflight), conns: make(chan struct{}, cfg.MaxTCPConns),
-		h: cfg.Handler, tcpConns: map[*net.TCPConn]*tcpState{}, tcpClients: map[netip.Addr]int{}}
+		h: cfg.Handler, tcpConns: map[*net.TCPConn]*tcpState{}, tcpClients: map[netip.Addr]*tcpClient{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.epoch = time.Now()
 	return s, nil
@@ -318,8 +321,8 @@ type Stats struct {
 	TCPConns int    `json:"tcp_conns"`
 	// TCPClientLimited counts TCP connections closed at once because
 	// their client held its share of them (MaxClientTCPConns) with none
-	// idle; TCPEvicted idle connections closed to make room for a new one
-	// at a bound.
+	// stalled; TCPEvicted stalled connections (idle, or with a message
+	// not arriving) closed to make room for a new one at a bound.
 	TCPClientLimited uint64 `json:"tcp_client_limited"`
 	TCPEvicted       uint64 `json:"tcp_evicted"`
 	// UDPReaders counts the UDP sockets' readers; UDPReadersHoldingP those
