@@ -30,6 +30,15 @@ import (
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
 )
 
+// maxQuerySize bounds the bytes of one query the transport keeps, on
+// every transport: a query longer than this is answered from its header
+// alone (the handler's FORMERR). A pod's query is its question and an OPT
+// record, a few hundred bytes at most (EDNS padding brings it to 468);
+// without the bound, each connection could make the server allocate the
+// 65,535 bytes its length prefix announces before sending any of them,
+// and each query resolved off the readers would keep a copy that long.
+const maxQuerySize = 4096
+
 // Config configures a Server. Zero values take the defaults named.
 type Config struct {
 	// Listen holds host:port addresses; UDP and TCP are served on each.

@@ -316,9 +316,21 @@ func (s *Server) serveTCP(st *tcpState, listener int) {
 		if n < dnswire.HeaderLen {
 			return
 		}
-		pkt := make([]byte, n)
+		// What a connection holds before its bytes arrive is a query's
+		// bound, never the length it announces: a longer message is
+		// answered from its header (FORMERR), the rest read and dropped.
+		size := n
+		if n > maxQuerySize {
+			size = dnswire.HeaderLen
+		}
+		pkt := make([]byte, size)
 		if _, err := io.ReadFull(c, pkt); err != nil {
 			return
+		}
+		if n > len(pkt) {
+			if err := discard(c, n-len(pkt)); err != nil {
+				return
+			}
 		}
 		// Whole: being answered, not stalled.
 		st.stalled.Store(0)
@@ -354,4 +366,18 @@ func (s *Server) serveTCP(st *tcpState, listener int) {
 			t.write(out)
 		}()
 	}
+}
+
+// discard reads and drops n bytes of c (the rest of a message longer than
+// maxQuerySize) through a small buffer.
+func discard(c *net.TCPConn, n int) error {
+	buf := make([]byte, min(n, 512))
+	for n > 0 {
+		m, err := c.Read(buf[:min(n, len(buf))])
+		n -= m
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
