@@ -103,7 +103,7 @@ func newCollector(r *Recorder) *collector {
 
 		srvReaders:        d("server_udp_readers", "UDP socket readers the agent runs (sockets per address x listen addresses)."),
 		srvReadersLive:    d("server_udp_readers_live", "UDP socket readers reading now; below server_udp_readers while a failed reader is being restarted."),
-		srvReaderRestarts: d("server_udp_reader_restarts_total", "UDP socket readers restarted after their socket failed."),
+		srvReaderRestarts: d("server_udp_reader_restarts_total", "UDP socket readers restarted after their socket failed or they panicked."),
 
 		ns: newNSDescs(d),
 

@@ -3,7 +3,9 @@
 // netpoller, restarted when a socket fails; TCP with bounded, pipelined
 // connections), hands each to a Handler, and writes the replies. It bounds
 // the queries resolved off the readers, for everyone together and for each
-// client, and drains and shuts down without dropping the answers under way.
+// client, and the TCP connections likewise; it recovers a panic on any of
+// its goroutines (counted in Config.Panics) and goes on serving; and it
+// drains and shuts down without dropping the answers under way.
 //
 // What a reply says is the Handler's business (pkg/query/pipeline): this
 // package knows DNS only as far as framing, the header and question it
@@ -168,9 +170,11 @@ type Server struct {
 	readersDead    atomic.Int32
 	// Test hooks (nil in production): recvFault turns a thread reader's
 	// successful receive into the error it returns; bindUDP replaces
-	// bindUDPLike when a reader's socket is replaced.
-	recvFault func() unix.Errno
-	bindUDP   func(u *udpSock) (*udpSock, error)
+	// bindUDPLike when a reader's socket is replaced; faultAccept runs in
+	// the acceptor for each connection it accepts.
+	recvFault   func() unix.Errno
+	bindUDP     func(u *udpSock) (*udpSock, error)
+	faultAccept func()
 }
 
 // New validates cfg. Call Listen, then Serve.
@@ -340,7 +344,8 @@ type Stats struct {
 	UDPReadersHoldingP int `json:"udp_readers_holding_p"`
 	// UDPReadersLive counts the readers reading now (UDPReaders while
 	// serving; fewer while one is being restarted after a failure);
-	// UDPReaderRestarts counts those restarts (readers.go).
+	// UDPReaderRestarts counts those restarts, and those after a panic
+	// (readers.go).
 	UDPReadersLive    int    `json:"udp_readers_live"`
 	UDPReaderRestarts uint64 `json:"udp_reader_restarts"`
 }

@@ -206,27 +206,53 @@ func (s *Server) tcpVictim(client netip.Addr, held int, clientFull, reserved boo
 // acceptTCP serves the listener of Config.Listen[listener].
 func (s *Server) acceptTCP(l *net.TCPListener, listener int) {
 	defer s.wg.Done()
-	for {
-		c, err := l.AcceptTCP()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			s.log.Debug("TCP accept failed", "err", err)
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		client := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-		st, ok := s.admitTCP(c, client)
-		if !ok {
-			// At a bound with nothing stalled to close: refuse the
-			// connection rather than queue it.
-			_ = c.Close()
-			continue
-		}
-		s.wg.Add(1)
-		go s.serveTCP(st, listener)
+	for !s.acceptOne(l, listener) {
 	}
+}
+
+// acceptOne accepts one connection and hands it to its goroutine; true
+// once the listener is closed. A panic here (a bug) costs the connection
+// being accepted, is counted and logged, and the acceptor goes on.
+func (s *Server) acceptOne(l *net.TCPListener, listener int) (closed bool) {
+	var c *net.TCPConn
+	var st *tcpState
+	served := false
+	defer func() {
+		if p := recover(); p != nil {
+			s.cfg.Panics.Caught(s.log, p, "accepting a TCP connection")
+			switch {
+			case served:
+			case st != nil:
+				s.closeTCP(st)
+			case c != nil:
+				_ = c.Close()
+			}
+		}
+	}()
+	c, err := l.AcceptTCP()
+	if err != nil {
+		if errors.Is(err, net.ErrClosed) {
+			return true
+		}
+		s.log.Debug("TCP accept failed", "err", err)
+		time.Sleep(10 * time.Millisecond)
+		return false
+	}
+	if s.faultAccept != nil {
+		s.faultAccept()
+	}
+	client := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	st, ok := s.admitTCP(c, client)
+	if !ok {
+		// At a bound with nothing stalled to close: refuse the
+		// connection rather than queue it.
+		_ = c.Close()
+		return false
+	}
+	s.wg.Add(1)
+	go s.serveTCP(st, listener)
+	served = true
+	return false
 }
 
 // tcpConn serialises writes of pipelined replies on one connection.
@@ -273,6 +299,10 @@ func (s *Server) closeTCP(st *tcpState) {
 func (s *Server) serveTCP(st *tcpState, listener int) {
 	defer s.wg.Done()
 	defer s.closeTCP(st)
+	// A panic (the handler's on this goroutine, or ours) costs this
+	// connection only: counted, then closed with its places given back as
+	// on any return.
+	defer s.cfg.Panics.Recover(s.log, "serving a TCP connection", "client", st.client)
 	c, client, slots := st.c, st.client, st.slots
 	t := &tcpConn{c: c, s: s}
 	var wg sync.WaitGroup
@@ -358,11 +388,11 @@ func (s *Server) serveTCP(st *tcpState, listener int) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			out := s.h.Resolve(s.ctx, make([]byte, 0, 1024), r)
+			defer s.cfg.Panics.Recover(s.log, "answering a TCP query off the reader", "client", client)
 			// Resolved: the server-wide slot is released before the
 			// write, which may wait TCPWriteTimeout on a client that does
 			// not read (TestTCPNonReader).
-			s.leave(client)
+			out := s.resolve(r)
 			t.write(out)
 		}()
 	}

@@ -95,8 +95,15 @@ func (s *Server) goSlowUDP(u *udpSock, r *Request, addr netip.AddrPort, scratch 
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer s.leave(req.Client)
-		out := s.h.Resolve(s.ctx, make([]byte, 0, 1024), req)
-		s.writeUDP(u, out, addr)
+		defer s.cfg.Panics.Recover(s.log, "answering a UDP query off the reader", "client", req.Client)
+		s.writeUDP(u, s.resolve(req), addr)
 	}()
+}
+
+// resolve has the handler resolve req off the reader, and gives back the
+// in-flight slot admit took for it however Resolve returns (a panic
+// included: the caller's goroutine recovers it).
+func (s *Server) resolve(req *Request) []byte {
+	defer s.leave(req.Client)
+	return s.h.Resolve(s.ctx, make([]byte, 0, 1024), req)
 }
