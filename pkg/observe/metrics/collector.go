@@ -30,6 +30,8 @@ type collector struct {
 
 	apShortcuts, apSteps, apSaved *prometheus.Desc
 
+	queryLogSuppressed *prometheus.Desc
+
 	icEnabled, icRepairs, icPresent, icWanted, icErrors *prometheus.Desc
 
 	infEnabled, infSynced, infObjects *prometheus.Desc
@@ -105,6 +107,8 @@ func newCollector(r *Recorder) *collector {
 		srvReadersLive:    d("server_udp_readers_live", "UDP socket readers reading now; below server_udp_readers while a failed reader is being restarted."),
 		srvReaderRestarts: d("server_udp_reader_restarts_total", "UDP socket readers restarted after their socket failed or they panicked."),
 
+		queryLogSuppressed: d("query_log_suppressed_total", "Query log lines held back by the log's bounds (1,000 lines a second, 125 per client address)."),
+
 		ns: newNSDescs(d),
 
 		peerServers: d("peer_servers", "Other processes serving the agent's DNS addresses (per address and protocol), by kind: nodedns (another agent, as in a rolling update), foreign (another DNS server: the agent is not ready), unidentified.", "kind"),
@@ -116,7 +120,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.cacheEntries, c.cacheCapacity, c.cacheHits, c.cacheMisses, c.cacheEvictions, c.cacheStale, c.cachePrefetches,
 		c.cacheBytes, c.cacheMaxBytes, c.cacheTooLarge,
 		c.upRequests, c.upFailures, c.upUp, c.upDuration, c.upProbeFailures, c.upCoalesced, c.upOverloaded, c.upClientLimited, c.upAllDown,
-		c.apShortcuts, c.apSteps, c.apSaved,
+		c.apShortcuts, c.apSteps, c.apSaved, c.queryLogSuppressed,
 		c.icEnabled, c.icRepairs, c.icPresent, c.icWanted, c.icErrors, c.infEnabled, c.infSynced, c.infObjects,
 		c.srvOverloaded, c.srvClientLimited, c.srvPanics, c.srvInflight, c.srvTCP, c.srvTCPClientLimited, c.srvTCPEvicted,
 		c.srvReaders, c.srvReadersLive, c.srvReaderRestarts, c.peerServers} {
@@ -154,6 +158,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.apShortcuts, r.apShortcuts.Load())
 	counter(c.apSteps, r.apSteps.Load())
 	counter(c.apSaved, r.apSaved.Load())
+	counter(c.queryLogSuppressed, r.QueryLogSuppressed())
 	if r.ns != nil {
 		c.ns.collect(r.ns, ch)
 	}
