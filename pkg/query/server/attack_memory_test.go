@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"runtime"
 	"sync"
@@ -89,7 +90,7 @@ func TestAttackTCPMemoryPerConnection(t *testing.T) {
 				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 				var b [1]byte
 				if _, err := c.Read(b[:]); err == nil || isTimeout(err) {
-					errs <- sprintfErr("%s: not closed at the message deadline (%v)", c.LocalAddr(), err)
+					errs <- fmt.Errorf("%s: not closed at the message deadline (%v)", c.LocalAddr(), err)
 				}
 			}()
 		}
@@ -119,12 +120,6 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
-
-func sprintfErr(format string, args ...any) error { return &textErr{sprintf(format, args...)} }
-
-type textErr struct{ s string }
-
-func (e *textErr) Error() string { return e.s }
 
 // partialTCP counts the open connections with a message under way.
 func (s *Server) partialTCP() int {

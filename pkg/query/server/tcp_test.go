@@ -105,27 +105,6 @@ func TestTCPOneClientCannotHoldConnections(t *testing.T) {
 	}
 }
 
-// tcpQuery asks name over a new TCP connection from src and fails the
-// test unless it is answered.
-func tcpQuery(t *testing.T, src, addr, name string) {
-	t.Helper()
-	c, err := dialFrom(t, src, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	co := &dns.Conn{Conn: c}
-	m := q(name, dns.TypeA)
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-	if err := co.WriteMsg(m); err != nil {
-		t.Fatalf("%s from %s: %v", name, src, err)
-	}
-	r, err := co.ReadMsg()
-	if err != nil || r.Id != m.Id || r.Rcode != dns.RcodeSuccess {
-		t.Fatalf("%s from %s: %v, %v", name, src, r, err)
-	}
-}
-
 // askOn asks name over the open connection c and fails the test unless
 // it is answered.
 func askOn(t *testing.T, c net.Conn, name string) {
