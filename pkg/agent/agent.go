@@ -69,7 +69,8 @@ type Agent struct {
 	started  time.Time
 	draining atomic.Bool
 	// panics is the one count of recovered panics: server, cache and
-	// forwarder (a reload's new forwarder too) share it.
+	// forwarder (a reload's new forwarder too) share it; its stack lines
+	// go through failures.
 	panics *recovery.Counter
 	// live is the running configuration: cfg as replaced by each reload
 	// (see running); reloads counts them.
@@ -183,9 +184,12 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 		level = new(slog.LevelVar)
 	}
 	a := &Agent{cfg: cfg, args: opts.Args, version: opts.Version, revision: opts.Revision, log: log, level: level, started: time.Now(),
-		reloads: newReloadStats(), panics: new(recovery.Counter), kd: newKubeDNSState(cfg.KubeDNSConfig), sup: opts.Supervisor}
+		reloads: newReloadStats(), kd: newKubeDNSState(cfg.KubeDNSConfig), sup: opts.Supervisor}
 	a.live.Store(&cfg)
 	a.failures = errlog.New(log, errlog.Config{})
+	// A stack per panic, limited as the failure lines are: a query that
+	// panics, asked again and again, cannot decide how much is logged.
+	a.panics = recovery.NewCounter(a.failures)
 	a.upLog = slog.New(a.failures.Handler(log.Handler()))
 	kd, _ := a.kd.poll(cfg, log)
 	fwd, err := a.newForwarder(cfg, kd)

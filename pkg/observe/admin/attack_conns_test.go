@@ -56,9 +56,11 @@ func startAdmin(t *testing.T) (*Server, string, *http.Client) {
 
 // hold opens n connections from src to addr and returns those the endpoint
 // kept open. partial: each sends part of a request line (a slow client,
-// cut after readHeaderTimeout); else each completes a request and keeps
-// its connection idle (cut after idleTimeout).
-func hold(t *testing.T, addr, src string, n int, partial bool) []net.Conn {
+// cut after readHeaderTimeout), and seen, when given, says how many
+// connections the endpoint has accepted (kept or closed); else each
+// completes a request and keeps its connection idle (cut after
+// idleTimeout).
+func hold(t *testing.T, addr, src string, n int, partial bool, seen func() int) []net.Conn {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 2 * time.Second}
 	var held []net.Conn
@@ -80,8 +82,15 @@ func hold(t *testing.T, addr, src string, n int, partial bool) []net.Conn {
 		}
 		held = append(held, c)
 	}
-	if partial {
-		time.Sleep(100 * time.Millisecond) // let the server close what it refuses
+	if partial && seen != nil {
+		// What is open says what the endpoint kept only once it has
+		// accepted every connection (a fixed pause was too short on a
+		// loaded machine: connections still in the accept queue looked
+		// kept).
+		deadline := time.Now().Add(10 * time.Second)
+		for seen() < len(held) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 	return stillOpen(held)
 }
@@ -124,7 +133,10 @@ func TestAttackAdminConnectionsUnbounded(t *testing.T) {
 	g0 := runtime.NumGoroutine()
 	var m0 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	open := len(hold(t, addr, "127.0.0.2", conns, true))
+	open := len(hold(t, addr, "127.0.0.2", conns, true, func() int {
+		st := s.ConnStats()
+		return st.Open + int(st.Refused) + int(st.Evicted)
+	}))
 	runtime.GC()
 	var m1 runtime.MemStats
 	runtime.ReadMemStats(&m1)
@@ -159,7 +171,7 @@ func TestAdminTotalBoundLeavesRoomForScrapes(t *testing.T) {
 	}
 	var flood []net.Conn
 	for i := range 10 { // 10 sources x 8 connections: more than the total
-		flood = append(flood, hold(t, addr, fmt.Sprintf("127.0.1.%d", i+1), maxConnsPerSource, false)...)
+		flood = append(flood, hold(t, addr, fmt.Sprintf("127.0.1.%d", i+1), maxConnsPerSource, false, nil)...)
 	}
 	if st, n := s.ConnStats(), len(stillOpen(flood)); st.Open > maxConns || n > maxConns {
 		t.Errorf("%d connections open (%d held by the flood): want at most %d", st.Open, n, maxConns)

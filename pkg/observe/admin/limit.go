@@ -90,7 +90,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if lc := l.admit(c); lc != nil {
 			return lc, nil
 		}
+		// Counted once closed: the figure is of connections closed at
+		// the bounds.
 		_ = c.Close()
+		l.count(&l.refused, "refused", sourceOf(c))
 	}
 }
 
@@ -102,21 +105,19 @@ func sourceOf(c net.Conn) netip.Addr {
 }
 
 // admit takes c in, making room at the total bound if it may; nil: c is
-// refused.
+// refused (the caller closes and counts it).
 func (l *limitListener) admit(c net.Conn) *limitedConn {
 	src := sourceOf(c)
 	l.mu.Lock()
 	held := len(l.bySrc[src])
 	if held >= l.perSource {
 		l.mu.Unlock()
-		l.count(&l.refused, "refused", src)
 		return nil
 	}
 	var victim *limitedConn
 	if l.open >= l.max {
 		if victim = l.victimLocked(held); victim == nil {
 			l.mu.Unlock()
-			l.count(&l.refused, "refused", src)
 			return nil
 		}
 		l.removeLocked(victim)

@@ -32,6 +32,8 @@ type collector struct {
 
 	apShortcuts, apSteps, apSaved *prometheus.Desc
 
+	queryLogSuppressed *prometheus.Desc
+
 	icEnabled, icRepairs, icPresent, icWanted, icErrors *prometheus.Desc
 
 	infEnabled, infSynced, infObjects *prometheus.Desc
@@ -100,12 +102,14 @@ func newCollector(r *Recorder) *collector {
 		srvInflight:      d("server_inflight_requests", "Requests being resolved off the socket readers."),
 		srvTCP:           d("server_tcp_connections", "Open client TCP connections."),
 
-		srvTCPClientLimited: d("server_tcp_client_limited_total", "Client TCP connections closed at once because their client held its share of the connection bound with none idle."),
-		srvTCPEvicted:       d("server_tcp_evicted_total", "Idle client TCP connections closed to make room for a new one at the connection bound."),
+		srvTCPClientLimited: d("server_tcp_client_limited_total", "Client TCP connections closed at once because their client held its share of the connection bound with none stalled."),
+		srvTCPEvicted:       d("server_tcp_evicted_total", "Stalled client TCP connections (idle, or with a message not arriving, for 100 ms) closed to make room for a new one at the connection bound."),
 
 		srvReaders:        d("server_udp_readers", "UDP socket readers the agent runs (sockets per address x listen addresses)."),
 		srvReadersLive:    d("server_udp_readers_live", "UDP socket readers reading now; below server_udp_readers while a failed reader is being restarted."),
-		srvReaderRestarts: d("server_udp_reader_restarts_total", "UDP socket readers restarted after their socket failed."),
+		srvReaderRestarts: d("server_udp_reader_restarts_total", "UDP socket readers restarted after their socket failed or they panicked."),
+
+		queryLogSuppressed: d("query_log_suppressed_total", "Query log lines held back by the log's bounds (1,000 lines a second, 125 per client address)."),
 
 		ns: newNSDescs(d),
 
@@ -118,7 +122,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.cacheEntries, c.cacheCapacity, c.cacheHits, c.cacheMisses, c.cacheEvictions, c.cacheStale, c.cachePrefetches,
 		c.cacheBytes, c.cacheMaxBytes, c.cacheTooLarge,
 		c.upRequests, c.upFailures, c.upUp, c.upDuration, c.upProbeFailures, c.upCoalesced, c.upOverloaded, c.upClientLimited, c.upAllDown,
-		c.apShortcuts, c.apSteps, c.apSaved,
+		c.apShortcuts, c.apSteps, c.apSaved, c.queryLogSuppressed,
 		c.icEnabled, c.icRepairs, c.icPresent, c.icWanted, c.icErrors, c.infEnabled, c.infSynced, c.infObjects,
 		c.srvOverloaded, c.srvClientLimited, c.srvPanics, c.srvInflight, c.srvTCP, c.srvTCPClientLimited, c.srvTCPEvicted,
 		c.srvReaders, c.srvReadersLive, c.srvReaderRestarts, c.peerServers} {
@@ -156,6 +160,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.apShortcuts, r.apShortcuts.Load())
 	counter(c.apSteps, r.apSteps.Load())
 	counter(c.apSaved, r.apSaved.Load())
+	counter(c.queryLogSuppressed, r.QueryLogSuppressed())
 	if r.ns != nil {
 		c.ns.collect(r.ns, ch)
 	}

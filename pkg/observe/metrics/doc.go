@@ -3,7 +3,8 @@
 // that dashboards and alerts written for CoreDNS and NodeLocal DNSCache
 // work unchanged; see coredns.go), the JSON document behind /stats and the
 // readable report `nodedns stats` prints of it (report.go), and the
-// sampled query log.
+// sampled query log, bounded in lines a second in all and per client
+// (querylog.go).
 //
 // A Recorder is the server's Observer: it is told about every answered query
 // and keeps what it needs in fixed arrays of atomic counters (answers by

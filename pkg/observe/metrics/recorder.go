@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"math"
 	"net/netip"
@@ -199,8 +200,10 @@ type Recorder struct {
 	// without a fraction every query of them is logged.
 	logClass   classSet
 	classesSet bool
-	names      *topK[string]
-	clients    *topK[netip.Addr]
+	// qlimit bounds the query log's lines (querylog.go).
+	qlimit  queryLogLimit
+	names   *topK[string]
+	clients *topK[netip.Addr]
 
 	// ns are the per-namespace figures; nil when off. search samples the
 	// lookups that walk a search list (searchpath.go), searchSeen counts
@@ -254,6 +257,7 @@ func New(cfg Config) (*Recorder, error) {
 		return nil, err
 	}
 	r.logClass, r.classesSet = classes, len(cfg.LogClasses) > 0
+	r.qlimit.seed = maphash.MakeSeed()
 	r.logEvery.Store(r.every(cfg.LogQueries))
 	// The tables track more entries than they report: Space-Saving's
 	// estimates for the leaders sharpen as the table grows.
@@ -315,7 +319,7 @@ func (r *Recorder) Observe(ev pipeline.Event) {
 	}
 	if every := r.logEvery.Load(); every != 0 && n%every == 0 {
 		if c := classOf(&ev); r.logClass&(1<<c) != 0 {
-			r.logQuery(&ev, c)
+			r.logQuery(&ev, c, sec)
 		}
 	}
 }
@@ -367,8 +371,16 @@ func (r *Recorder) Run(ctx context.Context) {
 		defer rt.Stop()
 		rebalance = rt.C
 	}
+	last := r.second()
 	for {
-		r.coarse.Store(r.second())
+		sec := r.second()
+		r.coarse.Store(sec)
+		if sec != last {
+			// A new second: the query log lines held back in the last
+			// are reported now, not only on the next line written.
+			r.flushQueryLog()
+			last = sec
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -395,25 +407,6 @@ func (r *Recorder) wallNow() time.Time {
 		return r.clock()
 	}
 	return time.Now()
-}
-
-// logQuery writes one query log record. Its field names are a contract
-// (docs/logging.md): add fields, never rename one.
-func (r *Recorder) logQuery(ev *pipeline.Event, c replyClass) {
-	if !r.qlog.Enabled(context.Background(), slog.LevelInfo) {
-		return
-	}
-	r.qlog.LogAttrs(context.Background(), slog.LevelInfo, "query",
-		slog.String("client", ev.Client.Unmap().String()),
-		slog.String("name", ev.Name),
-		slog.String("type", typeName(ev.Qtype)),
-		slog.String("rcode", rcodeName(ev.Rcode)),
-		slog.String("class", classNames[c]),
-		slog.Int("answers", ev.Answers),
-		slog.Bool("truncated", ev.Truncated),
-		slog.String("source", string(ev.Source)),
-		slog.String("proto", ev.Proto),
-		slog.Duration("duration", ev.Duration))
 }
 
 // replyClass is the class of a reply, as CoreDNS's log plugin has them

@@ -88,9 +88,10 @@ func TestTCPSlowAndIdleClients(t *testing.T) {
 }
 
 // TestTCPConnectionBound: past MaxTCPConns a new connection closes the one
-// idle longest to make room; with none idle (every connection in the
-// middle of a message) it is closed at once; when one closes, a new one is
-// served again.
+// idle longest to make room; when every connection is its client's own in
+// the middle of a message, it is closed at once (a client cannot refresh
+// its stalled messages' hold by replacing them); when one closes, a new
+// one is served again.
 func TestTCPConnectionBound(t *testing.T) {
 	s, _ := start(t, Config{Handler: &fakeResolver{}, MaxTCPConns: 3, MaxClientTCPConns: -1})
 	addr := s.TCPAddrs()[0].String()
@@ -109,6 +110,7 @@ func TestTCPConnectionBound(t *testing.T) {
 		waitFor(t, func() bool { return s.Stats().TCPConns == i+1 })
 	}
 	// All three idle: a fourth closes the oldest and is served.
+	waitFor(t, func() bool { return s.stalledTCP(tcpStallGrace) == 3 })
 	r := exchange(t, addr, "tcp", q("fourth.example.", dns.TypeA))
 	if r.Rcode != dns.RcodeSuccess || s.Stats().TCPEvicted != 1 {
 		t.Fatalf("fourth connection with three idle: %v, stats %+v", r, s.Stats())
@@ -124,13 +126,14 @@ func TestTCPConnectionBound(t *testing.T) {
 	}
 	open[0] = c
 	waitFor(t, func() bool { return s.Stats().TCPConns == 3 })
-	// None idle (each has begun a message): the next is refused.
+	// None idle (each has begun a message, stalled): the next, from the
+	// same address, is refused.
 	for _, c := range open {
 		if _, err := c.Write([]byte{0}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, func() bool { return s.stalledTCP(tcpStallGrace) == 3 })
 	over, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// UDP reader supervision. A reader whose socket fails does not just
-// return: with SO_REUSEPORT its socket would stay in the group and the
+// UDP reader supervision. A reader that panics (the handler's panic on
+// the reader, or ours) is counted, logged and started again at once on
+// the same socket. A reader whose socket fails does not just return: with SO_REUSEPORT its socket would stay in the group and the
 // kernel would keep handing it a share of the queries that nobody reads
 // (or, with one socket per address, UDP would stop being served while the
 // agent looks healthy). The supervisor logs the failure, backs off, and
@@ -39,6 +40,9 @@ type readerError struct {
 	// gone: the descriptor itself is invalid (EBADF); its number may
 	// belong to another file by now, so it is not closed.
 	gone bool
+	// panicked: the reader panicked (counted and logged already); its
+	// socket is sound.
+	panicked bool
 }
 
 func (e *readerError) Error() string { return e.err.Error() }
@@ -74,7 +78,7 @@ func (s *Server) superviseReader(u *udpSock, read func() error) {
 	failures := 0 // failed replacements in a row
 	for {
 		began := time.Now()
-		err := read()
+		err := s.guardReader(u, read)
 		s.readersLive.Add(-1)
 		if err == nil || s.closing.Load() {
 			return
@@ -86,6 +90,13 @@ func (s *Server) superviseReader(u *udpSock, read func() error) {
 		var re *readerError
 		if !errors.As(err, &re) {
 			re = &readerError{err: err, broken: true}
+		}
+		if re.panicked {
+			// Read the same socket again at once: a panic is a query's
+			// (or a bug's), not the socket's, and a backoff would let a
+			// client whose query panics stall the reader for everyone.
+			s.readersLive.Add(1)
+			continue
 		}
 		s.log.Warn("UDP reader failed; restarting it", "addr", u.local, "err", err, "new_socket", re.broken, "after", backoff.String())
 		if re.broken {
@@ -121,6 +132,17 @@ func (s *Server) superviseReader(u *udpSock, read func() error) {
 		s.readersLive.Add(1)
 		s.log.Info("UDP reader restarted", "addr", u.local)
 	}
+}
+
+// guardReader runs read, turning a panic into a readerError for the
+// supervisor once it is counted and logged.
+func (s *Server) guardReader(u *udpSock, read func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &readerError{err: s.cfg.Panics.Caught(s.log, p, "reading UDP queries", "addr", u.local), panicked: true}
+		}
+	}()
+	return read()
 }
 
 // sleepUnlessClosing sleeps for d; false if Shutdown began meanwhile.

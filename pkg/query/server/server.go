@@ -3,7 +3,9 @@
 // netpoller, restarted when a socket fails; TCP with bounded, pipelined
 // connections), hands each to a Handler, and writes the replies. It bounds
 // the queries resolved off the readers, for everyone together and for each
-// client, and drains and shuts down without dropping the answers under way.
+// client, and the TCP connections likewise; it recovers a panic on any of
+// its goroutines (counted in Config.Panics) and goes on serving; and it
+// drains and shuts down without dropping the answers under way.
 //
 // What a reply says is the Handler's business (pkg/query/pipeline): this
 // package knows DNS only as far as framing, the header and question it
@@ -29,6 +31,15 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
 )
+
+// maxQuerySize bounds the bytes of one query the transport keeps, on
+// every transport: a query longer than this is answered from its header
+// alone (the handler's FORMERR). A pod's query is its question and an OPT
+// record, a few hundred bytes at most (EDNS padding brings it to 468);
+// without the bound, each connection could make the server allocate the
+// 65,535 bytes its length prefix announces before sending any of them,
+// and each query resolved off the readers would keep a copy that long.
+const maxQuerySize = 4096
 
 // Config configures a Server. Zero values take the defaults named.
 type Config struct {
@@ -56,7 +67,9 @@ type Config struct {
 	// may hold (see fairness.go); default MaxInflight/8, at least 16;
 	// negative: no per-client bound.
 	MaxClientInflight int
-	// MaxTCPConns bounds open TCP connections; default 1000.
+	// MaxTCPConns bounds open TCP connections; default 1000. Its last
+	// eighth is kept for clients holding fewer than two (tcp.go:
+	// admitTCP).
 	MaxTCPConns int
 	// MaxClientTCPConns bounds the open TCP connections of one client
 	// address, so that one pod cannot hold the connections every other
@@ -143,13 +156,14 @@ type Server struct {
 	tcpConns map[*net.TCPConn]*tcpState
 	// tcpClients counts open TCP connections per client address (under
 	// tcpMu); entries exist only while a client has one.
-	tcpClients map[netip.Addr]int
+	tcpClients map[netip.Addr]*tcpClient
 
 	overloads atomic.Uint64
 	// clientLimited counts queries refused at the per-client bound.
 	clientLimited atomic.Uint64
 	// tcpClientLimited counts TCP connections refused at the per-client
-	// bound; tcpEvicted idle connections closed to make room for new ones.
+	// bound; tcpEvicted stalled connections closed to make room for new
+	// ones.
 	tcpClientLimited, tcpEvicted atomic.Uint64
 
 	// UDP readers (readers.go): running now, restarted after a failure,
@@ -159,9 +173,11 @@ type Server struct {
 	readersDead    atomic.Int32
 	// Test hooks (nil in production): recvFault turns a thread reader's
 	// successful receive into the error it returns; bindUDP replaces
-	// bindUDPLike when a reader's socket is replaced.
-	recvFault func() unix.Errno
-	bindUDP   func(u *udpSock) (*udpSock, error)
+	// bindUDPLike when a reader's socket is replaced; faultAccept runs in
+	// the acceptor for each connection it accepts.
+	recvFault   func() unix.Errno
+	bindUDP     func(u *udpSock) (*udpSock, error)
+	faultAccept func()
 }
 
 // New validates cfg. Call Listen, then Serve.
@@ -176,7 +192,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "server"),
 		sem: make(chan struct{}, cfg.MaxInflight), fair: newClientLimiter(cfg.MaxClientInflight), conns: make(chan struct{}, cfg.MaxTCPConns),
-		h: cfg.Handler, tcpConns: map[*net.TCPConn]*tcpState{}, tcpClients: map[netip.Addr]int{}}
+		h: cfg.Handler, tcpConns: map[*net.TCPConn]*tcpState{}, tcpClients: map[netip.Addr]*tcpClient{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.epoch = time.Now()
 	return s, nil
@@ -321,8 +337,8 @@ type Stats struct {
 	TCPConns int    `json:"tcp_conns"`
 	// TCPClientLimited counts TCP connections closed at once because
 	// their client held its share of them (MaxClientTCPConns) with none
-	// idle; TCPEvicted idle connections closed to make room for a new one
-	// at a bound.
+	// stalled; TCPEvicted stalled connections (idle, or with a message
+	// not arriving) closed to make room for a new one at a bound.
 	TCPClientLimited uint64 `json:"tcp_client_limited"`
 	TCPEvicted       uint64 `json:"tcp_evicted"`
 	// UDPReaders counts the UDP sockets' readers; UDPReadersHoldingP those
@@ -331,7 +347,8 @@ type Stats struct {
 	UDPReadersHoldingP int `json:"udp_readers_holding_p"`
 	// UDPReadersLive counts the readers reading now (UDPReaders while
 	// serving; fewer while one is being restarted after a failure);
-	// UDPReaderRestarts counts those restarts (readers.go).
+	// UDPReaderRestarts counts those restarts, and those after a panic
+	// (readers.go).
 	UDPReadersLive    int    `json:"udp_readers_live"`
 	UDPReaderRestarts uint64 `json:"udp_reader_restarts"`
 }

@@ -105,64 +105,92 @@ func TestTCPOneClientCannotHoldConnections(t *testing.T) {
 	}
 }
 
-// tcpQuery asks name over a new TCP connection from src and fails the
-// test unless it is answered.
-func tcpQuery(t *testing.T, src, addr, name string) {
+// askOn asks name over the open connection c and fails the test unless
+// it is answered.
+func askOn(t *testing.T, c net.Conn, name string) {
 	t.Helper()
-	c, err := dialFrom(t, src, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	co := &dns.Conn{Conn: c}
 	m := q(name, dns.TypeA)
 	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
 	if err := co.WriteMsg(m); err != nil {
-		t.Fatalf("%s from %s: %v", name, src, err)
+		t.Fatalf("%s: %v", name, err)
 	}
 	r, err := co.ReadMsg()
 	if err != nil || r.Id != m.Id || r.Rcode != dns.RcodeSuccess {
-		t.Fatalf("%s from %s: %v, %v", name, src, r, err)
+		t.Fatalf("%s: %v, %v", name, r, err)
 	}
 }
 
-// TestTCPIdleConnectionsMakeRoom: clients holding every connection open
-// and idle (each within its share) do not keep a new client out: the
-// connection idle longest is closed to make room. A client at its own
-// share gets room from its own idle connections, so even clients sharing
-// one address (host-network pods) are not kept out by each other's idle
-// connections.
-func TestTCPIdleConnectionsMakeRoom(t *testing.T) {
-	s, _ := start(t, Config{Handler: &fakeResolver{}, MaxTCPConns: 8, TCPIdleTimeout: time.Minute})
+// TestTCPStalledConnectionsMakeRoom: clients holding connections open and
+// idle do not keep a new one out at a bound: a connection stalled long
+// enough is closed to make room. Whose follows the bound met: at its
+// share, the client's own (clients sharing one address, host-network
+// pods, are not kept out by each other's idle connections); at the
+// reserve (the last eighth), one of a client holding at least two more, or
+// its own; at the total, a client holding fewer than two takes the place
+// of the heaviest client's connection stalled longest. The connections of
+// light clients, and of those holding no more than the newcomer, stay.
+func TestTCPStalledConnectionsMakeRoom(t *testing.T) {
+	// 16 connections, 4 a client, the last 2 for clients holding fewer
+	// than two.
+	s, _ := start(t, Config{Handler: &fakeResolver{}, MaxTCPConns: 16, TCPIdleTimeout: time.Minute})
 	addr := s.TCPAddrs()[0].String()
-	var held []*net.TCPConn
-	defer func() {
-		for _, c := range held {
+	var all []*net.TCPConn
+	t.Cleanup(func() {
+		for _, c := range all {
 			c.Close()
 		}
-	}()
-	for _, src := range []string{"127.0.0.2", "127.0.0.4"} {
-		for i := 0; i < 4; i++ { // the default share of 8: 4
-			c, err := dialFrom(t, src, addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			held = append(held, c)
-			waitFor(t, func() bool { return s.Stats().TCPConns == len(held) })
+	})
+	open := func(src string) *net.TCPConn {
+		c, err := dialFrom(t, src, addr)
+		if err != nil {
+			t.Fatal(err)
 		}
+		all = append(all, c)
+		return c
 	}
-	tcpQuery(t, "127.0.0.3", addr, "newcomer.example.")
-	if !closedWithin(held[0], 5*time.Second) {
-		t.Fatal("the connection idle longest was not the one closed")
+	hold := func(src string, n int) []*net.TCPConn {
+		var cs []*net.TCPConn
+		for i := 0; i < n; i++ {
+			cs = append(cs, open(src))
+			waitFor(t, func() bool { return s.Stats().TCPConns == len(all) })
+		}
+		return cs
 	}
-	// 127.0.0.4 holds its share, all idle: its next connection takes the
-	// place of its own oldest.
-	tcpQuery(t, "127.0.0.4", addr, "same-address.example.")
-	if !closedWithin(held[4], 5*time.Second) {
-		t.Fatal("the client's own oldest idle connection was not the one closed")
+	a := hold("127.0.0.2", 4)
+	b := hold("127.0.0.4", 4)
+	c := hold("127.0.0.6", 4)
+	d := hold("127.0.0.7", 2)
+	waitFor(t, func() bool { return s.stalledTCP(tcpStallGrace) == 14 })
+
+	// 127.0.0.2 at its share: its own oldest makes room.
+	askOn(t, open("127.0.0.2"), "share.example.")
+	if !closedWithin(a[0], 5*time.Second) {
+		t.Fatal("at its share, the client's own oldest connection was not the one closed")
 	}
-	if st := s.Stats(); st.TCPEvicted != 2 || st.TCPClientLimited != 0 || st.Overloaded != 0 {
-		t.Fatalf("stats %+v: want 2 idle connections closed and nothing refused", st)
+	// 127.0.0.7, holding 2, at the reserve: the oldest of a client holding
+	// at least 4 (127.0.0.2's next) rather than its own.
+	askOn(t, open("127.0.0.7"), "reserve.example.")
+	if !closedWithin(a[1], 5*time.Second) {
+		t.Fatal("at the reserve, the heaviest client's oldest connection was not the one closed")
+	}
+	// Light clients take the reserve without closing anything, then, at
+	// the total, the oldest of the heaviest clients' (127.0.0.4 and
+	// 127.0.0.6 hold 4; 127.0.0.4's are older).
+	g, h := open("127.0.0.3"), open("127.0.0.5")
+	askOn(t, g, "light1.example.")
+	askOn(t, h, "light2.example.")
+	askOn(t, open("127.0.0.8"), "light3.example.")
+	if !closedWithin(b[0], 5*time.Second) {
+		t.Fatal("at the total, the heaviest client's oldest connection was not the one closed")
+	}
+	if st := s.Stats(); st.TCPEvicted != 3 || st.TCPClientLimited != 0 || st.Overloaded != 0 || st.TCPConns != 16 {
+		t.Fatalf("stats %+v: want 3 stalled connections closed, 16 open and nothing refused", st)
+	}
+	for _, kept := range append(append([]*net.TCPConn{g, h}, c...), d...) {
+		if closedWithin(kept, 10*time.Millisecond) {
+			t.Fatalf("connection from %s closed", kept.LocalAddr())
+		}
 	}
 }
 
@@ -202,7 +230,7 @@ func TestTCPIdleOrderIsArrivalOrder(t *testing.T) {
 	serve := func(st *tcpState) {
 		s.wg.Add(1)
 		go s.serveTCP(st, 0)
-		waitFor(t, func() bool { return st.idleSince.Load() != 0 })
+		waitFor(t, func() bool { return st.stalled.Load() != 0 })
 	}
 	first := admit("127.0.0.2")
 	time.Sleep(2 * time.Millisecond)
@@ -210,6 +238,7 @@ func TestTCPIdleOrderIsArrivalOrder(t *testing.T) {
 	serve(second)
 	time.Sleep(2 * time.Millisecond)
 	serve(first)
+	waitFor(t, func() bool { return s.stalledTCP(tcpStallGrace) == 2 })
 
 	third := admit("127.0.0.3")
 	serve(third)

@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/miekg/dns"
+	"github.com/nodedns/nodedns/pkg/query/dnswire"
 )
 
 // readUDP is one socket's reader. What the handler answers at once (cache
@@ -24,6 +24,12 @@ func (s *Server) readUDP(u *udpSock, buf, out []byte, r *Request) error {
 				return nil
 			}
 			return pollerReadError(err)
+		}
+		if n > maxQuerySize {
+			// Longer than any query (the buffer holds one byte more to
+			// tell): answered from the header alone, as thread readers
+			// answer a datagram cut short.
+			n = dnswire.HeaderLen
 		}
 		r.Read("udp", u.listener, addr.Addr().Unmap(), time.Now(), buf[:n])
 		resp, v := s.h.Answer(out[:0], r)
@@ -43,7 +49,7 @@ func (s *Server) startPollerReader(u *udpSock) {
 	s.readersLive.Add(1)
 	go func() {
 		defer s.wg.Done()
-		buf := make([]byte, dns.MaxMsgSize)
+		buf := make([]byte, maxQuerySize+1)
 		out := make([]byte, 0, 4096)
 		// One request per reader, reused: its parsed name lives inside it,
 		// so a query allocates nothing on this path.
@@ -89,8 +95,15 @@ func (s *Server) goSlowUDP(u *udpSock, r *Request, addr netip.AddrPort, scratch 
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer s.leave(req.Client)
-		out := s.h.Resolve(s.ctx, make([]byte, 0, 1024), req)
-		s.writeUDP(u, out, addr)
+		defer s.cfg.Panics.Recover(s.log, "answering a UDP query off the reader", "client", req.Client)
+		s.writeUDP(u, s.resolve(req), addr)
 	}()
+}
+
+// resolve has the handler resolve req off the reader, and gives back the
+// in-flight slot admit took for it however Resolve returns (a panic
+// included: the caller's goroutine recovers it).
+func (s *Server) resolve(req *Request) []byte {
+	defer s.leave(req.Client)
+	return s.h.Resolve(s.ctx, make([]byte, 0, 1024), req)
 }

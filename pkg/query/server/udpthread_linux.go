@@ -50,9 +50,9 @@ import (
 const (
 	// threadBatch is how many datagrams one recvmmsg may return.
 	threadBatch = 16
-	// threadBufSize bounds a query read by a thread reader: real queries
-	// are far smaller; a larger datagram is cut and answered FORMERR.
-	threadBufSize = 4096
+	// threadBufSize bounds a query read by a thread reader
+	// (maxQuerySize): a larger datagram is cut and answered FORMERR.
+	threadBufSize = maxQuerySize
 	// threadWake is how often a blocked reader looks at the closing flag.
 	threadWake = 200 * time.Millisecond
 )
