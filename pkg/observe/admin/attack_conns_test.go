@@ -137,6 +137,10 @@ func TestAttackAdminConnectionsUnbounded(t *testing.T) {
 		st := s.ConnStats()
 		return st.Open + int(st.Refused) + int(st.Evicted)
 	}))
+	// The endpoint's own count decides: a connection it closed can still
+	// look open to the client for a moment on a loaded machine. Read
+	// before the other source below adds its own.
+	kept := s.ConnStats().Open
 	runtime.GC()
 	var m1 runtime.MemStats
 	runtime.ReadMemStats(&m1)
@@ -149,9 +153,9 @@ func TestAttackAdminConnectionsUnbounded(t *testing.T) {
 			t.Errorf("%s from another source while one holds %d connections: %v", path, open, err)
 		}
 	}
-	if open > maxConnsPerSource {
-		t.Errorf("one source holds %d of %d admin connections open with a partial request each (%d goroutines, heap +%.1f MiB): "+
-			"want at most %d", open, conns, goroutines, float64(int64(m1.HeapInuse)-int64(m0.HeapInuse))/(1<<20), maxConnsPerSource)
+	if kept > maxConnsPerSource {
+		t.Errorf("one source holds %d of %d admin connections open with a partial request each (%d look open to it; %d goroutines, heap +%.1f MiB): "+
+			"want at most %d", kept, conns, open, goroutines, float64(int64(m1.HeapInuse)-int64(m0.HeapInuse))/(1<<20), maxConnsPerSource)
 	}
 	if st := s.ConnStats(); st.Refused == 0 {
 		t.Errorf("stats %+v: want the refused counted", st)
