@@ -134,7 +134,7 @@ deps() {
 # packet ever goes there) and refuses everything else.
 start_upstream() {
 	dnsmasq --keep-in-foreground --no-hosts --no-resolv --bind-interfaces \
-		--listen-address="$UPSTREAM_IP" --port=53 --local-ttl=60 \
+		--listen-address="$UPSTREAM_IP" --listen-address="$NODE_IP4" --port=53 --local-ttl=60 \
 		--address="/${EXT_DOMAIN}/${EXT_V4}" --address="/${EXT_DOMAIN}/${EXT_V6}" \
 		--pid-file="${work}/dnsmasq.pid" --log-facility=- --log-queries=extra \
 		>"${work}/upstream.log" 2>&1 &
@@ -229,7 +229,11 @@ export KUBECONFIG
 ok "node Ready (${KUBECONFIG})"
 IMAGE=$(scripts/image.sh nodedns | tail -n 1)
 CLIENT=$(scripts/image.sh client | tail -n 1)
-ok "images ${IMAGE} and ${CLIENT} imported"
+CENTRAL=$(scripts/image.sh coredns | tail -n 1)
+ok "images ${IMAGE}, ${CLIENT} and ${CENTRAL} imported"
+# The node's link-local address: the central DNS pods reach the test
+# upstream there (its loopback address is the node's own).
+NODE_IP4=$(scripts/cluster.sh env | sed -n 's/^NODE_IP4=//p')
 start_upstream
 
 # ------------------------------------------------------------------ step 1
@@ -425,6 +429,37 @@ ok "one external lookup (musl getaddrinfo) = 2 queries to the agent"
 # ------------------------------------------------------------------ step 3
 step "3. the kube-dns ClusterIP intercepted beside kube-proxy's DNAT"
 cat >"${work}/kube-dns.yaml" <<EOF
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: central-dns, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: e2e-central-dns}
+rules:
+- {apiGroups: [""], resources: [services, namespaces], verbs: [list, watch]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: e2e-central-dns}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: e2e-central-dns}
+subjects: [{kind: ServiceAccount, name: central-dns, namespace: kube-system}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: central-dns, namespace: kube-system}
+data:
+  Corefile: |
+    .:53 {
+        errors
+        kubernetes cluster.local in-addr.arpa ip6.arpa {
+            fallthrough in-addr.arpa ip6.arpa
+        }
+        forward . ${NODE_IP4}
+        cache 30
+    }
+---
 apiVersion: apps/v1
 kind: Deployment
 metadata: {name: central-dns, namespace: kube-system}
@@ -434,9 +469,17 @@ spec:
   template:
     metadata: {labels: {k8s-app: kube-dns}}
     spec:
+      serviceAccountName: central-dns
       terminationGracePeriodSeconds: 1
+      dnsPolicy: Default
       containers:
-      - {name: dns, image: ${CLIENT}, imagePullPolicy: Never, ports: [{name: dns, containerPort: 53, protocol: UDP}]}
+      - name: dns
+        image: ${CENTRAL}
+        imagePullPolicy: Never
+        args: ["-conf", "/etc/coredns/Corefile"]
+        ports: [{name: dns, containerPort: 53, protocol: UDP}, {name: dns-tcp, containerPort: 53, protocol: TCP}]
+        volumeMounts: [{name: config, mountPath: /etc/coredns}]
+      volumes: [{name: config, configMap: {name: central-dns}}]
 ---
 apiVersion: v1
 kind: Service
@@ -497,8 +540,8 @@ tracked=$(conntrack -L -f ipv6 -d "$KUBE_DNS_IP" 2>/dev/null | grep -c 'dport=53
 tracked4=$(conntrack -L -d 169.254.20.10 2>/dev/null | grep -c 'dport=53' || true)
 [[ "$tracked" == 0 && "$tracked4" == 0 ]] || fail "conntrack holds DNS flows: ${tracked} to ${KUBE_DNS_IP}, ${tracked4} to 169.254.20.10"
 ok "conntrack holds no entry for DNS flows to ${KUBE_DNS_IP} or 169.254.20.10"
-# The central-dns pod never saw a packet: it runs no DNS server, and every
-# answer above came back.
+# No conntrack entry: every answer above came from the agent, none from
+# the central DNS (CoreDNS) behind kube-proxy's DNAT.
 
 # ------------------------------------------------------------------ step 4
 step "4. rolling updates under load"
@@ -632,6 +675,25 @@ metrics_addr="${host_ip}:${metrics_port}"
 metrics=$(curl -fsS "http://${metrics_addr}/metrics") || fail "no metrics on ${metrics_addr}"
 grep -q '^nodedns_' <<<"$metrics" || fail "metrics on ${metrics_addr} hold no nodedns_ series"
 ok "metrics answer on the node at ${metrics_addr} ($(grep -c '^nodedns_' <<<"$metrics") nodedns_ samples)"
+
+# ------------------------------------------------------------------ step 5b
+step "5b. the agent's death under load: kill -9, OOM kill, SIGSTOP, crash loop"
+# shellcheck source=scripts/e2e/death.sh
+source scripts/e2e/death.sh
+printf '| mechanism | scenario | kube-proxy | direct: failed / sent | longest without an answer | glibc: failed / lookups | longest without an answer |\n|---|---|---|---|---|---|---|\n' >"${work}/death.md"
+k -n kube-system get configmap nodedns -o json | jq 'del(.metadata.resourceVersion, .metadata.uid, .metadata.creationTimestamp, .metadata.managedFields)' >"${work}/cm-before-death.json"
+set_config "test-hooks=true"
+death_scenarios "supervisor + fallback (default)" 1
+ok "the agent's death under load: the targets hold (the table below)"
+if [[ ${E2E_DEATH_COMPARE:-0} == 1 ]]; then
+	# Today's behaviour for comparison: one process, pods' queries to
+	# 169.254.20.10 refused while none serves. Figures only.
+	set_config "test-hooks=true" "supervise=false" "fallback-dns=[]"
+	death_scenarios "none (one process, no fallback)" 0
+	k apply -f "${work}/cm-before-death.json" >/dev/null
+	set_config "test-hooks=false"
+fi
+cat "${work}/death.md" >&2
 
 # ------------------------------------------------------------------ step 6
 step "6. kubectl delete -f deploy/daemonset.yaml"

@@ -5,8 +5,11 @@
 #
 #   scripts/image.sh [nodedns]   the nodedns image, from the Dockerfile
 #   scripts/image.sh client      the e2e test client: glibc userland (bash,
-#                                coreutils, tar, getent, dig, dnsperf) and a
-#                                static musl resolver client
+#                                coreutils, tar, getent, dig, dnsperf), a
+#                                static musl resolver client and the
+#                                availability loads (dnsload, glibc-loop)
+#   scripts/image.sh coredns     CoreDNS (scripts/coredns.sh) as the e2e
+#                                cluster's central DNS
 #   scripts/image.sh pause       the sandbox (pause) image
 #
 # The nodedns image is the one the Dockerfile describes: internal/imagebuild
@@ -144,15 +147,37 @@ build_nodedns() {
 }
 
 build_client() {
-	local base ref out
-	need_pkgs musl-tools
-	ref="localhost/nodedns-e2e-client:v1"
-	out="${IMAGES}/client-v1.tar"
-	if [[ ! -s "$out" || scripts/e2e/musl-resolve.c -nt "$out" ]]; then
+	local base ref out f stale=0
+	need_pkgs musl-tools gcc libc6-dev
+	ref="localhost/nodedns-e2e-client:v2"
+	out="${IMAGES}/client-v2.tar"
+	for f in scripts/e2e/musl-resolve.c scripts/e2e/glibc-loop.c internal/tools/dnsload/main.go; do
+		[[ "$f" -nt "$out" ]] && stale=1
+	done
+	if [[ ! -s "$out" || $stale == 1 ]]; then
 		base=$(rootfs bookworm "$(go env GOARCH)" true "bash,coreutils,tar,libc-bin,bind9-dnsutils,dnsperf")
 		musl-gcc -static -O2 -s -o "$work/musl-resolve" scripts/e2e/musl-resolve.c
+		# Built against this machine's bookworm glibc, the image's own.
+		gcc -O2 -s -pthread -o "$work/glibc-loop" scripts/e2e/glibc-loop.c
+		CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/dnsload" ./internal/tools/dnsload
 		imagebuild assemble -rootfs "$base" -file "/usr/local/bin/musl-resolve=$work/musl-resolve" \
+			-file "/usr/local/bin/glibc-loop=$work/glibc-loop" -file "/usr/local/bin/dnsload=$work/dnsload" \
 			-entrypoint '["/bin/sleep","infinity"]' -tag "$ref" -o "$out"
+	fi
+	import "$out" "$ref"
+	echo "$ref"
+}
+
+# build_coredns: CoreDNS (scripts/coredns.sh's build, cached) as a
+# cluster's central DNS for the e2e: the server pods fall back to when no
+# agent serves their node.
+build_coredns() {
+	local bin ref out
+	bin=$(scripts/coredns.sh | tail -n 1)
+	ref="localhost/nodedns-e2e-coredns:$(basename "$(dirname "$bin")")"
+	out="${IMAGES}/$(basename "$(dirname "$bin")")-central.tar"
+	if [[ ! -s "$out" || "$bin" -nt "$out" ]]; then
+		imagebuild assemble -file "/coredns=$bin" -entrypoint '["/coredns"]' -tag "$ref" -o "$out"
 	fi
 	import "$out" "$ref"
 	echo "$ref"
@@ -173,6 +198,7 @@ build_pause() {
 case "$what" in
 nodedns) build_nodedns ;;
 client) build_client ;;
+coredns) build_coredns ;;
 pause) build_pause ;;
-*) die "unknown image ${what}: want nodedns, client or pause" ;;
+*) die "unknown image ${what}: want nodedns, client, coredns or pause" ;;
 esac

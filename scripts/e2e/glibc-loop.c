@@ -2,7 +2,8 @@
 // for scripts/e2e.sh's availability steps. THREADS threads look up the
 // names given (AF_UNSPEC, SOCK_STREAM: A and AAAA, with the search list
 // and ndots the pod has) in turn for SECONDS seconds, one lookup after the
-// other, and then it prints one JSON line:
+// other with PAUSE_MS between two (a steady load, not a flood), and then it
+// prints one JSON line:
 //
 //   {"lookups":N,"ok":N,"failed":N,"fail_pct":P,"longest_gap_ms":G,
 //    "gap_at_s":T,"p50_ms":..,"p99_ms":..,"max_ms":..}
@@ -12,6 +13,7 @@
 // Bounded: at most 16 threads, 64 names, an hour and 1,000,000 lookups
 // kept.
 //
+// Usage: glibc-loop THREADS SECONDS PAUSE_MS NAME...
 // Build: cc -O2 -pthread -o glibc-loop scripts/e2e/glibc-loop.c
 #define _GNU_SOURCE
 #include <netdb.h>
@@ -29,6 +31,7 @@
 static const char *names[MAX_NAMES];
 static int nnames;
 static double t0, deadline;
+static struct timespec pause_ts;
 
 struct rec {
   double end, took;
@@ -65,6 +68,7 @@ static void *worker(void *arg) {
       nrecs++;
     }
     pthread_mutex_unlock(&mu);
+    if (pause_ts.tv_sec || pause_ts.tv_nsec) nanosleep(&pause_ts, NULL);
   }
   return NULL;
 }
@@ -75,17 +79,20 @@ static int cmpd(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 4) {
-    fprintf(stderr, "usage: glibc-loop THREADS SECONDS NAME...\n");
+  if (argc < 5) {
+    fprintf(stderr, "usage: glibc-loop THREADS SECONDS PAUSE_MS NAME...\n");
     return 2;
   }
   int threads = atoi(argv[1]);
   double seconds = atof(argv[2]);
-  if (threads < 1 || threads > MAX_THREADS || seconds <= 0 || seconds > 3600) {
-    fprintf(stderr, "glibc-loop: THREADS 1 to %d, SECONDS up to 3600\n", MAX_THREADS);
+  int pause_ms = atoi(argv[3]);
+  if (threads < 1 || threads > MAX_THREADS || seconds <= 0 || seconds > 3600 || pause_ms < 0 || pause_ms > 10000) {
+    fprintf(stderr, "glibc-loop: THREADS 1 to %d, SECONDS up to 3600, PAUSE_MS 0 to 10000\n", MAX_THREADS);
     return 2;
   }
-  for (int i = 3; i < argc && nnames < MAX_NAMES; i++) names[nnames++] = argv[i];
+  pause_ts.tv_sec = pause_ms / 1000;
+  pause_ts.tv_nsec = (long)(pause_ms % 1000) * 1000000L;
+  for (int i = 4; i < argc && nnames < MAX_NAMES; i++) names[nnames++] = argv[i];
   recs = calloc(MAX_KEPT, sizeof *recs);
   double *ends = calloc(MAX_KEPT, sizeof *ends), *took = calloc(MAX_KEPT, sizeof *took);
   if (!recs || !ends || !took) return 1;
