@@ -258,7 +258,7 @@ scrape_configs:
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatal(err)
 	}
-	vars := strings.NewReplacer("$__rate_interval", "1m", "$instance", ".*")
+	vars := strings.NewReplacer("$__rate_interval", "1m", "$instance", ".*", "$namespace", ".*")
 	for _, p := range dash.Panels {
 		for _, tg := range p.Targets {
 			q := vars.Replace(tg.Expr)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -142,7 +143,8 @@ func (n nsDescs) all() []*prometheus.Desc {
 }
 
 // collect exports the per-namespace series: only the namespaces counted
-// apart now, other and _nonpod (from the start), and only the rcodes seen.
+// apart now, other and _nonpod (from the start), and the rcodes seen
+// besides NOERROR, SERVFAIL and NXDOMAIN (always).
 func (n nsDescs) collect(t *nsTable, ch chan<- prometheus.Metric) {
 	figs, tracked := t.holding()
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
@@ -151,7 +153,9 @@ func (n nsDescs) collect(t *nsTable, ch chan<- prometheus.Metric) {
 	for _, f := range figs {
 		counter(n.queries, f.queries(), f.name)
 		for rc := range f.rcodes {
-			if v := f.rcodes[rc].Load(); v > 0 {
+			// NOERROR, SERVFAIL and NXDOMAIN from the start: the
+			// dashboard's ratios and the alerts divide by them.
+			if v := f.rcodes[rc].Load(); v > 0 || rc == dns.RcodeSuccess || rc == dns.RcodeServerFailure || rc == dns.RcodeNameError {
 				counter(n.responses, v, f.name, rcodeNames[rc])
 			}
 		}
