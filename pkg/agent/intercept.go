@@ -90,9 +90,13 @@ func (a *Agent) teardownIntercept() {
 	}
 	if a.sup != nil {
 		// Only the supervisor knows whether another serving process
-		// takes over these sockets (TeardownAfterStop).
-		a.log.Info("leaving the interception to the supervisor")
-		return
+		// takes over: a stop (the pod's end) or a death to be replaced.
+		// Its own copies of the sockets are closed by now (Draining).
+		st, err := a.sup.Status()
+		if err != nil || !st.Stopping {
+			a.log.Info("leaving interception in place: the supervisor starts another serving process", "err", err)
+			return
+		}
 	}
 	if !a.running().Teardown { // a reload may have changed it
 		a.log.Info("leaving interception in place (--teardown=false)")

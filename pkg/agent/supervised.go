@@ -10,9 +10,9 @@ import (
 
 // A supervised agent (Options.Supervisor) is the serving process of
 // pkg/supervisor: its listening sockets come from the supervisor, it
-// beats a heartbeat, says when it serves and when it drains, and leaves
-// the teardown of the interception to the supervisor, which alone knows
-// whether another serving process takes over.
+// beats a heartbeat, says when it serves and when it drains, and removes
+// the interception on exit only when the supervisor stops too (else
+// another serving process takes over at once).
 
 // beatsPerHang is how many heartbeats fit in the hang timeout: a few lost
 // to a busy moment do not make a hang.
@@ -36,10 +36,12 @@ func (a *Agent) supervisorFigures() metrics.SupervisorFigures {
 	return metrics.SupervisorFigures{Status: st}
 }
 
-// TeardownAfterStop is the supervisor's end of a stop: the serving process
-// has ended and the sockets are closed; the interception of cfg goes as
-// an unsupervised agent's would on exit (--teardown, and no other agent
-// serving the addresses).
+// TeardownAfterStop is the supervisor's end of a stop that found no
+// serving process running (one that runs does it itself): the sockets are
+// closed; the interception of cfg goes as an unsupervised agent's would
+// on exit (--teardown, and no other agent serving the addresses), except
+// that addresses put on a link nodedns did not create are left (which of
+// them the agent added died with the serving process).
 func TeardownAfterStop(cfg config.Config, log *slog.Logger) {
 	icfg, ok := interceptConfig(cfg, log)
 	if !ok {

@@ -25,9 +25,12 @@
 // rules answer meanwhile.
 //
 // On SIGTERM or SIGINT the supervisor passes the signal on (the child
-// runs its lameduck and drain), waits for the child, closes its sockets
-// and then runs Config.Teardown (the interception's removal, decided as
-// an unsupervised agent decides it). SIGHUP is passed on (reload).
+// runs its lameduck and drain), closes its copies of the sockets when the
+// child says it drains, and waits for the child, which removes the
+// interception as an unsupervised agent would (it asks the supervisor
+// whether this is a stop or a death to be replaced). With no child
+// running at the stop, Config.Teardown does it. SIGHUP is passed on
+// (reload).
 //
 // What it reports (Status, through the child's /stats and /metrics): the
 // processes, how many children were started, each exit with its reason

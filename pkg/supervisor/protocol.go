@@ -63,6 +63,9 @@ type Status struct {
 	// (no serving process for HangTimeout).
 	SocketsHeld int    `json:"sockets_held"`
 	Releases    uint64 `json:"releases"`
+	// Stopping: the supervisor was told to stop (SIGTERM, SIGINT) and
+	// passed it on; no serving process follows the one ending.
+	Stopping bool `json:"stopping,omitempty"`
 	// HangTimeout is how long a serving process may go without a
 	// heartbeat, or leave a query unread, before it is replaced.
 	HangTimeout Duration `json:"hang_timeout"`

@@ -245,10 +245,13 @@ func (s *supervisor) signalChild(sig syscall.Signal) {
 	}
 }
 
-// finish closes the sockets and runs the teardown: the end of Run.
+// finish closes the sockets: the end of Run. The serving process that
+// ended (last) removed the interception itself when it should (it alone
+// knows what it added); with none running at the stop, the teardown is
+// Config.Teardown's.
 func (s *supervisor) finish(last *exitInfo) error {
 	s.closeSockets()
-	if s.cfg.Teardown != nil {
+	if last == nil && s.cfg.Teardown != nil {
 		s.cfg.Teardown()
 	}
 	s.log.Info("supervisor stopped")
@@ -392,7 +395,12 @@ func (s *supervisor) handle(ev event) {
 		s.deadSince, s.served, s.failedStarts = time.Time{}, true, 0
 		s.log.Info("serving process serves", "pid", c.pid, "after", s.cfg.now().Sub(c.started).Round(time.Millisecond).String())
 	case opDraining:
+		// Its sockets are about to be connected to themselves and closed:
+		// the copies go now, so that the kernel hands new queries and
+		// connections to another agent's sockets (a rolling update), not
+		// to a copy nobody reads or accepts on.
 		c.draining = true
+		s.closeSockets()
 	case opStatus:
 		st := s.status()
 		ev.reply <- answer{rep: reply{Status: &st}}
@@ -414,6 +422,7 @@ func (s *supervisor) handle(ev event) {
 func (s *supervisor) status() Status {
 	st := s.st
 	st.SocketsHeld = len(s.socks)
+	st.Stopping = s.stopping
 	st.Replaced = make(map[string]uint64, len(s.st.Replaced))
 	for k, v := range s.st.Replaced {
 		st.Replaced[k] = v
@@ -528,10 +537,6 @@ func (s *supervisor) exited(e *exitInfo) bool {
 		s.log.Error("serving process ended before it served", attrs...)
 	default:
 		s.log.Error("serving process ended; starting another on the same sockets", attrs...)
-	}
-	// Sockets it connected to themselves (a drain) serve nobody else.
-	if c.draining {
-		s.closeSockets()
 	}
 	if s.deadSince.IsZero() {
 		s.deadSince = now

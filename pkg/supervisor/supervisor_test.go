@@ -299,8 +299,9 @@ func TestCrashLoopReleasesSockets(t *testing.T) {
 }
 
 // TestStopPassesTheSignal: a stop reaches the serving process, which ends
-// in order; the supervisor then closes its sockets and runs the teardown
-// once, and does not start another process.
+// in order (it removes the interception itself: the teardown of the
+// configuration is not run); the supervisor then closes its sockets and
+// does not start another process.
 func TestStopPassesTheSignal(t *testing.T) {
 	r := startRig(t, "serve", time.Second)
 	r.waitServing()
@@ -314,8 +315,8 @@ func TestStopPassesTheSignal(t *testing.T) {
 		t.Fatalf("supervisor did not stop:\n%s", r.log)
 	}
 	r.done <- nil // for the cleanup
-	if n := r.tears.Load(); n != 1 {
-		t.Errorf("teardown ran %d times, want 1", n)
+	if n := r.tears.Load(); n != 0 {
+		t.Errorf("teardown ran %d times, want 0 (the serving process did it)", n)
 	}
 	if strings.Count(r.log.String(), "serving process started") != 1 {
 		t.Errorf("a process was started after the stop:\n%s", r.log)
@@ -325,6 +326,37 @@ func TestStopPassesTheSignal(t *testing.T) {
 		t.Fatalf("the port is still held after the stop: %v", err)
 	}
 	_ = pc.Close()
+}
+
+// TestStopWithoutServingProcessTearsDown: a stop that finds no serving
+// process (between two, in a backoff) runs the teardown once.
+func TestStopWithoutServingProcessTearsDown(t *testing.T) {
+	r := startRig(t, "serveonce", 500*time.Millisecond)
+	first := r.waitServing()
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The second start fails: the third waits a growing backoff (400 ms).
+	deadline := time.Now().Add(20 * time.Second)
+	for strings.Count(r.log.String(), "ended before it served") < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no second failed start:\n%s", r.log)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("supervisor did not stop:\n%s", r.log)
+	}
+	r.done <- nil
+	if n := r.tears.Load(); n != 1 {
+		t.Errorf("teardown ran %d times, want 1:\n%s", n, r.log)
+	}
 }
 
 // TestOOMKillNamed: a SIGKILL while the cgroup's OOM kill count moved is
