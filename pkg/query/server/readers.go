@@ -175,7 +175,7 @@ func (s *Server) bindUDPLike(u *udpSock) (*udpSock, error) {
 	if !u.thread() {
 		return newPollerSock(uc), nil
 	}
-	fresh, err := threadSocket(uc)
+	fresh, err := threadSocket(uc, s.cfg.threadWake)
 	if err != nil {
 		_ = uc.Close()
 		return nil, err
