@@ -42,6 +42,11 @@ type Options struct {
 	// the API server sees; Revision is its VCS revision, in the metrics.
 	Version  string
 	Revision string
+
+	// reloadPoll replaces defaultReloadPoll and peersRecheck
+	// defaultPeersRecheck (test knobs: tests see a change in
+	// milliseconds); zero: the default.
+	reloadPoll, peersRecheck time.Duration
 }
 
 // Agent holds the wired parts of an agent: Build wires them, Run runs
@@ -95,6 +100,10 @@ type Agent struct {
 	// hurry is closed when the lameduck is to end at once (a second
 	// SIGTERM or SIGINT, see Serve); nil: it always runs its course.
 	hurry <-chan struct{}
+	// reloadPoll is how often the config file is read (reload.go);
+	// configPolls counts the reads done. peersRecheck: peers.go.
+	reloadPoll, peersRecheck time.Duration
+	configPolls              atomic.Uint64
 }
 
 // Serve is `nodedns serve` once the configuration is loaded and the
@@ -165,7 +174,14 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 		level = new(slog.LevelVar)
 	}
 	a := &Agent{cfg: cfg, args: opts.Args, version: opts.Version, revision: opts.Revision, log: log, level: level, started: time.Now(),
-		reloads: newReloadStats(), panics: new(recovery.Counter), kd: newKubeDNSState(cfg.KubeDNSConfig)}
+		reloads: newReloadStats(), panics: new(recovery.Counter), kd: newKubeDNSState(cfg.KubeDNSConfig),
+		reloadPoll: opts.reloadPoll, peersRecheck: opts.peersRecheck}
+	if a.reloadPoll <= 0 {
+		a.reloadPoll = defaultReloadPoll
+	}
+	if a.peersRecheck <= 0 {
+		a.peersRecheck = defaultPeersRecheck
+	}
 	a.live.Store(&cfg)
 	a.failures = errlog.New(log, errlog.Config{})
 	a.upLog = slog.New(a.failures.Handler(log.Handler()))
