@@ -57,7 +57,7 @@ func (a *Agent) newRecorder() (*metrics.Recorder, error) {
 				}
 				st := a.ic.Status()
 				return metrics.InterceptFigures{Enabled: true, Link: st.Link, LinkType: st.LinkType, IPs: st.IPs, Backend: st.Backend,
-					RulesPresent: st.RulesPresent, RulesWanted: st.RulesWanted, Repairs: st.Repairs, LastRepair: st.LastRepair, LastError: st.LastError,
+					RulesPresent: st.RulesPresent, RulesWanted: st.RulesWanted, Repairs: st.Repairs, LastRepair: st.LastRepair, Passes: st.Passes, LastError: st.LastError,
 					Errors: st.Errors}
 			},
 			Peers: a.peerFigures,

@@ -142,6 +142,9 @@ type Status struct {
 	// duplicate removed) since New; LastRepair is when the last one was.
 	Repairs    uint64
 	LastRepair time.Time
+	// Passes counts the reconcile passes done since New (periodic, and on
+	// a netlink event): a pass that repaired nothing leaves no other trace.
+	Passes uint64
 	// LastError is the error of the last pass, empty when it succeeded.
 	LastError string
 	// Errors counts the failures met while putting the link and rules in

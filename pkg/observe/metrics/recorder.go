@@ -123,7 +123,9 @@ type InterceptFigures struct {
 	RulesWanted  int       `json:"rules_wanted"`
 	Repairs      uint64    `json:"repairs"`
 	LastRepair   time.Time `json:"last_repair,omitzero"`
-	LastError    string    `json:"last_error,omitempty"`
+	// Passes counts the reconcile passes done (pkg/node/intercept).
+	Passes    uint64 `json:"passes"`
+	LastError string `json:"last_error,omitempty"`
 	// Errors counts setup failures by kind (iptables, iptables_lock,
 	// interface_add, interface_check).
 	Errors map[string]uint64 `json:"errors,omitempty"`
