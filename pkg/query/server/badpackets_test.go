@@ -130,7 +130,17 @@ func TestTCPConnectionBound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Each has read its first byte (is no longer idle) before the next.
+	waitFor(t, func() bool {
+		s.tcpMu.Lock()
+		defer s.tcpMu.Unlock()
+		for _, st := range s.tcpConns {
+			if st.idle() {
+				return false
+			}
+		}
+		return len(s.tcpConns) == 3
+	})
 	over, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
