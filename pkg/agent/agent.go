@@ -47,6 +47,9 @@ type Options struct {
 	// defaultPeersRecheck (test knobs: tests see a change in
 	// milliseconds); zero: the default.
 	reloadPoll, peersRecheck time.Duration
+	// cacheClock is the caches' clock (cache.Config.Clock; a test knob:
+	// tests let TTLs pass without waiting); nil: the runtime's.
+	cacheClock func() time.Duration
 }
 
 // Agent holds the wired parts of an agent: Build wires them, Run runs
@@ -104,6 +107,8 @@ type Agent struct {
 	// configPolls counts the reads done. peersRecheck: peers.go.
 	reloadPoll, peersRecheck time.Duration
 	configPolls              atomic.Uint64
+	// cacheClock: Options.cacheClock.
+	cacheClock func() time.Duration
 }
 
 // Serve is `nodedns serve` once the configuration is loaded and the
@@ -175,7 +180,7 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, args: opts.Args, version: opts.Version, revision: opts.Revision, log: log, level: level, started: time.Now(),
 		reloads: newReloadStats(), panics: new(recovery.Counter), kd: newKubeDNSState(cfg.KubeDNSConfig),
-		reloadPoll: opts.reloadPoll, peersRecheck: opts.peersRecheck}
+		reloadPoll: opts.reloadPoll, peersRecheck: opts.peersRecheck, cacheClock: opts.cacheClock}
 	if a.reloadPoll <= 0 {
 		a.reloadPoll = defaultReloadPoll
 	}
@@ -201,6 +206,7 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	a.fwd.Store(fwd)
 	ccfg := cacheConfig(cfg, log)
 	ccfg.Panics = a.panics
+	ccfg.Clock = a.cacheClock
 	a.cache, err = cache.New(ccfg, fwd)
 	if err != nil {
 		return nil, err
