@@ -22,8 +22,9 @@
 #       reader", printed below the tables
 #   -D  run on a dirty tree. Without it the run refuses to start when the
 #       tree has changes to tracked files or untracked files outside the
-#       ignored paths (git status): a figure belongs to a commit. With it,
-#       the header written by -o says "dirty" after the commit
+#       ignored paths (git status; the -o FILE itself aside, which a
+#       session's runs append to in turn): a figure belongs to a commit.
+#       With it, the header written by -o says "dirty" after the commit
 #   -w  workloads, any of: hit nx cluster pod pod-shortcut pod-hit
 #       (default "hit nx cluster pod")
 #   -n  Services created for the cluster and pod workloads (default 1000)
@@ -176,6 +177,12 @@ if [[ -z ${NODEDNS_BENCH_NETNS:-} ]]; then
   commit=$(git -c safe.directory="$PWD" rev-parse --short HEAD 2>&1) || { echo "bench: no commit to name the figures by (git rev-parse: $commit)" >&2; exit 1; }
   # safe.directory: run as root on a checkout owned by someone else.
   status=$(git -c safe.directory="$PWD" status --porcelain 2>&1) || { echo "bench: git status failed: $status" >&2; exit 1; }
+  # The file -o appends to does not count: the runs of one session append
+  # to bench/RESULTS.md one after the other.
+  if [[ -n $out ]]; then
+    out_rel=$(realpath -m --relative-to=. "$out")
+    status=$(awk -v f="$out_rel" 'substr($0, 4) != f' <<<"$status")
+  fi
   tree=clean
   if [[ -n $status ]]; then
     if ((!allow_dirty)); then
