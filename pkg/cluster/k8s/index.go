@@ -43,7 +43,7 @@ type Index struct {
 	// time (what a test waits on to know the waiter has weighed a change).
 	syncPasses  atomic.Uint64
 	syncPending atomic.Int32
-	zoneMsg       atomic.Pointer[zoneSet]
+	zoneMsg     atomic.Pointer[zoneSet]
 	// gen moves after every change that may change an answer (Generation).
 	gen atomic.Uint64
 	// answers keeps pod and PTR answers assembled per query (memo.go).

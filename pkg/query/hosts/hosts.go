@@ -165,7 +165,7 @@ type Hosts struct {
 	lastReload atomic.Int64
 	// rejected counts versions of the file that were rejected.
 	rejected atomic.Uint64
-	wake       chan struct{}
+	wake     chan struct{}
 }
 
 // fileStamp identifies a version of the file.
