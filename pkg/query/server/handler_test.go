@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -145,26 +144,6 @@ func packTB(tb testing.TB, m *dns.Msg) []byte {
 		tb.Fatal(err)
 	}
 	return b
-}
-
-// raw sends b over UDP and returns the reply, or nil after a short wait.
-func raw(t *testing.T, addr string, b []byte) []byte {
-	t.Helper()
-	c, err := net.Dial("udp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write(b); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-	buf := make([]byte, 65535)
-	n, err := c.Read(buf)
-	if err != nil {
-		return nil
-	}
-	return buf[:n]
 }
 
 func waitFor(t *testing.T, cond func() bool) {
