@@ -523,11 +523,17 @@ func TestClusterPods(t *testing.T) {
 	if err := c.CoreV1().Pods(nsOld).Delete(ctxBG, "old", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
-	wantNS("10.244.50.1", nsNew)
-	if st := ix.Stats(); st.Objects[k8s.ObjPods] != 2 {
-		t.Errorf("pods watched: %d, want 2 (this node's)", st.Objects[k8s.ObjPods])
+	// The deletion has been processed once the old pod has left the
+	// index (three of this node's pods, then two); only then does the
+	// mapping staying tell anything.
+	start := time.Now()
+	for ix.Stats().Objects[k8s.ObjPods] != 2 {
+		if time.Since(start) > visibleWithin {
+			t.Fatalf("pods watched: %d, want 2 (this node's) after the deletion", ix.Stats().Objects[k8s.ObjPods])
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
+	wantNS("10.244.50.1", nsNew)
 }
 
 // agentPorts picks a port free for both UDP and TCP on 127.0.0.1.

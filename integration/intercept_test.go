@@ -18,7 +18,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -667,6 +670,80 @@ func (e *interceptEnv) agentArgs(extra ...string) []string {
 	}, extra...)
 }
 
+// adminGet asks an agent's admin unix socket for path and returns the
+// body of a 200 answer.
+func adminGet(sock, path string) ([]byte, error) {
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("http://nodedns" + path)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}
+
+// interceptPasses reads how many reconcile passes the agent behind sock
+// has made (/stats intercept.passes).
+func interceptPasses(sock string) (uint64, error) {
+	body, err := adminGet(sock, "/stats")
+	if err != nil {
+		return 0, err
+	}
+	var doc struct {
+		Intercept *struct {
+			Passes uint64 `json:"passes"`
+		} `json:"intercept"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return 0, fmt.Errorf("/stats: %w", err)
+	}
+	if doc.Intercept == nil {
+		return 0, fmt.Errorf("/stats has no intercept section")
+	}
+	return doc.Intercept.Passes, nil
+}
+
+// waitPasses waits until the agent p (admin socket sock) has made n
+// reconcile passes more than it had at the first reading: what it would
+// repair or duplicate it has done by then.
+func waitPasses(t *testing.T, p *proc, sock string, n uint64) {
+	t.Helper()
+	var p0 uint64
+	eventually(t, 15*time.Second, p.Name+"'s /stats", func() error {
+		if p.Exited() {
+			return fmt.Errorf("%s exited: %v", p.Name, p.err)
+		}
+		var err error
+		p0, err = interceptPasses(sock)
+		return err
+	})
+	eventually(t, time.Duration(n)*(syncEvery+passBudget)+5*time.Second, fmt.Sprintf("%d reconcile passes of %s", n, p.Name), func() error {
+		if p.Exited() {
+			return fmt.Errorf("%s exited: %v", p.Name, p.err)
+		}
+		got, err := interceptPasses(sock)
+		if err != nil {
+			return err
+		}
+		if got < p0+n {
+			return fmt.Errorf("%d passes since the first reading", got-p0)
+		}
+		return nil
+	})
+}
+
 // TestInterceptAgent runs the nodedns binary with --local-ip in the node
 // namespace, once per iptables backend (chosen by detection, as on a node).
 func TestInterceptAgent(t *testing.T) {
@@ -707,8 +784,11 @@ func testInterceptAgent(t *testing.T, backend string) {
 		// An overlapping start (rolling update): same addresses through
 		// SO_REUSEPORT, no duplicate rule; when it leaves, the first
 		// agent still serves, so it must not tear anything down.
-		second := e.node.Start(t, "agent 2", nodednsBin, e.agentArgs()...)
-		time.Sleep(2 * syncEvery)
+		sock := filepath.Join(t.TempDir(), "agent2.sock")
+		second := e.node.Start(t, "agent 2", nodednsBin, e.agentArgs("--admin-socket", sock)...)
+		// Two reconcile passes of the second agent after its start:
+		// a duplicate it would add is there by then.
+		waitPasses(t, second, sock, 2)
 		if second.Exited() {
 			t.Fatalf("second agent exited: %v", second.err)
 		}
@@ -732,9 +812,10 @@ func testInterceptAgent(t *testing.T, backend string) {
 		if err := e.checkRulesOnce(); err != nil {
 			t.Errorf("after SIGKILL: %v", err)
 		}
-		third := e.node.Start(t, "agent 3", nodednsBin, e.agentArgs()...)
+		sock := filepath.Join(t.TempDir(), "agent3.sock")
+		third := e.node.Start(t, "agent 3", nodednsBin, e.agentArgs("--admin-socket", sock)...)
 		e.waitServing(t, third)
-		time.Sleep(syncEvery + syncEvery/2) // a sync pass too
+		waitPasses(t, third, sock, 2) // sync passes too
 		if err := e.checkRulesOnce(); err != nil {
 			t.Error(err)
 		}

@@ -235,16 +235,25 @@ func TestForeignDNSServer(t *testing.T) {
 		})
 		b := e.startRolloutAgent(t, dir, 1)
 		e.waitServing(t, b.p)
-		// Serving, but never ready while CoreDNS shares the address.
-		deadline := time.Now().Add(3 * syncEvery)
-		for time.Now().Before(deadline) {
+		// Serving, but never ready while CoreDNS shares the address: for
+		// three sync intervals after /ready first says why (a window in
+		// which /ready never answered would check nothing).
+		var seenSince time.Time
+		giveUp := time.Now().Add(15 * time.Second)
+		for seenSince.IsZero() || time.Since(seenSince) < 3*syncEvery {
 			if err := b.ready(); err == nil {
 				t.Fatal("ready while a NodeLocal DNSCache shares the address")
 			} else if strings.Contains(err.Error(), "no such file") || strings.Contains(err.Error(), "connection refused") {
+				if time.Now().After(giveUp) {
+					t.Fatalf("the agent's admin socket never answered: %v", err)
+				}
 				time.Sleep(50 * time.Millisecond) // admin socket not up yet
 				continue
 			} else if !strings.Contains(err.Error(), "foreign DNS servers") {
 				t.Fatalf("not ready for another reason: %v", err)
+			}
+			if seenSince.IsZero() {
+				seenSince = time.Now()
 			}
 			time.Sleep(100 * time.Millisecond)
 		}

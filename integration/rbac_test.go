@@ -13,11 +13,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +33,21 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/cluster/k8s"
 )
+
+// refusedPods counts the answers 403 Forbidden to the index's requests
+// for pods, as its client receives them.
+type refusedPods struct {
+	rt http.RoundTripper
+	n  *atomic.Int64
+}
+
+func (r refusedPods) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.rt.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusForbidden && strings.HasSuffix(req.URL.Path, "/pods") {
+		r.n.Add(1)
+	}
+	return resp, err
+}
 
 // manifestRole returns the rules of the manifest's ClusterRole.
 func manifestRole(t *testing.T) []rbacv1.PolicyRule {
@@ -159,6 +176,8 @@ func TestRBACPodModes(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				var refused atomic.Int64
+				rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return refusedPods{rt: rt, n: &refused} })
 				client, err := kubernetes.NewForConfig(rc)
 				if err != nil {
 					t.Fatal(err)
@@ -183,12 +202,26 @@ func TestRBACPodModes(t *testing.T) {
 					}
 				}()
 				if role == "no-pods" && mode == k8s.PodsVerified {
-					time.Sleep(3 * time.Second)
+					// The refused list is logged once it is known; a look
+					// of the sync waiter made after that, with every other
+					// informer synced, has weighed it: only then does "not
+					// synced" say that the missing grant keeps the zone
+					// from syncing.
+					eventually(t, 30*time.Second, "the error naming the missing grant", func() error {
+						if !strings.Contains(logs.String(), "pods verified needs list and watch on pods") {
+							return fmt.Errorf("not logged")
+						}
+						return nil
+					})
+					p0 := ix.Stats().SyncPasses
+					eventually(t, 30*time.Second, "a sync look with only the pods pending", func() error {
+						if st := ix.Stats(); !st.Synced && (st.SyncPasses < p0+2 || st.SyncPending != 1) {
+							return fmt.Errorf("%d looks since the error, %d informers pending", st.SyncPasses-p0, st.SyncPending)
+						}
+						return nil
+					})
 					if ix.Synced() {
 						t.Fatal("verified mode synced without leave to list pods")
-					}
-					if !strings.Contains(logs.String(), "pods verified needs list and watch on pods") {
-						t.Errorf("no error naming the missing grant")
 					}
 					return
 				}
@@ -211,6 +244,24 @@ func TestRBACPodModes(t *testing.T) {
 						return nil
 					})
 				case "no-pods":
+					// The refusal is known (and may sync the zone) a
+					// moment before it is logged; once logged, two more
+					// refused lists of pods (the client's count) show
+					// it is said once, not per retry, and that the pods
+					// stay unknown because they cannot be listed.
+					eventually(t, 30*time.Second, "the refused pods list logged", func() error {
+						if !strings.Contains(logs.String(), "listing this node's pods is forbidden") {
+							return fmt.Errorf("not logged")
+						}
+						return nil
+					})
+					r0 := refused.Load()
+					eventually(t, 60*time.Second, "two more refused pods lists", func() error {
+						if n := refused.Load() - r0; n < 2 {
+							return fmt.Errorf("%d refused since the log line", n)
+						}
+						return nil
+					})
 					if got, ok := ix.PodNamespace(ip); ok {
 						t.Errorf("PodNamespace = %q without leave to list pods", got)
 					}

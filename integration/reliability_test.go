@@ -53,6 +53,8 @@ type apiProxy struct {
 	cut    bool
 	conns  map[net.Conn]bool
 	wg     sync.WaitGroup
+	// refused counts connections closed at once while cut.
+	refused atomic.Int64
 }
 
 func startAPIProxy(t *testing.T, target string) *apiProxy {
@@ -83,6 +85,7 @@ func (p *apiProxy) accept() {
 		if p.cut {
 			p.mu.Unlock()
 			c.Close()
+			p.refused.Add(1)
 			continue
 		}
 		up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
@@ -303,7 +306,16 @@ func TestAPIServerOutage(t *testing.T) {
 	if err := cp.Client.CoreV1().Services(ns).Delete(context.Background(), "doomed", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Second)
+	refused := proxy.refused.Load()
+	time.Sleep(5 * time.Second) // the partition lasts; answers are checked throughout
+	// The agent has tried to reach the API since the changes were made,
+	// and was refused: it is cut off, not merely slow to see them.
+	eventually(t, 30*time.Second, "the agent's reconnection refused by the cut proxy", func() error {
+		if n := proxy.refused.Load() - refused; n < 1 {
+			return fmt.Errorf("%d connections refused since the changes", n)
+		}
+		return nil
+	})
 	close(stop)
 	if r := <-done; r.err != nil {
 		t.Fatalf("while cut off from the API (check %d): %v", r.n, r.err)

@@ -753,8 +753,8 @@ func TestRolloutSIGKILL(t *testing.T) {
 		}
 		t.Logf("round %d: answering %v after the restart", round, first.Round(time.Millisecond))
 		eventually(t, 10*time.Second, "restarted agent ready", a.ready)
-		// A sync pass too: still one copy of each rule.
-		time.Sleep(syncEvery + syncEvery/2)
+		// Sync passes too: still one copy of each rule.
+		waitPasses(t, a.p, a.socket, 2)
 		e.checkRuleCopies(t)
 		if err := e.checkLink(t); err != nil {
 			t.Error(err)

@@ -285,40 +285,46 @@ pcaption() {
     pod-hit) echo "the same 1000 external names asked directly from the pod, A and AAAA: plain cache hits" ;;
   esac
 }
-declare -A pbest_q wl_q wl_cpu
+declare -A pqpl fmt_q fmt_cpu fmt_p99
 for wl in $pwork; do
   # Warm: twice through the file (a walker builds its shortcut on the
-  # second query of a name).
+  # second query of a name), with the pod's counters zeroed: the queries
+  # per lookup are counted on the wire, as the glibc rows' are, over the
+  # 2 x lookups of the two passes.
   for s in $pservers; do
+    ip netns exec "$pod_ns" iptables -w -Z OUTPUT
     "${run_in[@]}" dnsperf -s "${paddr[$s]}" -p 53 -d "$(podfile "$wl" "$s")" -n 2 -q 100 >/dev/null 2>&1
+    read -r udp _ <<<"$(pod_counts "$s")"
+    ((udp > 0)) || { echo "bench: no query from the pod to $s counted on the wire (iptables OUTPUT counters)" >&2; exit 1; }
+    pqpl[$s]=$(awk -v q="$udp" -v l="${lookups[$wl]}" 'BEGIN { printf "%.2f", q / (2 * l) }')
+    echo "  $wl $s: $udp queries on the wire for 2 x ${lookups[$wl]} lookups: ${pqpl[$s]} per lookup" >&2
   done
-  for s in $pservers; do sum_q[$s]=0; n_q[$s]=0; done
+  for s in $pservers; do
+    for k in qps lps p50 p99 cpu cpul rss; do acc[$s.$k]=""; done
+    acc[$s.lost]=0
+  done
   for r in $(seq 1 "$rounds"); do
     for s in $pservers; do
-      q=$(maxqps "${paddr[$s]}" 53 "$(podfile "$wl" "$s")"); sum_q[$s]=$((sum_q[$s] + ${q:-0})); n_q[$s]=$((n_q[$s] + 1))
-      echo "  $wl round $r $s: $q qps" >&2
+      q=$(maxqps "${paddr[$s]}" 53 "$(podfile "$wl" "$s")")
+      read -r p50 p99 cpu lost <<<"$(fixed "${ppid[$s]}" "${paddr[$s]}" 53 "$(podfile "$wl" "$s")")"
+      acc[$s.qps]+=" ${q:-0}" acc[$s.p50]+=" $p50" acc[$s.p99]+=" $p99" acc[$s.cpu]+=" $cpu"
+      acc[$s.lps]+=" $(awk -v q="${q:-0}" -v p="${pqpl[$s]}" 'BEGIN { printf "%d", q / p }')"
+      acc[$s.cpul]+=" $(awk -v c="$cpu" -v p="${pqpl[$s]}" 'BEGIN { printf "%.1f", c * p }')"
+      acc[$s.rss]+=" $(mib "$(rss_kb "${ppid[$s]}")")" acc[$s.lost]=$((acc[$s.lost] + ${lost:-0}))
+      echo "  $wl round $r $s: $q qps; at $qps QPS: p50 $p50 µs, p99 $p99 µs, $cpu CPU µs/query" >&2
     done
   done
-  for s in $pservers; do res_fixed[$s]=$(fixed "${ppid[$s]}" "${paddr[$s]}" 53 "$(podfile "$wl" "$s")"); done
   best=0
-  for s in $pservers; do
-    qpl=$(awk -v q="$(wc -l <"$(podfile "$wl" "$s")")" -v l="${lookups[$wl]}" 'BEGIN { printf "%.2f", q / l }')
-    pbest_q[$s]=$((sum_q[$s] / n_q[$s]))
-    lps=$(awk -v q="${pbest_q[$s]}" -v p="$qpl" 'BEGIN { printf "%d", q / p }')
-    ((lps > best)) && best=$lps
-  done
-  table+=$'\n'"workload: $wl (from the pod's network namespace: $(pcaption "$wl"); cache warm; max QPS = mean of $rounds unthrottled ${secs}s runs, A B A B; latency/CPU at $qps QPS; queries/lookup: what the client sends to this server per lookup, A and AAAA${cpu_limit:+; every server limited to $cpu_limit CPU}${churn_rate:+; $churn_rate Services/s created and deleted meanwhile})"$'\n'
+  for s in $pservers; do m=$(mean "${acc[$s.lps]}"); ((m > best)) && best=$m; done
+  table+=$'\n'"workload: $wl (from the pod's network namespace: $(pcaption "$wl"); cache warm; $rounds_note; queries/lookup: what the client sent this server per lookup, A and AAAA, counted on the wire over two passes of the file${cpu_limit:+; every server limited to $cpu_limit CPU}${churn_rate:+; $churn_rate Services/s created and deleted meanwhile})"$'\n'
   table+="| server | queries/lookup | max QPS | lookups/s | vs best | p50 µs | p99 µs | CPU µs/query | CPU µs/lookup | lost | RSS MiB | GOMAXPROCS |"$'\n'
   table+="|---|---|---|---|---|---|---|---|---|---|---|---|"$'\n'
   for s in $pservers; do
-    read -r p50 p99 cpu lost <<<"${res_fixed[$s]}"
-    wl_q[$wl.$s]=${pbest_q[$s]} wl_cpu[$wl.$s]=$cpu
-    qpl=$(awk -v q="$(wc -l <"$(podfile "$wl" "$s")")" -v l="${lookups[$wl]}" 'BEGIN { printf "%.2f", q / l }')
-    lps=$(awk -v q="${pbest_q[$s]}" -v p="$qpl" 'BEGIN { printf "%d", q / p }')
-    table+=$(printf "| %s | %s | %d | %d | %.2f | %s | %s | %s | %.1f | %s | %.1f | %s |" "$s" "$qpl" "${pbest_q[$s]}" "$lps" \
-      "$(awk -v a="$lps" -v b="$best" 'BEGIN{print (b ? a / b : 0)}')" "$p50" "$p99" "$cpu" \
-      "$(awk -v c="$cpu" -v p="$qpl" 'BEGIN{print c * p}')" "$lost" "$(awk -v k="$(rss_kb "${ppid[$s]}")" 'BEGIN{print k / 1024}')" \
-      "${gmp[$s]:--}")$'\n'
+    fmt_q[$wl.$s]=$(spread %d "${acc[$s.qps]}") fmt_cpu[$wl.$s]=$(spread %.1f "${acc[$s.cpu]}") fmt_p99[$wl.$s]=$(spread %d "${acc[$s.p99]}")
+    table+=$(printf "| %s | %s | %s | %s | %.2f | %s | %s | %s | %s | %s | %s | %s |" "$s" "${pqpl[$s]}" "${fmt_q[$wl.$s]}" \
+      "$(spread %d "${acc[$s.lps]}")" "$(awk -v a="$(mean "${acc[$s.lps]}")" -v b="$best" 'BEGIN{print (b ? a / b : 0)}')" \
+      "$(spread %d "${acc[$s.p50]}")" "${fmt_p99[$wl.$s]}" "${fmt_cpu[$wl.$s]}" "$(spread %.1f "${acc[$s.cpul]}")" \
+      "${acc[$s.lost]}" "$(spread %.1f "${acc[$s.rss]}")" "${gmp[$s]:--}")$'\n'
   done
 done
 
@@ -351,6 +357,9 @@ fi
 
 # --- glibc ------------------------------------------------------------------
 
+# gfmt_*: the glibc figures as printed, for the GOMAXPROCS table.
+declare -A gacc gfmt_lps gfmt_cpu
+
 if has "$pwork" pod; then
   if ! command -v cc >/dev/null; then
     echo "bench: installing a C compiler for the glibc lookup loop" >&2
@@ -359,34 +368,69 @@ if has "$pwork" pod; then
   cc -O2 -pthread -o "$work/gailoop" scripts/gailoop.c
   gtable="| server | lookups/s | vs best | p50 µs/lookup | p99 µs/lookup | queries/lookup | round trips/lookup | TCP conns | failed | server CPU µs/lookup |"$'\n'
   gtable+="|---|---|---|---|---|---|---|---|---|---|"$'\n'
-  declare -A gres
-  gbest=0
+  # Warm each server (a walker's shortcuts) once, then the rounds, the
+  # servers taking turns, each measured with the counters zeroed.
   for s in $pservers; do
     pod_resolv "$s"
-    # Warm (a walker's shortcuts), then measure with the counters zeroed.
     "${run_in[@]}" "$work/gailoop" "$gai_threads" 3 "$work/glibc.txt" >/dev/null
-    ip netns exec "$pod_ns" iptables -w -Z OUTPUT
-    before=$(cpu_ticks "${ppid[$s]}")
-    line=$("${run_in[@]}" "$work/gailoop" "$gai_threads" "$secs" "$work/glibc.txt")
-    after=$(cpu_ticks "${ppid[$s]}")
-    read -r udp tcp <<<"$(pod_counts "$s")"
-    echo "  glibc $s: $line; $udp UDP queries, $tcp TCP connections" >&2
-    gres[$s]=$(awk -v u="$udp" -v t="$tcp" -v cpu=$((after - before)) -v tck="$tck" '{
-      for (i = 1; i < NF; i += 2) v[$i] = $(i + 1)
-      n = v["lookups"]
-      printf "%d %d %d %.2f %d %d %.1f", v["lookups_per_s"], v["p50_us"], v["p99_us"], (n ? u / n : 0), t, v["failed"], (n ? cpu / tck * 1e6 / n : 0)
-    }' <<<"$line")
-    read -r lps _ _ _ _ gfailed _ <<<"${gres[$s]}"
-    note_lost "glibc lookups (failed) $s" "$gfailed"
-    ((lps > gbest)) && gbest=$lps
+    for k in lps p50 p99 qpl rt cpu; do gacc[$s.$k]=""; done
+    gacc[$s.tcp]=0 gacc[$s.failed]=0
   done
+  for r in $(seq 1 "$rounds"); do
+    for s in $pservers; do
+      pod_resolv "$s"
+      ip netns exec "$pod_ns" iptables -w -Z OUTPUT
+      before=$(cpu_ticks "${ppid[$s]}")
+      line=$("${run_in[@]}" "$work/gailoop" "$gai_threads" "$secs" "$work/glibc.txt")
+      after=$(cpu_ticks "${ppid[$s]}")
+      read -r udp tcp <<<"$(pod_counts "$s")"
+      echo "  glibc round $r $s: $line; $udp UDP queries, $tcp TCP connections" >&2
+      read -r lps p50 p99 qpl tcp failed cpu <<<"$(awk -v u="$udp" -v t="$tcp" -v cpu=$((after - before)) -v tck="$tck" '{
+        for (i = 1; i < NF; i += 2) v[$i] = $(i + 1)
+        n = v["lookups"]
+        printf "%d %d %d %.2f %d %d %.1f", v["lookups_per_s"], v["p50_us"], v["p99_us"], (n ? u / n : 0), t, v["failed"], (n ? cpu / tck * 1e6 / n : 0)
+      }' <<<"$line")"
+      note_lost "glibc lookups (failed) $s round $r" "$failed"
+      # glibc sends A and AAAA of a step together: a round trip is two queries.
+      gacc[$s.lps]+=" $lps" gacc[$s.p50]+=" $p50" gacc[$s.p99]+=" $p99" gacc[$s.qpl]+=" $qpl" gacc[$s.cpu]+=" $cpu"
+      gacc[$s.rt]+=" $(awk -v q="$qpl" 'BEGIN { printf "%.2f", q / 2 }')"
+      gacc[$s.tcp]=$((gacc[$s.tcp] + tcp)) gacc[$s.failed]=$((gacc[$s.failed] + failed))
+    done
+  done
+  gbest=0
+  for s in $pservers; do m=$(mean "${gacc[$s.lps]}"); ((m > gbest)) && gbest=$m; done
   for s in $pservers; do
-    read -r lps p50 p99 qpl tcp failed cpu <<<"${gres[$s]}"
-    # glibc sends A and AAAA of a step together: a round trip is two queries.
-    gtable+=$(printf "| %s | %d | %.2f | %s | %s | %s | %.2f | %s | %s | %s |" "$s" "$lps" \
-      "$(awk -v a="$lps" -v b="$gbest" 'BEGIN{print (b ? a / b : 0)}')" "$p50" "$p99" "$qpl" "$(awk -v q="$qpl" 'BEGIN{print q / 2}')" "$tcp" "$failed" "$cpu")$'\n'
+    gfmt_lps[$s]=$(spread %d "${gacc[$s.lps]}") gfmt_cpu[$s]=$(spread %.1f "${gacc[$s.cpu]}")
+    gtable+=$(printf "| %s | %s | %.2f | %s | %s | %s | %s | %s | %s | %s |" "$s" "${gfmt_lps[$s]}" \
+      "$(awk -v a="$(mean "${gacc[$s.lps]}")" -v b="$gbest" 'BEGIN{print (b ? a / b : 0)}')" \
+      "$(spread %d "${gacc[$s.p50]}")" "$(spread %d "${gacc[$s.p99]}")" "$(spread %.2f "${gacc[$s.qpl]}")" \
+      "$(spread %.2f "${gacc[$s.rt]}")" "${gacc[$s.tcp]}" "${gacc[$s.failed]}" "${gfmt_cpu[$s]}")$'\n'
   done
-  table+=$'\n'"glibc: getaddrinfo (AF_UNSPEC, AI_ADDRCONFIG: A and AAAA) in a loop from $gai_threads threads inside the pod's namespace for ${secs}s over the ${lookups[pod]} names as the pod writes them (resolv.conf: search $pod_search; ndots:5), warmed 3 s; queries/lookup counted on the wire; glibc sends a step's A and AAAA together, so round trips/lookup are half of them; CPU of the server process only"$'\n'"$gtable"
+  table+=$'\n'"glibc: getaddrinfo (AF_UNSPEC, AI_ADDRCONFIG: A and AAAA) in a loop from $gai_threads threads inside the pod's namespace for ${secs}s over the ${lookups[pod]} names as the pod writes them (resolv.conf: search $pod_search; ndots:5), warmed 3 s; mean of $rounds rounds (min–max), the servers taking turns; queries/lookup counted on the wire; glibc sends a step's A and AAAA together, so round trips/lookup are half of them; TCP connections and failed lookups summed over the rounds; CPU of the server process only"$'\n'"$gtable"
+fi
+
+# --- GOMAXPROCS (-G) ----------------------------------------------------------
+
+# nodedns with its default Ps and with each -G value, side by side: the
+# pod workload's dnsperf figures (another pod workload's when pod was not
+# asked for) and the glibc figures. One table per run; the run is named
+# after the conditions (-S, -C), so that the tables of several runs read
+# as one.
+if [[ -n $gmp_variants ]]; then
+  gwl=pod
+  has "$pwork" pod || gwl=${pwork%% *}
+  run=plain
+  [[ -n $churn_rate ]] && run="storm (-S $churn_rate)"
+  [[ -n $cpu_limit ]] && run="${churn_rate:+$run, }$cpu_limit-CPU limit (-C $cpu_limit)"
+  table+=$'\n'"GOMAXPROCS: nodedns with its default Ps and with --gomaxprocs $gmp_variants; max QPS, CPU µs/query and p99 from dnsperf on the $gwl workload (unthrottled; at $qps QPS), glibc from $gai_threads threads of getaddrinfo$(has "$pwork" pod || echo " (not run: the glibc loop runs with the pod workload)"); mean of $rounds rounds (min–max); Ps as each agent's go_sched_gomaxprocs_threads reports them"$'\n'
+  table+="| run | Ps | max QPS | CPU µs/query | p99 µs | glibc lookups/s | glibc CPU µs/lookup |"$'\n'"|---|---|---|---|---|---|---|"$'\n'
+  for s in nodedns $(for g in $gmp_variants; do echo "nodedns-g$g"; done); do
+    has "$pservers" "$s" || continue
+    ps=${gmp[$s]:--}
+    [[ $s == nodedns ]] && ps+=" (default)"
+    table+=$(printf "| %s | %s | %s | %s | %s | %s | %s |" "$run" "$ps" "${fmt_q[$gwl.$s]:--}" "${fmt_cpu[$gwl.$s]:--}" \
+      "${fmt_p99[$gwl.$s]:--}" "${gfmt_lps[$s]:--}" "${gfmt_cpu[$s]:--}")$'\n'
+  done
 fi
 
 if [[ -n $churn_pid ]]; then

@@ -9,11 +9,22 @@
 # host's, and it adds no link, rule or port to the host's namespace.
 #
 #   scripts/bench.sh [-l SECONDS] [-r ROUNDS] [-Q QPS] [-o FILE] [-s SERVERS]
-#                    [-w WORKLOADS] [-n SERVICES] [-c] [-z] [-T THREADS]
+#                    [-w WORKLOADS] [-n SERVICES] [-c] [-z] [-D] [-T THREADS]
 #                    [-G 'GOMAXPROCS...'] [-C CPUS] [-S RATE]
 #
-#   -s  servers, any of: nodedns unbound dnsmasq nodedns-poller coredns
-#       node-cache (default "nodedns unbound dnsmasq")
+#   -r  rounds (default 3): every figure is measured once per round, the
+#       servers taking turns (A B A B), and printed as the mean with its
+#       spread, "mean (min–max)"
+#   -s  servers, any of: nodedns unbound dnsmasq nodedns-poller nodedns-1r
+#       coredns node-cache (default "nodedns unbound dnsmasq"). nodedns-1r
+#       is nodedns with one UDP reader (--udp-sockets 1, checked on its
+#       /metrics): on the hit workload its max QPS is the figure "QPS per
+#       reader", printed below the tables
+#   -D  run on a dirty tree. Without it the run refuses to start when the
+#       tree has changes to tracked files or untracked files outside the
+#       ignored paths (git status; the -o FILE itself aside, which a
+#       session's runs append to in turn): a figure belongs to a commit.
+#       With it, the header written by -o says "dirty" after the commit
 #   -w  workloads, any of: hit nx cluster pod pod-shortcut pod-hit
 #       (default "hit nx cluster pod")
 #   -n  Services created for the cluster and pod workloads (default 1000)
@@ -32,7 +43,9 @@
 #       whatever the workload; nodedns: none)
 #   -T  client threads of the glibc lookup loop (pod workload; default 4)
 #   -G  pod workloads: also run nodedns with each of these --gomaxprocs
-#       values (servers nodedns-gN), for the GOMAXPROCS comparison
+#       values (servers nodedns-gN), for the GOMAXPROCS comparison: a
+#       table of its own (run, Ps, max QPS, CPU µs/query, p99, glibc
+#       lookups/s and CPU µs/lookup), the run named after -S and -C
 #   -C  pod workloads: run every pod server in a CPU cgroup of its own
 #       limited to CPUS cores (cgroup v1 cpu.cfs_quota_us or v2 cpu.max),
 #       as a container CPU limit does
@@ -89,7 +102,10 @@
 #            in a loop from -T threads inside the pod namespace, over the
 #            same names as the pod would write them (host7.example.test,
 #            svc-3, svc-600.bench-3), with an iptables counter on the wire
-#            for the queries each lookup took.
+#            for the queries each lookup took. The dnsperf rows' queries
+#            per lookup are counted on the wire too, with the same
+#            counters: the queries the pod sent to the server while dnsperf
+#            went twice through its file (the warm-up), over the lookups.
 #   pod-shortcut  the external names' first expansions only, from the pod:
 #            every answer a search-path shortcut (node-cache and
 #            nodedns-noautopath get the client's whole walk for them).
@@ -99,22 +115,24 @@
 # For each workload and each server, in rounds A B A B: maximum QPS (dnsperf
 # unthrottled), then a fixed-rate run at -Q qps (default 20000) for p50/p99
 # latency and the server's CPU per query (utime+stime from /proc over the
-# queries answered), and its RSS. Prints one table per workload and, with
-# -o, appends them to FILE with the machine's description and versions.
+# queries answered), and its RSS. Prints one table per workload, every
+# figure the mean of the rounds with its spread (min–max), and, with -o,
+# appends them to FILE with the machine's description, versions, the
+# commit and whether the tree was dirty (-D).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-secs=10 rounds=2 qps=20000 out="" servers="nodedns unbound dnsmasq" workloads="hit nx cluster pod" nsvc=1000 with_coredns=0 zero_loss=0
-gai_threads=4 gmp_variants="" cpu_limit="" churn_rate=""
+secs=10 rounds=3 qps=20000 out="" servers="nodedns unbound dnsmasq" workloads="hit nx cluster pod" nsvc=1000 with_coredns=0 zero_loss=0
+gai_threads=4 gmp_variants="" cpu_limit="" churn_rate="" allow_dirty=0
 usage() {
-  echo "usage: $0 [-l secs] [-r rounds] [-Q qps] [-o file] [-s 'nodedns unbound dnsmasq nodedns-poller coredns node-cache']" \
-    "[-w 'hit nx cluster pod pod-shortcut pod-hit'] [-n services] [-c] [-z] [-T threads] [-G 'gomaxprocs...'] [-C cpus] [-S rate]" >&2
+  echo "usage: $0 [-l secs] [-r rounds] [-Q qps] [-o file] [-s 'nodedns unbound dnsmasq nodedns-poller nodedns-1r coredns node-cache']" \
+    "[-w 'hit nx cluster pod pod-shortcut pod-hit'] [-n services] [-c] [-z] [-D] [-T threads] [-G 'gomaxprocs...'] [-C cpus] [-S rate]" >&2
   exit 2
 }
-while getopts "l:r:Q:o:s:w:n:czT:G:C:S:" opt; do
+while getopts "l:r:Q:o:s:w:n:czDT:G:C:S:" opt; do
   case $opt in
     l) secs=$OPTARG ;; r) rounds=$OPTARG ;; Q) qps=$OPTARG ;; o) out=$OPTARG ;; s) servers=$OPTARG ;;
-    w) workloads=$OPTARG ;; n) nsvc=$OPTARG ;; c) with_coredns=1 ;; z) zero_loss=1 ;;
+    w) workloads=$OPTARG ;; n) nsvc=$OPTARG ;; c) with_coredns=1 ;; z) zero_loss=1 ;; D) allow_dirty=1 ;;
     T) gai_threads=$OPTARG ;; G) gmp_variants=$OPTARG ;; C) cpu_limit=$OPTARG ;; S) churn_rate=$OPTARG ;;
     *) usage ;;
   esac
@@ -126,7 +144,7 @@ for g in $gmp_variants; do [[ $g =~ ^[0-9]+$ ]] && ((g > 0 && g <= 64)) || { ech
 [[ -z $cpu_limit || $cpu_limit =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "bench: -C $cpu_limit: want a number of cores" >&2; usage; }
 [[ -z $churn_rate || $churn_rate =~ ^[0-9]+$ ]] || { echo "bench: -S $churn_rate: want Services per second" >&2; usage; }
 for s in $servers; do
-  case $s in nodedns | unbound | dnsmasq | nodedns-poller | coredns | node-cache) ;; *) echo "bench: unknown server $s" >&2; usage ;; esac
+  case $s in nodedns | unbound | dnsmasq | nodedns-poller | nodedns-1r | coredns | node-cache) ;; *) echo "bench: unknown server $s" >&2; usage ;; esac
 done
 for w in $workloads; do
   case $w in hit | nx | cluster | pod | pod-shortcut | pod-hit) ;; *) echo "bench: unknown workload $w" >&2; usage ;; esac
@@ -152,6 +170,31 @@ if ((podwl)) && [[ -z $pservers ]]; then echo "bench: the pod workloads need nod
 if [[ -z $lwork ]]; then lservers=""; fi
 lcluster=0
 has "$lwork" cluster && lcluster=1
+
+# The tree the figures belong to: a commit, clean unless -D. Judged once,
+# before the run re-enters itself in its network namespace, and handed on.
+if [[ -z ${NODEDNS_BENCH_NETNS:-} ]]; then
+  commit=$(git -c safe.directory="$PWD" rev-parse --short HEAD 2>&1) || { echo "bench: no commit to name the figures by (git rev-parse: $commit)" >&2; exit 1; }
+  # safe.directory: run as root on a checkout owned by someone else.
+  status=$(git -c safe.directory="$PWD" status --porcelain 2>&1) || { echo "bench: git status failed: $status" >&2; exit 1; }
+  # The file -o appends to does not count: the runs of one session append
+  # to bench/RESULTS.md one after the other.
+  if [[ -n $out ]]; then
+    out_rel=$(realpath -m --relative-to=. "$out")
+    status=$(awk -v f="$out_rel" 'substr($0, 4) != f' <<<"$status")
+  fi
+  tree=clean
+  if [[ -n $status ]]; then
+    if ((!allow_dirty)); then
+      echo "bench: the tree has uncommitted changes or untracked files, so the figures would belong to no commit; commit them, or run with -D (the header then says dirty):" >&2
+      head -n 20 <<<"$status" | sed 's/^/  /' >&2
+      exit 1
+    fi
+    tree=dirty
+    echo "bench: -D: running on a dirty tree ($(wc -l <<<"$status") paths changed); the header says dirty" >&2
+  fi
+  export NODEDNS_BENCH_COMMIT=$commit NODEDNS_BENCH_TREE=$tree
+fi
 
 scripts/deps.sh
 
@@ -249,7 +292,7 @@ fi
 UP=127.0.0.1:5300
 # central: the nodedns instance unbound and dnsmasq forward cluster names to.
 declare -A addr=([nodedns]=127.0.0.2 [unbound]=127.0.0.3 [dnsmasq]=127.0.0.4 [nodedns-poller]=127.0.0.5
-  [coredns]=127.0.0.6 [central]=127.0.0.9)
+  [coredns]=127.0.0.6 [nodedns-1r]=127.0.0.7 [central]=127.0.0.9)
 declare -A pid
 PORT=5353
 
@@ -435,6 +478,13 @@ start_nodedns-poller() {
   "$work/nodedns" serve --listen "${addr[nodedns-poller]}:$PORT" --upstream $UP --admin "" --udp-readers poller \
     --cache-size 100000 --loop-check=false --lameduck 0s --log-level warn "${kube_args[@]}" >"$work/nodedns-poller.log" 2>&1 &
   pid[nodedns-poller]=$!; pids+=($!)
+}
+# nodedns-1r: the same agent with one UDP reader, named explicitly (the
+# default may change), for the figure "QPS per reader".
+start_nodedns-1r() {
+  "$work/nodedns" serve --listen "${addr[nodedns-1r]}:$PORT" --upstream $UP --admin 127.0.0.1:9298 --udp-sockets 1 \
+    --cache-size 100000 --loop-check=false --lameduck 0s --log-level warn "${kube_args[@]}" >"$work/nodedns-1r.log" 2>&1 &
+  pid[nodedns-1r]=$!; pids+=($!)
 }
 # central: stands in for the cluster's central DNS that unbound and dnsmasq
 # forward cluster names to; not measured.
@@ -646,33 +696,64 @@ caption() {
   esac
 }
 
-declare -A best_q sum_q n_q res_fixed
-table=""
+# Figures over rounds: each is kept as the list of its values, one per
+# round ("v1 v2 v3"), and printed as the mean with the spread beside it.
+# mean LIST -> the mean, as an integer.
+mean() { awk -v l="$1" 'BEGIN { n = split(l, v, " "); for (i = 1; i <= n; i++) s += v[i]; printf "%d\n", (n ? s / n : 0) }'; }
+# spread FMT LIST -> "MEAN (MIN–MAX)", each with the printf format FMT; the
+# value alone for one round, "-" for none.
+spread() {
+  awk -v f="$1" -v l="$2" 'BEGIN {
+    n = split(l, v, " ")
+    if (n == 0) { print "-"; exit }
+    lo = hi = v[1] + 0
+    for (i = 1; i <= n; i++) { x = v[i] + 0; s += x; if (x < lo) lo = x; if (x > hi) hi = x }
+    m = sprintf(f, s / n)
+    if (n == 1) print m
+    else printf "%s (%s–%s)\n", m, sprintf(f, lo), sprintf(f, hi)
+  }'
+}
+# mib KB -> MiB, one decimal.
+mib() { awk -v k="${1:-0}" 'BEGIN { printf "%.1f\n", k / 1024 }'; }
+rounds_note="every figure the mean of $rounds rounds (min–max), the servers taking turns: max QPS unthrottled for ${secs}s, then latency/CPU at $qps QPS for ${secs}s; RSS after each round"
+
+declare -A acc
+table="" per_reader=""
 for wl in $lwork; do
   file="$work/$wl.txt"
   # Warm every cache with the whole file.
   for s in $lservers; do dnsperf -s "${addr[$s]}" -p $PORT -d "$file" -n 1 -q 100 >/dev/null 2>&1; done
-  for s in $lservers; do sum_q[$s]=0; n_q[$s]=0; done
+  for s in $lservers; do
+    for k in qps p50 p99 cpu rss; do acc[$s.$k]=""; done
+    acc[$s.lost]=0
+  done
   for r in $(seq 1 "$rounds"); do
     for s in $lservers; do
-      q=$(maxqps "${addr[$s]}" $PORT "$file"); sum_q[$s]=$((sum_q[$s] + ${q:-0})); n_q[$s]=$((n_q[$s] + 1))
-      echo "  $wl round $r $s: $q qps" >&2
+      q=$(maxqps "${addr[$s]}" $PORT "$file")
+      read -r p50 p99 cpu lost <<<"$(fixed "${pid[$s]}" "${addr[$s]}" $PORT "$file")"
+      acc[$s.qps]+=" ${q:-0}" acc[$s.p50]+=" $p50" acc[$s.p99]+=" $p99" acc[$s.cpu]+=" $cpu"
+      acc[$s.rss]+=" $(mib "$(rss_kb "${pid[$s]}")")" acc[$s.lost]=$((acc[$s.lost] + ${lost:-0}))
+      echo "  $wl round $r $s: $q qps; at $qps QPS: p50 $p50 µs, p99 $p99 µs, $cpu CPU µs/query" >&2
     done
   done
-  for s in $lservers; do res_fixed[$s]=$(fixed "${pid[$s]}" "${addr[$s]}" $PORT "$file"); done
   best=0
-  for s in $lservers; do best_q[$s]=$((sum_q[$s] / n_q[$s])); ((best_q[$s] > best)) && best=${best_q[$s]}; done
-  table+=$'\n'"workload: $wl ($(wc -l <"$file") names: $(caption "$wl"); cache warm; max QPS = mean of $rounds unthrottled ${secs}s runs, A B A B; latency/CPU at $qps QPS)"$'\n'
+  for s in $lservers; do m=$(mean "${acc[$s.qps]}"); ((m > best)) && best=$m; done
+  table+=$'\n'"workload: $wl ($(wc -l <"$file") names: $(caption "$wl"); cache warm; $rounds_note)"$'\n'
   table+="| server | max QPS | vs best | p50 µs | p99 µs | CPU µs/query | lost | RSS MiB |"$'\n'
   table+="|---|---|---|---|---|---|---|---|"$'\n'
   for s in $lservers; do
-    read -r p50 p99 cpu lost <<<"${res_fixed[$s]}"
-    rss=$(rss_kb "${pid[$s]}")
-    table+=$(printf "| %s | %d | %.2f | %s | %s | %s | %s | %.1f |" "$s" "${best_q[$s]}" \
-      "$(awk -v a="${best_q[$s]}" -v b="$best" 'BEGIN{print (b ? a / b : 0)}')" "$p50" "$p99" "$cpu" "$lost" \
-      "$(awk -v k="$rss" 'BEGIN{print k / 1024}')")$'\n'
+    table+=$(printf "| %s | %s | %.2f | %s | %s | %s | %s | %s |" "$s" "$(spread %d "${acc[$s.qps]}")" \
+      "$(awk -v a="$(mean "${acc[$s.qps]}")" -v b="$best" 'BEGIN{print (b ? a / b : 0)}')" \
+      "$(spread %d "${acc[$s.p50]}")" "$(spread %d "${acc[$s.p99]}")" "$(spread %.1f "${acc[$s.cpu]}")" "${acc[$s.lost]}" \
+      "$(spread %.1f "${acc[$s.rss]}")")$'\n'
   done
+  if [[ $wl == hit ]] && has "$lservers" nodedns-1r; then
+    readers=$(curl -fsS --max-time 5 http://127.0.0.1:9298/metrics 2>/dev/null | awk '/^nodedns_server_udp_readers /{print $2}')
+    [[ $readers == 1 ]] || { echo "bench: nodedns-1r runs ${readers:-an unknown number of} UDP readers (its /metrics), want 1" >&2; exit 1; }
+    per_reader="QPS per reader: $(spread %d "${acc[nodedns-1r.qps]}") (nodedns-1r: one UDP reader, --udp-sockets 1 on one listen address, nodedns_server_udp_readers 1; max QPS on the hit workload, mean of $rounds unthrottled ${secs}s runs, min–max)."
+  fi
 done
+[[ -z $per_reader ]] || table+=$'\n'"$per_reader"$'\n'
 
 # --- Pod workloads -----------------------------------------------------------
 
@@ -707,7 +788,11 @@ fi
 if [[ -n $out ]]; then
   {
     echo
-    echo "## $(date -u +%Y-%m-%d) scripts/bench.sh -l $secs -r $rounds -Q $qps -s '$servers' -w '$workloads'$( ((cluster)) && echo " -n $nsvc")$( ((podwl)) && echo " -T $gai_threads")$([[ -n $gmp_variants ]] && echo " -G '$gmp_variants'")$([[ -n $cpu_limit ]] && echo " -C $cpu_limit")$([[ -n $churn_rate ]] && echo " -S $churn_rate") ($(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+    # Run directly in a namespace (NODEDNS_BENCH_NETNS set by hand), the
+    # tree was not checked: dirty, as far as anyone can tell.
+    tree_note=${NODEDNS_BENCH_COMMIT:-unknown}
+    [[ ${NODEDNS_BENCH_TREE:-} == clean ]] || tree_note+=", dirty"
+    echo "## $(date -u +%Y-%m-%d) scripts/bench.sh -l $secs -r $rounds -Q $qps -s '$servers' -w '$workloads'$( ((cluster)) && echo " -n $nsvc")$( ((podwl)) && echo " -T $gai_threads")$([[ -n $gmp_variants ]] && echo " -G '$gmp_variants'")$([[ -n $cpu_limit ]] && echo " -C $cpu_limit")$([[ -n $churn_rate ]] && echo " -S $churn_rate")$( ((allow_dirty)) && echo " -D") ($tree_note)"
     echo
     echo "Machine: $(nproc) cores, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr), $(awk -F: '/model name/{print $2; exit}' /proc/cpuinfo | sed 's/^ *//'); load before the run: $load_before."
     vers="dnsperf $(dnsperf -h 2>&1 | awk '/Version/{print $2}'), unbound $(unbound -V 2>/dev/null | awk '/Version/{print $2}'), dnsmasq $(dnsmasq -v | awk 'NR==1{print $3}'), $(go version | awk '{print $3}')"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of nodedns for a set time each (default 30 s):
+# Runs every fuzz target of nodedns for a set time each (default 20 s, as
+# scripts/test.sh runs them):
 #
 #   scripts/fuzz.sh [SECONDS [REGEXP]]
 #
@@ -20,12 +21,17 @@
 # them, and exits non-zero. Commit them: from then on they run as regression
 # cases with every plain `go test`. New interesting inputs that pass stay in
 # Go's fuzz cache ($GOCACHE/fuzz) and seed the next run.
+#
+# Exit status: 0 no failure; 1 findings (inputs kept, as above; targets
+# that failed without one are named too); 3 no finding, but a target failed
+# without keeping an input (it does not build, or a seed fails); 2 usage;
+# 4 fewer targets than expected.
 # The first run builds instrumented test binaries, which takes minutes for
 # pkg/cluster/k8s (client-go); later runs reuse the build cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-secs=${1:-30}
+secs=${1:-20}
 [[ $secs =~ ^[0-9]+$ ]] && ((secs > 0)) || {
   echo "usage: scripts/fuzz.sh [SECONDS [REGEXP]]" >&2
   exit 2
@@ -45,7 +51,7 @@ echo "fuzz.sh: ${#targets[@]} targets, ${secs}s each"
 if ((${#targets[@]} < min_targets)); then
   echo "fuzz.sh: found ${#targets[@]} fuzz targets, want at least ${min_targets} (NODEDNS_FUZZ_MIN_TARGETS):" >&2
   printf '  %s\n' "${targets[@]}" >&2
-  exit 1
+  exit 4
 fi
 
 # Corpus files present before the run: a finding is a file that was not.
@@ -53,7 +59,7 @@ corpus_before=$(find . -path '*/testdata/fuzz/*' -type f 2>/dev/null | sort)
 # fuzz_one PKG NAME: go test's status, not its log, says whether the target
 # failed; pipefail carries it through tail.
 fuzz_one() { go test -run '^$' -fuzz "^${2}\$" -fuzztime "${secs}s" "$1" 2>&1 | tail -n 20; }
-failed=() retried=()
+found=() broken=() retried=()
 for t in "${targets[@]}"; do
   read -r pkg name <<<"$t"
   echo "== $name ($pkg, ${secs}s)"
@@ -61,7 +67,7 @@ for t in "${targets[@]}"; do
   before=$(find "$pkg/testdata/fuzz/$name" -type f 2>/dev/null | sort || true)
   if ! fuzz_one "$pkg" "$name"; then
     if [[ $(find "$pkg/testdata/fuzz/$name" -type f 2>/dev/null | sort || true) != "$before" ]]; then
-      failed+=("$name ($pkg)")
+      found+=("$name ($pkg)")
     else
       # Failed without keeping an input. Go 1.26's fuzz coordinator can
       # report its own stop at the end of -fuzztime as a failure ("context
@@ -69,7 +75,13 @@ for t in "${targets[@]}"; do
       # on a busy machine; a failing seed or a build error fails again.
       echo "   $name failed without keeping an input: run once more (the Go 1.26 fuzztime race, golang/go#75804, looks like this)"
       retried+=("$name")
-      fuzz_one "$pkg" "$name" || failed+=("$name ($pkg)")
+      if ! fuzz_one "$pkg" "$name"; then
+        if [[ $(find "$pkg/testdata/fuzz/$name" -type f 2>/dev/null | sort || true) != "$before" ]]; then
+          found+=("$name ($pkg)")
+        else
+          broken+=("$name ($pkg)")
+        fi
+      fi
     fi
   fi
   echo "   $name: $(($(date +%s) - start))s"
@@ -84,10 +96,14 @@ if [[ -n $new ]]; then
     echo >&2
   done <<<"$new"
 fi
-if ((${#failed[@]})); then
-  echo "fuzz.sh: findings in ${failed[*]}" >&2
+if ((${#broken[@]})); then
+  echo "fuzz.sh: failed twice without keeping an input (a build error or a failing seed: go test's last lines above): ${broken[*]}" >&2
+fi
+if ((${#found[@]})); then
+  echo "fuzz.sh: findings in ${found[*]}" >&2
   exit 1
 fi
+((${#broken[@]} == 0)) || exit 3
 if [[ -n $new ]]; then
   echo "fuzz.sh: new corpus files although every target passed" >&2
   exit 1

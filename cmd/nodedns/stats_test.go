@@ -233,11 +233,19 @@ func TestStatsWatch(t *testing.T) {
 	_, addr = statsServer(t, sampleDocument())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var stdout bytes.Buffer
+	var stdout lockedBuffer
 	go func() {
 		done <- runStats(ctx, []string{"--admin", addr, "--watch", "--interval", "1h"}, &stdout, &bytes.Buffer{})
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// The first report is out: the watch now waits for its next turn,
+	// an hour away, and only the interrupt can end it.
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(stdout.String(), "Ctrl-C to stop") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no first report from the watch:\n%s", stdout.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	cancel()
 	select {
 	case err := <-done:

@@ -46,6 +46,14 @@ type Options struct {
 	// Supervisor, when set, makes this the serving process of
 	// pkg/supervisor: the sockets come from it (supervised.go).
 	Supervisor *supervisor.Client
+
+	// reloadPoll replaces defaultReloadPoll and peersRecheck
+	// defaultPeersRecheck (test knobs: tests see a change in
+	// milliseconds); zero: the default.
+	reloadPoll, peersRecheck time.Duration
+	// cacheClock is the caches' clock (cache.Config.Clock; a test knob:
+	// tests let TTLs pass without waiting); nil: the runtime's.
+	cacheClock func() time.Duration
 }
 
 // Agent holds the wired parts of an agent: Build wires them, Run runs
@@ -102,6 +110,12 @@ type Agent struct {
 	hurry <-chan struct{}
 	// sup is the supervisor's control socket; nil when unsupervised.
 	sup *supervisor.Client
+	// reloadPoll is how often the config file is read (reload.go);
+	// configPolls counts the reads done. peersRecheck: peers.go.
+	reloadPoll, peersRecheck time.Duration
+	configPolls              atomic.Uint64
+	// cacheClock: Options.cacheClock.
+	cacheClock func() time.Duration
 }
 
 // Serve is `nodedns serve` once the configuration is loaded and the
@@ -184,7 +198,14 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 		level = new(slog.LevelVar)
 	}
 	a := &Agent{cfg: cfg, args: opts.Args, version: opts.Version, revision: opts.Revision, log: log, level: level, started: time.Now(),
-		reloads: newReloadStats(), kd: newKubeDNSState(cfg.KubeDNSConfig), sup: opts.Supervisor}
+		reloads: newReloadStats(), kd: newKubeDNSState(cfg.KubeDNSConfig), sup: opts.Supervisor,
+		reloadPoll: opts.reloadPoll, peersRecheck: opts.peersRecheck, cacheClock: opts.cacheClock}
+	if a.reloadPoll <= 0 {
+		a.reloadPoll = defaultReloadPoll
+	}
+	if a.peersRecheck <= 0 {
+		a.peersRecheck = defaultPeersRecheck
+	}
 	a.live.Store(&cfg)
 	a.failures = errlog.New(log, errlog.Config{})
 	// A stack per panic, limited as the failure lines are: a query that
@@ -207,6 +228,7 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	a.fwd.Store(fwd)
 	ccfg := cacheConfig(cfg, log)
 	ccfg.Panics = a.panics
+	ccfg.Clock = a.cacheClock
 	a.cache, err = cache.New(ccfg, fwd)
 	if err != nil {
 		return nil, err

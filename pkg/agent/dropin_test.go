@@ -19,7 +19,6 @@ import (
 // TestDropInLiveReload: hosts, rewrite and loadbalance change with the
 // config file, without a restart.
 func TestDropInLiveReload(t *testing.T) {
-	reloadPoll = 50 * time.Millisecond
 	up := dnstest.Start(t, func(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(r)
@@ -38,7 +37,7 @@ func TestDropInLiveReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := Build(cfg, Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Args: args})
+	a, err := Build(cfg, Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Args: args, reloadPoll: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +106,6 @@ loadbalance: round_robin
 // TestPluginsLiveReload: local, the access list and templates change with
 // the config file, without a restart.
 func TestPluginsLiveReload(t *testing.T) {
-	reloadPoll = 50 * time.Millisecond
 	up := dnstest.Start(t, dnstest.Zone(60))
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	dir := t.TempDir()
@@ -118,7 +116,7 @@ func TestPluginsLiveReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := Build(cfg, Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Args: args, Version: "1.2.3"})
+	a, err := Build(cfg, Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Args: args, Version: "1.2.3", reloadPoll: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +177,13 @@ templates:
 
 	// A bad template changes nothing.
 	writeConfigMap(t, dir, base+"templates:\n  - {type: AAAA, match: ['(']}\n")
-	time.Sleep(300 * time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for a.reloads.failures.Load() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the bad template not rejected: %d failed reloads", a.reloads.failures.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	waitFor("www.example.com.", dns.TypeAAAA, dns.ClassINET, "NOERROR")
 	// Off again.
 	writeConfigMap(t, dir, base)

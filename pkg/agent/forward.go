@@ -74,7 +74,9 @@ func (a *Agent) wireForward(pcfg *pipeline.Config) error {
 		return err
 	}
 	a.clusterFwd = fwd
-	if a.clusterCache, err = cache.New(clusterCacheConfig(a.cfg, a.log), fwd); err != nil {
+	ccfg := clusterCacheConfig(a.cfg, a.log)
+	ccfg.Clock = a.cacheClock
+	if a.clusterCache, err = cache.New(ccfg, fwd); err != nil {
 		return fmt.Errorf("cluster zone cache: %w", err)
 	}
 	zones := a.cfg.ClusterZones()

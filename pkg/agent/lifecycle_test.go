@@ -233,7 +233,6 @@ func startForeign(t *testing.T, addr string) (stop func()) {
 // (SO_REUSEPORT) is detected at start, logged, shown in /stats and keeps
 // /ready false; once it is gone the next check turns the agent ready.
 func TestForeignServerKeepsNotReady(t *testing.T) {
-	peersRecheck = 100 * time.Millisecond
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	stopForeign := startForeign(t, addr)
 
@@ -246,7 +245,7 @@ func TestForeignServerKeepsNotReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	log, level, _ := testLogger("debug", "text", logs)
-	a, err := Build(cfg, Options{Log: log, Args: args, Level: level})
+	a, err := Build(cfg, Options{Log: log, Args: args, Level: level, peersRecheck: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

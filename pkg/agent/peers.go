@@ -14,10 +14,11 @@ import (
 	"github.com/nodedns/nodedns/pkg/observe/metrics"
 )
 
-// peersRecheck is how often the check runs again while something other
-// than nodedns shares our addresses, so that /ready turns true soon after
-// it is gone (otherwise it runs every --sync-interval).
-var peersRecheck = 5 * time.Second
+// defaultPeersRecheck is how often the check runs again while something
+// other than nodedns shares our addresses, so that /ready turns true soon
+// after it is gone (otherwise it runs every --sync-interval);
+// Options.peersRecheck replaces it in tests.
+const defaultPeersRecheck = 5 * time.Second
 
 // checkPeers looks for other processes serving our DNS addresses
 // (pkg/node/peers), keeps the report for /ready, /stats and metrics, and logs
@@ -71,13 +72,13 @@ func serversOf(r *peers.Report, k peers.Kind) []peers.Server {
 }
 
 // watchPeers repeats checkPeers every --sync-interval, and every
-// peersRecheck while something other than nodedns shares our addresses,
+// a.peersRecheck while something other than nodedns shares our addresses,
 // until ctx is done.
 func (a *Agent) watchPeers(ctx context.Context) {
 	for {
 		wait := time.Duration(a.cfg.SyncInterval)
 		if r := a.peers.Load(); r != nil && (r.Count(peers.Foreign) > 0 || r.Count(peers.Unidentified) > 0) {
-			wait = min(wait, peersRecheck)
+			wait = min(wait, a.peersRecheck)
 		}
 		select {
 		case <-ctx.Done():

@@ -21,10 +21,11 @@ import (
 // (the forwarder's default overall budget is 5s).
 const upstreamBudget = 10 * time.Second
 
-// reloadPoll is how often the config file is read for changes. Reading
-// the content (not watching inotify events) is what survives the symlink
-// swap a ConfigMap volume does on update.
-var reloadPoll = 2 * time.Second
+// defaultReloadPoll is how often the config file is read for changes
+// (Options.reloadPoll replaces it in tests). Reading the content (not
+// watching inotify events) is what survives the symlink swap a ConfigMap
+// volume does on update.
+const defaultReloadPoll = 2 * time.Second
 
 // applier puts changed settings of one apply class (the settings table,
 // pkg/config, names each setting's classes) into effect in the running
@@ -163,7 +164,7 @@ func (a *Agent) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 	// The content loaded at start: a change made since is a change. Only
 	// its digest is kept, so a large file costs no memory between polls.
 	last := a.cfg.FileSum()
-	t := time.NewTicker(reloadPoll)
+	t := time.NewTicker(a.reloadPoll)
 	defer t.Stop()
 	var lastErr string
 	for {
@@ -180,39 +181,44 @@ func (a *Agent) watchConfig(ctx context.Context, hup <-chan os.Signal) {
 			forced = true
 			a.log.Info("SIGHUP: reloading the config file", "file", a.cfg.Path())
 		}
-		// The kube-dns ConfigMap directory (kubelet updates it in place):
-		// applied under the running configuration as it changes.
-		if kd, changed := a.kd.poll(*a.running(), a.log); changed {
-			a.applyKubeDNS(*a.running(), kd)
-		}
-		if a.cfg.Path() == "" {
-			continue
-		}
-		// Read with the file's size bound (config.ReadFile): a file over
-		// it is refused without being read whole.
-		b, err := config.ReadFile(a.cfg.Path())
-		if err != nil {
-			if err.Error() != lastErr || forced {
-				if errors.Is(err, config.ErrTooLarge) {
-					a.log.Error("config reload rejected; keeping the running configuration", "file", a.cfg.Path(), "err", err)
-				} else {
-					a.log.Warn("config file unreadable; keeping the running configuration", "file", a.cfg.Path(), "err", err)
-				}
-				a.reloads.failed(err)
-				lastErr = err.Error()
+		// One pass; configPolls counts them once done (what a test waits on to
+		// know a change was weighed).
+		func() {
+			// The kube-dns ConfigMap directory (kubelet updates it in place):
+			// applied under the running configuration as it changes.
+			if kd, changed := a.kd.poll(*a.running(), a.log); changed {
+				a.applyKubeDNS(*a.running(), kd)
 			}
-			continue
-		}
-		sum := config.SumOf(b)
-		// Readable again after an error: reload even if the content is
-		// what it was, so the figures stop saying the reload failed.
-		recovered := lastErr != ""
-		lastErr = ""
-		if sum == last && !recovered && !forced {
-			continue
-		}
-		last = sum
-		a.reload()
+			if a.cfg.Path() == "" {
+				return
+			}
+			// Read with the file's size bound (config.ReadFile): a file over
+			// it is refused without being read whole.
+			b, err := config.ReadFile(a.cfg.Path())
+			if err != nil {
+				if err.Error() != lastErr || forced {
+					if errors.Is(err, config.ErrTooLarge) {
+						a.log.Error("config reload rejected; keeping the running configuration", "file", a.cfg.Path(), "err", err)
+					} else {
+						a.log.Warn("config file unreadable; keeping the running configuration", "file", a.cfg.Path(), "err", err)
+					}
+					a.reloads.failed(err)
+					lastErr = err.Error()
+				}
+				return
+			}
+			sum := config.SumOf(b)
+			// Readable again after an error: reload even if the content is
+			// what it was, so the figures stop saying the reload failed.
+			recovered := lastErr != ""
+			lastErr = ""
+			if sum == last && !recovered && !forced {
+				return
+			}
+			last = sum
+			a.reload()
+		}()
+		a.configPolls.Add(1)
 	}
 }
 

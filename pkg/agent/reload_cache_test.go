@@ -138,7 +138,6 @@ func TestReloadExchangeUnderWayNotCached(t *testing.T) {
 // upstreamNameservers and stubDomains, changed by kubelet, drop what was
 // cached from their old servers.
 func TestKubeDNSChangeDropsCachedAnswers(t *testing.T) {
-	reloadPoll = 50 * time.Millisecond
 	old := dnstest.Start(t, answerWith("192.0.2.1"))
 	fixed := dnstest.Start(t, answerWith("192.0.2.2"))
 	dir := t.TempDir()

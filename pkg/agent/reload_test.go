@@ -124,7 +124,6 @@ func startTestAgent(t *testing.T, content string, extra ...string) *testAgent {
 // startTestAgentPoll is startTestAgent with the file read every poll.
 func startTestAgentPoll(t *testing.T, poll time.Duration, content string, extra ...string) *testAgent {
 	t.Helper()
-	reloadPoll = poll
 	ta := &testAgent{t: t, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), dir: t.TempDir(), logs: &syncBuffer{}}
 	ta.base = fmt.Sprintf("listen: [%s]\nadmin: \"\"\nloop-check: false\n", ta.addr)
 	writeConfigMap(t, ta.dir, ta.base+content)
@@ -134,7 +133,7 @@ func startTestAgentPoll(t *testing.T, poll time.Duration, content string, extra 
 		t.Fatal(err)
 	}
 	log, level, _ := testLogger("debug", "text", ta.logs)
-	if ta.a, err = Build(cfg, Options{Log: log, Args: args, Level: level}); err != nil {
+	if ta.a, err = Build(cfg, Options{Log: log, Args: args, Level: level, reloadPoll: poll}); err != nil {
 		t.Fatal(err)
 	}
 	var ctx context.Context
@@ -201,6 +200,23 @@ func (ta *testAgent) metric(series string) float64 {
 	return -1
 }
 
+// waitMetric waits until an exposed series (as metric names it) has
+// value want.
+func (ta *testAgent) waitMetric(series string, want float64) {
+	ta.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := ta.metric(series)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			ta.t.Fatalf("%s = %v, want %v", series, got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // ask queries the agent for name/A and returns the address answered.
 func (ta *testAgent) ask(name string) (string, error) {
 	c := &dns.Client{Timeout: time.Second}
@@ -262,7 +278,7 @@ func TestLiveReload(t *testing.T) {
 
 	// A bad file is rejected and the old configuration stays.
 	ta.write("lameduck: 0s\nupstream: [" + up2.Addr + "]\ncache-size: zero\n")
-	time.Sleep(300 * time.Millisecond)
+	ta.waitMetric(`nodedns_config_reloads_total{result="failure"}`, 1)
 	if ip, err := ask("second.example."); err != nil || ip != "192.0.2.1" {
 		t.Fatalf("after a bad file: %q %v, want the old upstream's 192.0.2.1", ip, err)
 	}

@@ -57,8 +57,8 @@ func kubeDNSMount(t *testing.T, dir string, files map[string]string) {
 	}
 }
 
-// startAgentWith runs the agent of a config file until the test ends.
-// Tests set reloadPoll before their first agent starts.
+// startAgentWith runs the agent of a config file until the test ends; the
+// file (and the kube-dns ConfigMap directory) is read every 50 ms.
 func startAgentWith(t *testing.T, content string, logs io.Writer) (*Agent, string) {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
@@ -72,7 +72,7 @@ func startAgentWith(t *testing.T, content string, logs io.Writer) (*Agent, strin
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(logs, nil))
-	a, err := Build(cfg, Options{Log: log, Args: args})
+	a, err := Build(cfg, Options{Log: log, Args: args, reloadPoll: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,6 @@ func eventuallyA(t *testing.T, addr, want string, name func(i int) string) {
 // TestKubeDNSConfigLive: the ConfigMap's stub domains are served under the
 // agent's own settings, follow a kubelet update, and survive bad JSON.
 func TestKubeDNSConfigLive(t *testing.T) {
-	reloadPoll = 50 * time.Millisecond
 	up := dnstest.Start(t, answerWith("192.0.2.1"))
 	own := dnstest.Start(t, answerWith("192.0.2.2"))
 	cm1 := dnstest.Start(t, answerWith("192.0.2.3"))
@@ -136,7 +135,7 @@ func TestKubeDNSConfigLive(t *testing.T) {
 		"stubDomains": fmt.Sprintf(`{"cm.example": [%q], "own.example": [%q]}`, cm1.Addr, ignored.Addr),
 	})
 	logs := &syncBuffer{}
-	_, addr := startAgentWith(t, fmt.Sprintf("upstream: [%s]\nkube-dns-config: %s\nstub-domains:\n  own.example: [%s]\n", up.Addr, dir, own.Addr), logs)
+	a, addr := startAgentWith(t, fmt.Sprintf("upstream: [%s]\nkube-dns-config: %s\nstub-domains:\n  own.example: [%s]\n", up.Addr, dir, own.Addr), logs)
 
 	eventuallyA(t, addr, "192.0.2.3", func(i int) string { return fmt.Sprintf("a%d.cm.example.", i) })
 	if got, err := askA(addr, "a.own.example."); err != nil || got != "192.0.2.2" {
@@ -159,7 +158,15 @@ func TestKubeDNSConfigLive(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Two more reads of the directory: the bad file weighed again, and
+	// not warned about again.
+	polls := a.configPolls.Load()
+	for a.configPolls.Load() < polls+2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent stopped reading its configuration: %d reads", a.configPolls.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if got, err := askA(addr, "c.cm.example."); err != nil || got != "192.0.2.4" {
 		t.Errorf("after bad JSON: %q %v, want the running settings' 192.0.2.4", got, err)
 	}
@@ -174,7 +181,6 @@ func TestKubeDNSConfigLive(t *testing.T) {
 // TestKubeDNSUpstreams: upstreamNameservers replace the node's resolvers
 // when the agent names no upstream, and not when it does.
 func TestKubeDNSUpstreams(t *testing.T) {
-	reloadPoll = 50 * time.Millisecond
 	cmUp := dnstest.Start(t, answerWith("192.0.2.7"))
 	agentUp := dnstest.Start(t, answerWith("192.0.2.8"))
 	dir := t.TempDir()

@@ -38,7 +38,12 @@ type Index struct {
 	// podsForbidden: the last list of pods was refused (RBAC).
 	podsForbidden atomic.Bool
 	syncCh        chan struct{} // closed once synced
-	zoneMsg       atomic.Pointer[zoneSet]
+	// syncPasses counts waitSynced's looks at the informers before the
+	// sync, and syncPending is how many it found still to sync the last
+	// time (what a test waits on to know the waiter has weighed a change).
+	syncPasses  atomic.Uint64
+	syncPending atomic.Int32
+	zoneMsg     atomic.Pointer[zoneSet]
 	// gen moves after every change that may change an answer (Generation).
 	gen atomic.Uint64
 	// answers keeps pod and PTR answers assembled per query (memo.go).
@@ -234,6 +239,11 @@ type Stats struct {
 	SyncDuration time.Duration  `json:"-"`
 	Zone         string         `json:"-"`
 	PodMode      PodMode        `json:"-"`
+	// SyncPasses counts the looks at the informers made before the sync;
+	// SyncPending is how many informers the last one found still to
+	// sync. A test waits on them to know a refusal has been weighed.
+	SyncPasses  uint64 `json:"-"`
+	SyncPending int    `json:"-"`
 }
 
 // The kinds of Stats.Objects.
@@ -259,11 +269,13 @@ func (ix *Index) Stats() Stats {
 			ObjPods:           ix.objCount[objPods],
 			ObjEndpoints:      ix.endpoints,
 		},
-		Events:     ix.counters.events,
-		Rebuilds:   ix.counters.rebuilds,
-		LastChange: ix.lastChange,
-		Zone:       ix.zone,
-		PodMode:    ix.cfg.Pods,
+		Events:      ix.counters.events,
+		Rebuilds:    ix.counters.rebuilds,
+		LastChange:  ix.lastChange,
+		Zone:        ix.zone,
+		PodMode:     ix.cfg.Pods,
+		SyncPasses:  ix.syncPasses.Load(),
+		SyncPending: int(ix.syncPending.Load()),
 	}
 	if !ix.syncedAt.IsZero() {
 		st.SyncDuration = ix.syncedAt.Sub(ix.startedAt)

@@ -191,10 +191,13 @@ func TestPodNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("10.244.0.5", "ns-new")
+	pods := ix.Stats().Objects[ObjPods]
 	if err := c.CoreV1().Pods("ns-old").Delete(bg, "job", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	// The deletion has been processed once the old pod is gone from the
+	// index; only then does the mapping staying tell anything.
+	waitFor(t, "the old pod's deletion processed", func() bool { return ix.Stats().Objects[ObjPods] == pods-1 })
 	check("10.244.0.5", "ns-new")
 
 	// A pod that finished releases its address.

@@ -156,14 +156,15 @@ func (ix *Index) waitSynced(ctx context.Context, ctrls []cache.Controller, skip 
 	defer t.Stop()
 	lastLog := ix.now()
 	for {
-		all := true
+		pending := int32(0)
 		for _, c := range ctrls {
 			if !c.HasSynced() && !skip(c) {
-				all = false
-				break
+				pending++
 			}
 		}
-		if all {
+		ix.syncPending.Store(pending)
+		ix.syncPasses.Add(1)
+		if pending == 0 {
 			ix.wmu.Lock()
 			ix.syncedAt = ix.now()
 			took := ix.syncedAt.Sub(ix.startedAt)

@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,8 +46,9 @@ type fakeAPI struct {
 	// expired), as an API server does after compaction.
 	gone bool
 	// forbid answers lists and watches of these paths 403 Forbidden, as
-	// RBAC does.
-	forbid map[string]bool
+	// RBAC does; refused counts those answers.
+	forbid  map[string]bool
+	refused atomic.Int64
 
 	mu      sync.Mutex
 	asked   []*http.Request
@@ -88,6 +90,7 @@ func newFakeAPI(t testing.TB, lists map[string]runtime.Object) *fakeAPI {
 
 func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	if f.forbid[r.URL.Path] {
+		f.refused.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusForbidden)
 		_ = json.NewEncoder(w).Encode(&metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
@@ -724,17 +727,33 @@ func TestPodsForbidden(t *testing.T) {
 				<-done
 			}()
 			if mode == PodsVerified {
-				time.Sleep(500 * time.Millisecond)
+				// The refusal is logged once it is known; a look of the
+				// sync waiter made after that, with every other informer
+				// synced, has weighed it: only then does "not synced" say
+				// that the pods keep the zone from syncing.
+				waitFor(t, "the refused pods list logged", func() bool {
+					return strings.Contains(logs.String(), "pods verified needs list and watch on pods")
+				})
+				p0 := ix.Stats().SyncPasses
+				waitFor(t, "a sync look with only the pods pending", func() bool {
+					st := ix.Stats()
+					return st.Synced || st.SyncPasses >= p0+2 && st.SyncPending == 1
+				})
 				if ix.Synced() {
 					t.Fatal("verified mode synced without the pods it answers from")
-				}
-				if !strings.Contains(logs.String(), "pods verified needs list and watch on pods") {
-					t.Errorf("no error saying why:\n%s", logs.String())
 				}
 				return
 			}
 			waitFor(t, "sync without pods", ix.Synced)
 			waitAnswer(t, ix, "web.ns1.svc.cluster.local.", dns.TypeA, "NOERROR aa\nan web.ns1.svc.cluster.local. 5 A 10.96.0.10")
+			// The refusal is known (and may sync the zone) a moment before
+			// it is logged; once logged, two more refused lists show it
+			// is said once, not per retry.
+			waitFor(t, "the refused pods list logged", func() bool {
+				return strings.Contains(logs.String(), "listing this node's pods is forbidden")
+			})
+			r0 := f.refused.Load()
+			waitFor(t, "two more refused pods lists", func() bool { return f.refused.Load() >= r0+2 })
 			if n := strings.Count(logs.String(), "listing this node's pods is forbidden"); n != 1 {
 				t.Errorf("the forbidden pods list logged %d times, want once:\n%s", n, logs.String())
 			}

@@ -149,6 +149,9 @@ type Status struct {
 	// duplicate removed) since New; LastRepair is when the last one was.
 	Repairs    uint64    `json:"repairs"`
 	LastRepair time.Time `json:"last_repair,omitzero"`
+	// Passes counts the reconcile passes done since New (periodic, and on
+	// a netlink event): a pass that repaired nothing leaves no other trace.
+	Passes uint64 `json:"passes"`
 	// LastError is the error of the last pass, empty when it succeeded.
 	LastError string `json:"last_error,omitempty"`
 	// Errors counts the failures met while putting the link and rules in

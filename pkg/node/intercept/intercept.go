@@ -278,11 +278,14 @@ func (ic *Interceptor) reconcile(reason string) {
 	}
 	err := errors.Join(errs...)
 	ic.setError(err)
+	ic.stMu.Lock()
+	ic.st.Passes++
 	if len(fixed) > 0 {
-		ic.stMu.Lock()
 		ic.st.Repairs += uint64(len(fixed))
 		ic.st.LastRepair = ic.now()
-		ic.stMu.Unlock()
+	}
+	ic.stMu.Unlock()
+	if len(fixed) > 0 {
 		ic.log.Warn("put back missing interception state", "reason", reason, "repairs", fixed)
 	}
 	if err != nil {

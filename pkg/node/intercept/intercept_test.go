@@ -242,8 +242,8 @@ func TestReconcileCountsRepairs(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.ic.reconcile("test")
-	if st := h.ic.Status(); st.Repairs != 0 || !st.LastRepair.IsZero() {
-		t.Fatalf("repairs with nothing missing: %+v", st)
+	if st := h.ic.Status(); st.Repairs != 0 || !st.LastRepair.IsZero() || st.Passes != 1 {
+		t.Fatalf("repairs with nothing missing: %+v (want 1 pass)", st)
 	}
 
 	// Remove one rule, one address, and take the link down.
@@ -260,8 +260,8 @@ func TestReconcileCountsRepairs(t *testing.T) {
 	}
 	h.ic.reconcile("test")
 	st := h.ic.Status()
-	if st.Repairs != 3 || !st.LastRepair.Equal(h.nowValue) || st.LastError != "" {
-		t.Errorf("status = %+v, want 3 repairs at %v", st, h.nowValue)
+	if st.Repairs != 3 || !st.LastRepair.Equal(h.nowValue) || st.LastError != "" || st.Passes != 2 {
+		t.Errorf("status = %+v, want 3 repairs at %v in the second pass", st, h.nowValue)
 	}
 	h.assertRulesOnce(t)
 	if l := h.links.link(DefaultInterface); !l.up || len(l.addrs) != 2 {

@@ -234,6 +234,12 @@ type Stats struct {
 	DenialEntries   int    `json:"denial_entries"`
 	DenialHits      uint64 `json:"denial_hits"`
 	DenialEvictions uint64 `json:"denial_evictions"`
+	// Refreshes counts background refreshes started (prefetches and
+	// refreshes of expired entries); RefreshFailed those whose upstream
+	// failed or whose answer could not replace the entry, which is then
+	// served stale at once for StaleRetry.
+	Refreshes     uint64 `json:"refreshes"`
+	RefreshFailed uint64 `json:"refresh_failed"`
 }
 
 // Cache is safe for concurrent use.
@@ -271,6 +277,8 @@ type Cache struct {
 	// denialHits and denialEvictions count the denial part of hits and
 	// evictions (see Stats).
 	denialHits, denialEvictions atomic.Uint64
+	// refreshes and refreshFailed: see Stats.
+	refreshes, refreshFailed atomic.Uint64
 }
 
 // New returns a cache in front of up.
@@ -403,6 +411,7 @@ func (c *Cache) Stats() Stats {
 		sh.mu.Unlock()
 	}
 	s.DenialHits, s.DenialEvictions = c.denialHits.Load(), c.denialEvictions.Load()
+	s.Refreshes, s.RefreshFailed = c.refreshes.Load(), c.refreshFailed.Load()
 	return s
 }
 

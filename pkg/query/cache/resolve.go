@@ -312,6 +312,7 @@ func (c *Cache) refreshAsync(k Key, e *entry) bool {
 			// refresh, one at a time.
 			c.staleFor(e)
 			e.endRefresh()
+			c.refreshFailed.Add(1)
 			if err != nil && !errors.Is(err, context.Canceled) {
 				c.log.Debug("background refresh failed", "name", k.Name, "type", k.Type, "err", err)
 			}
@@ -326,6 +327,8 @@ func (c *Cache) refreshAsync(k Key, e *entry) bool {
 	if !started {
 		<-c.refreshSem
 		e.endRefresh()
+		return false
 	}
-	return started
+	c.refreshes.Add(1)
+	return true
 }

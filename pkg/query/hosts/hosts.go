@@ -166,7 +166,9 @@ type Hosts struct {
 	// gen counts the changes (Generation).
 	lastReload atomic.Int64
 	gen        atomic.Uint64
-	wake       chan struct{}
+	// rejected counts versions of the file that were rejected.
+	rejected atomic.Uint64
+	wake     chan struct{}
 }
 
 // fileStamp identifies a version of the file.
@@ -315,6 +317,9 @@ type Stats struct {
 	Entries int `json:"entries"`
 	// LastReload is when the records last changed.
 	LastReload time.Time `json:"last_reload"`
+	// Rejected counts versions of the file that did not parse (the
+	// records before them stayed).
+	Rejected uint64 `json:"rejected"`
 }
 
 // Stats returns the figures of the current records.
@@ -323,7 +328,7 @@ func (h *Hosts) Stats() Stats {
 	if t == nil {
 		return Stats{}
 	}
-	return Stats{Entries: t.count, LastReload: time.Unix(0, h.lastReload.Load())}
+	return Stats{Entries: t.count, LastReload: time.Unix(0, h.lastReload.Load()), Rejected: h.rejected.Load()}
 }
 
 // Run re-reads the file whenever it changes until ctx is done. A file that
@@ -385,6 +390,7 @@ func (h *Hosts) check() {
 	entries, st, err := h.readFile(path)
 	if err != nil {
 		h.log.Error("hosts file rejected; keeping the previous records", "file", path, "err", err)
+		h.rejected.Add(1)
 		// Remember this version so the error is logged once per change.
 		h.stat = fileStamp{path: path, checked: true, exists: true, size: fi.Size(), mod: fi.ModTime(), ino: inode(fi)}
 		return

@@ -184,7 +184,7 @@ func TestFileReread(t *testing.T) {
 	}
 	// A broken file keeps the previous records.
 	write("192.0.2.2 two.example\nbroken line\n")
-	time.Sleep(100 * time.Millisecond)
+	eventually(t, func() bool { return h.Stats().Rejected == 1 })
 	if got := answer(h, "two.example.", dns.TypeA); got == "next" {
 		t.Fatal("a broken file dropped the records")
 	}

@@ -147,26 +147,6 @@ func packTB(tb testing.TB, m *dns.Msg) []byte {
 	return b
 }
 
-// raw sends b over UDP and returns the reply, or nil after a short wait.
-func raw(t *testing.T, addr string, b []byte) []byte {
-	t.Helper()
-	c, err := net.Dial("udp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write(b); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-	buf := make([]byte, 65535)
-	n, err := c.Read(buf)
-	if err != nil {
-		return nil
-	}
-	return buf[:n]
-}
-
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -192,4 +172,24 @@ func TestRequestDetached(t *testing.T) {
 	if c.Err != nil || c.Query.Name != "www.example.test." || string(c.Query.RawName[1:4]) != "Www" || c.Packet[12] != 3 {
 		t.Fatalf("detached copy changed with the reader's buffer: %q %q", c.Query.Name, c.Query.RawName)
 	}
+}
+
+// raw sends b over UDP and returns the reply, or nil after a short wait.
+func raw(t *testing.T, addr string, b []byte) []byte {
+	t.Helper()
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	buf := make([]byte, 65535)
+	n, err := c.Read(buf)
+	if err != nil {
+		return nil
+	}
+	return buf[:n]
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net"
 	"net/netip"
 	"testing"
@@ -11,17 +12,43 @@ import (
 
 // TestListensOnlyOnConfiguredAddresses: a server bound to 127.0.0.2 answers
 // there, from that address, and nowhere else on the machine: the same port
-// on 127.0.0.1 and 127.0.0.3 (the node's "other IPs") is closed, over UDP
-// and TCP. The agent never binds a wildcard address.
+// on 127.0.0.1 and 127.0.0.3 (the node's "other IPs") is not the server's,
+// over UDP and TCP. The agent never binds a wildcard address.
+//
+// The test binds those ports itself: a datagram is delivered to one socket
+// and a connection to one listener, so the test's own getting them proves
+// at once that the server did not, with no wait for something not to
+// happen. Ports taken by something else, or by a server that bound more
+// than it was told to, cannot be bound: the server is started again on
+// other ports, a few times, and then the test fails.
 func TestListensOnlyOnConfiguredAddresses(t *testing.T) {
 	res := &fakeResolver{}
-	s, _ := startOn(t, "127.0.0.2:0", Config{Handler: res, SocketsPerAddr: 2})
-	for _, a := range append(s.Addrs(), s.TCPAddrs()...) {
-		if a.Addr() != netip.MustParseAddr("127.0.0.2") {
-			t.Fatalf("bound %s, configured 127.0.0.2", a)
+	others := []string{"127.0.0.1", "127.0.0.3"}
+	var s *Server
+	var decoys *elsewhere
+	for try := 1; ; try++ {
+		s, _ = startOn(t, "127.0.0.2:0", Config{Handler: res, SocketsPerAddr: 2})
+		for _, a := range append(s.Addrs(), s.TCPAddrs()...) {
+			if a.Addr() != netip.MustParseAddr("127.0.0.2") {
+				t.Fatalf("bound %s, configured 127.0.0.2", a)
+			}
+		}
+		var err error
+		if decoys, err = bindElsewhere(others, s.Addrs()[0].Port(), s.TCPAddrs()[0].Port()); err == nil {
+			break
+		}
+		if try == 5 {
+			t.Fatalf("the server's ports are taken on the addresses it was not told to serve, %d servers in a row (something else holds them, or the server does): %v", try, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		serr := s.Shutdown(ctx)
+		cancel()
+		if serr != nil {
+			t.Fatal(serr)
 		}
 	}
-	udp, tcp := s.Addrs()[0], s.TCPAddrs()[0]
+	defer decoys.close()
+	udp := s.Addrs()[0]
 
 	// The configured address answers, from itself: an unconnected socket
 	// sees the reply's source.
@@ -48,23 +75,72 @@ func TestListensOnlyOnConfiguredAddresses(t *testing.T) {
 		t.Fatalf("answer %v, %v", r, err)
 	}
 
-	// Elsewhere: whatever else may happen to use the same port number on
-	// those addresses, this server never sees the query (its resolver is
-	// not asked) nor the connection.
+	// Elsewhere: the test's sockets get the query and the connection.
 	calls := res.calls.Load()
-	for _, other := range []string{"127.0.0.1", "127.0.0.3"} {
-		ua := netip.AddrPortFrom(netip.MustParseAddr(other), udp.Port())
-		_ = raw(t, ua.String(), packTB(t, q("elsewhere.example.", dns.TypeA)))
+	query := packTB(t, q("elsewhere.example.", dns.TypeA))
+	for i := range others {
+		u, l := decoys.udp[i], decoys.tcp[i]
+		ua, ta := u.LocalAddr().String(), l.Addr().String()
+		if _, err := pc.WriteTo(query, u.LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+		_ = u.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if _, _, err := u.ReadFrom(buf); err != nil {
+			t.Errorf("the query to UDP %s did not reach the test's socket there: %v", ua, err)
+		}
 		if n := res.calls.Load(); n != calls {
 			t.Errorf("a query to UDP %s reached the server; only 127.0.0.2 is configured", ua)
 		}
-		ta := netip.AddrPortFrom(netip.MustParseAddr(other), tcp.Port())
-		if c, err := net.DialTimeout("tcp", ta.String(), time.Second); err == nil {
-			time.Sleep(50 * time.Millisecond)
-			if n := s.Stats().TCPConns; n != 0 {
-				t.Errorf("TCP %s reached the server (%d connections); only 127.0.0.2 is configured", ta, n)
-			}
-			c.Close()
+		c, err := net.DialTimeout("tcp", ta, 3*time.Second)
+		if err != nil {
+			t.Fatalf("TCP to the test's listener on %s: %v", ta, err)
 		}
+		_ = l.SetDeadline(time.Now().Add(3 * time.Second))
+		ac, err := l.Accept()
+		c.Close()
+		if err != nil {
+			t.Fatalf("the connection to TCP %s did not reach the test's listener there: %v", ta, err)
+		}
+		ac.Close()
+		if n := s.Stats().TCPConns; n != 0 {
+			t.Errorf("the server holds %d TCP connections; none was made to it", n)
+		}
+	}
+}
+
+// elsewhere holds a server's ports on addresses it was not told to serve.
+type elsewhere struct {
+	udp []*net.UDPConn
+	tcp []*net.TCPListener
+}
+
+// bindElsewhere binds UDP port udpPort and TCP port tcpPort on each of
+// addrs; on error it binds nothing.
+func bindElsewhere(addrs []string, udpPort, tcpPort uint16) (*elsewhere, error) {
+	e := &elsewhere{}
+	for _, a := range addrs {
+		ip := netip.MustParseAddr(a)
+		u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, udpPort)))
+		if err != nil {
+			e.close()
+			return nil, err
+		}
+		e.udp = append(e.udp, u)
+		l, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(ip, tcpPort)))
+		if err != nil {
+			e.close()
+			return nil, err
+		}
+		e.tcp = append(e.tcp, l)
+	}
+	return e, nil
+}
+
+func (e *elsewhere) close() {
+	for _, u := range e.udp {
+		u.Close()
+	}
+	for _, l := range e.tcp {
+		l.Close()
 	}
 }

@@ -199,7 +199,7 @@ func (s *Server) bindUDPLike(u *udpSock) (*udpSock, error) {
 		fresh.index = u.index
 		return fresh, nil
 	}
-	fresh, err := threadSocket(uc)
+	fresh, err := threadSocket(uc, s.cfg.threadWake)
 	if err != nil {
 		_ = uc.Close()
 		return nil, err

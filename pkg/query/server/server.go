@@ -86,6 +86,11 @@ type Config struct {
 	// default 2s.
 	TCPIdleTimeout, TCPReadTimeout, TCPWriteTimeout time.Duration
 	Logger                                          *slog.Logger
+
+	// threadWake replaces the default threadWake of thread readers (a
+	// test knob: a long one tells a wait cut short by a signal from one
+	// that ran to its timeout); zero: the default.
+	threadWake time.Duration
 }
 
 func (c *Config) defaults() error {
@@ -124,6 +129,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Panics == nil {
 		c.Panics = new(recovery.Counter)
+	}
+	if c.threadWake <= 0 {
+		c.threadWake = threadWake
 	}
 	return nil
 }
@@ -171,6 +179,10 @@ type Server struct {
 	readersLive    atomic.Int32
 	readerRestarts atomic.Uint64
 	readersDead    atomic.Int32
+	// rawSignalled and rawTimedOut count how thread readers' waits that
+	// hold the P ended without a datagram: interrupted by the runtime's
+	// signal, or at the socket's timeout (udpthread_linux.go).
+	rawSignalled, rawTimedOut atomic.Uint64
 	// Test hooks (nil in production): recvFault turns a thread reader's
 	// successful receive into the error it returns; bindUDP replaces
 	// bindUDPLike when a reader's socket is replaced; faultAccept runs in
@@ -290,7 +302,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.closing.Store(true)
 	// Thread readers block in the kernel on the raw descriptor: they must
 	// be gone before it is closed (and its number reused). They notice the
-	// flag within threadWake.
+	// flag within threadWake (cfg.threadWake).
 	s.threads.Wait()
 	// Answers still being resolved (a slow upstream) leave through the UDP
 	// sockets: closing them first would drop those answers.

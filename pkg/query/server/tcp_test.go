@@ -71,8 +71,14 @@ func TestTCPOneClientCannotHoldConnections(t *testing.T) {
 			cut <- time.Since(start)
 		}()
 	}
-	// Let the acceptor take the holder's connections.
-	time.Sleep(300 * time.Millisecond)
+	// The acceptor has taken every one of the holder's connections: each
+	// is open, or was closed at the per-client bound (refused, or evicted
+	// for a newer one). Only then does the other client's answer say
+	// anything.
+	waitFor(t, func() bool {
+		st := s.Stats()
+		return uint64(st.TCPConns)+st.TCPClientLimited+st.TCPEvicted >= uint64(len(held))
+	})
 
 	// The other client, from 127.0.0.3, is answered over TCP meanwhile.
 	for i := 0; i < 5; i++ {

@@ -127,7 +127,7 @@ func (u *udpSock) attach(fresh *udpSock) bool {
 // reader unless the poller was asked for (or the socket cannot be).
 func (s *Server) udpSocket(uc *net.UDPConn) *udpSock {
 	if s.cfg.UDPReaders != "poller" {
-		u, err := threadSocket(uc)
+		u, err := threadSocket(uc, s.cfg.threadWake)
 		if err == nil {
 			return u
 		}

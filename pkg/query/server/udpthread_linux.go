@@ -53,7 +53,8 @@ const (
 	// threadBufSize bounds a query read by a thread reader
 	// (maxQuerySize): a larger datagram is cut and answered FORMERR.
 	threadBufSize = maxQuerySize
-	// threadWake is how often a blocked reader looks at the closing flag.
+	// threadWake is how often a blocked reader looks at the closing flag
+	// (the default of Config.threadWake).
 	threadWake = 200 * time.Millisecond
 )
 
@@ -66,8 +67,8 @@ var errNoThreads = errors.New("server: thread reader unavailable")
 // (so a reader notices Shutdown, and a signal interrupts its calls); then
 // uc is closed, which removes the socket from the poller and closes the
 // original descriptor. The socket stays bound through the duplicate. On
-// error uc is left as it was.
-func threadSocket(uc *net.UDPConn) (*udpSock, error) {
+// error uc is left as it was. wake is the timeout (threadWake).
+func threadSocket(uc *net.UDPConn, wake time.Duration) (*udpSock, error) {
 	local := uc.LocalAddr().(*net.UDPAddr).AddrPort()
 	rc, err := uc.SyscallConn()
 	if err != nil {
@@ -79,7 +80,7 @@ func threadSocket(uc *net.UDPConn) (*udpSock, error) {
 		if fd, serr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0); serr != nil {
 			return
 		}
-		tv := unix.NsecToTimeval(int64(threadWake))
+		tv := unix.NsecToTimeval(int64(wake))
 		if serr = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); serr != nil {
 			return
 		}
@@ -225,6 +226,13 @@ func (s *Server) readThread(u *udpSock, holdP bool, b *threadBatchState) error {
 			if errno == unix.EAGAIN || errno == unix.EINTR {
 				// Signalled or idle: wait the ordinary way (the P goes
 				// back to the runtime) until traffic comes back.
+				if raw {
+					if errno == unix.EINTR {
+						s.rawSignalled.Add(1)
+					} else {
+						s.rawTimedOut.Add(1)
+					}
+				}
 				raw = false
 				continue
 			}

@@ -79,6 +79,7 @@ func (f *Forwarder) healthcheck(s *Server) {
 	if ctx == nil || !s.probing.CompareAndSwap(false, true) {
 		return
 	}
+	s.probeLoops.Add(1)
 	go f.probeLoop(ctx, s)
 }
 

@@ -134,11 +134,18 @@ func TestStreamStaleRetry(t *testing.T) {
 func TestStreamDeadConnection(t *testing.T) {
 	var mu sync.Mutex
 	silent := map[string]bool{"slow.example.": true}
+	slowSeen := make(chan struct{}, 1)
 	srv := dnstest.StartRaw(t, nil, func(c net.Conn) {
 		for {
 			q, err := dnstest.ReadTCP(c)
 			if err != nil {
 				return
+			}
+			if q.Question[0].Name == "slow.example." {
+				select {
+				case slowSeen <- struct{}{}:
+				default:
+				}
 			}
 			mu.Lock()
 			quiet := silent[q.Question[0].Name] || silent["*"]
@@ -163,7 +170,12 @@ func TestStreamDeadConnection(t *testing.T) {
 	// connection is alive.
 	done := make(chan error, 1)
 	go func() { done <- ask("slow.example.", 300*time.Millisecond) }()
-	time.Sleep(50 * time.Millisecond)
+	// The slow query is out (the server has it) before the other is sent.
+	select {
+	case <-slowSeen:
+	case err := <-done:
+		t.Fatalf("the slow query ended before the server saw it: %v", err)
+	}
 	if err := ask("b.example.", 2*time.Second); err != nil {
 		t.Fatal(err)
 	}

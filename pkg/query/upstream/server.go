@@ -46,8 +46,9 @@ type Server struct {
 	requests atomic.Uint64
 	failures atomic.Uint64
 	lastErr  atomic.Value // string
-	// probeFailures counts failed health probes.
-	probeFailures atomic.Uint64
+	// probeFailures counts failed health probes, probeLoops the probe
+	// loops started.
+	probeFailures, probeLoops atomic.Uint64
 	// latency holds the durations of exchanges that got a reply, by the
 	// reply's rcode (index maxRcode+1: every rcode above maxRcode).
 	latency [maxRcode + 2]hist.Durations
@@ -97,6 +98,10 @@ type ServerStats struct {
 	// ProbeFailures counts health probes that failed (probes run after a
 	// failed exchange until one gets a reply; health.go).
 	ProbeFailures uint64 `json:"probe_failures"`
+	// ProbeLoops counts the probe loops started: one after a failed
+	// exchange while none runs, never with MaxFails 0. The start is
+	// decided and counted before the exchange returns.
+	ProbeLoops uint64 `json:"probe_loops"`
 	// Latency are the durations of exchanges that got a reply, by the
 	// reply's rcode (OtherRcode for those above 23); only rcodes seen.
 	Latency map[int]hist.Snapshot `json:"-"`
@@ -105,7 +110,7 @@ type ServerStats struct {
 // Stats returns a snapshot of the server's figures.
 func (s *Server) Stats() ServerStats {
 	st := ServerStats{Addr: s.Addr, Up: !s.Down(), Requests: s.requests.Load(), Failures: s.failures.Load(),
-		ProbeFailures: s.probeFailures.Load(), Latency: map[int]hist.Snapshot{}}
+		ProbeFailures: s.probeFailures.Load(), ProbeLoops: s.probeLoops.Load(), Latency: map[int]hist.Snapshot{}}
 	if e, ok := s.lastErr.Load().(string); ok {
 		st.LastError = e
 	}

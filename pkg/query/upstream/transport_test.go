@@ -119,7 +119,10 @@ func TestDoTVerification(t *testing.T) {
 		{"another CA", "tls://" + srv.Addr + "#dns.test", other, false},
 		{"system roots", "tls://" + srv.Addr + "#dns.test", "", false},
 	} {
-		f := newForwarder(t, upstream.Config{Servers: []string{tc.addr}, CAFile: tc.ca, Budget: 2 * time.Second, TryTimeout: time.Second})
+		// Generous timeouts: a refused certificate ends the exchange at
+		// once, and a handshake on a loaded machine under -race (the
+		// system roots loaded first) can take over a second.
+		f := newForwarder(t, upstream.Config{Servers: []string{tc.addr}, CAFile: tc.ca, Budget: 20 * time.Second, TryTimeout: 10 * time.Second})
 		r, err := f.Exchange(context.Background(), stage.Origin{}, query("a.example.test.", dns.TypeA))
 		if tc.ok && (err != nil || answerA(r) != "192.0.2.1") {
 			t.Errorf("%s: %v %v", tc.what, r, err)
@@ -132,7 +135,7 @@ func TestDoTVerification(t *testing.T) {
 	// name.
 	ca := dnstest.NewCA(t)
 	named := dnstest.StartTLS(t, dnstest.Zone(60), ca.Issue(t, []string{"dns.test"}))
-	f := newForwarder(t, upstream.Config{Servers: []string{"tls://" + named.Addr}, CAFile: ca.File(t), Budget: 2 * time.Second, TryTimeout: time.Second})
+	f := newForwarder(t, upstream.Config{Servers: []string{"tls://" + named.Addr}, CAFile: ca.File(t), Budget: 20 * time.Second, TryTimeout: 10 * time.Second})
 	if _, err := f.Exchange(context.Background(), stage.Origin{}, query("a.example.test.", dns.TypeA)); err == nil || !strings.Contains(err.Error(), "127.0.0.1") {
 		t.Errorf("certificate without the IP address accepted for tls://IP: %v", err)
 	}
