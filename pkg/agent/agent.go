@@ -18,6 +18,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/node/intercept"
 	"github.com/nodedns/nodedns/pkg/node/peers"
 	"github.com/nodedns/nodedns/pkg/observe/admin"
+	"github.com/nodedns/nodedns/pkg/observe/dnstap"
 	"github.com/nodedns/nodedns/pkg/observe/errlog"
 	"github.com/nodedns/nodedns/pkg/observe/metrics"
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
@@ -92,6 +93,8 @@ type Agent struct {
 	clusterCache *cache.Cache
 	// kd is the kube-dns ConfigMap directory's state (kubedns.go).
 	kd *kubeDNSState
+	// taps are the dnstap collectors (dnstap.go); nil: none.
+	taps *dnstap.Set
 	// hurry is closed when the lameduck is to end at once (a second
 	// SIGTERM or SIGINT, see Serve); nil: it always runs its course.
 	hurry <-chan struct{}
@@ -169,6 +172,10 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	a.live.Store(&cfg)
 	a.failures = errlog.New(log, errlog.Config{})
 	a.upLog = slog.New(a.failures.Handler(log.Handler()))
+	var err error
+	if a.taps, err = cfg.DnstapTaps("nodedns-"+a.version, log); err != nil {
+		return nil, err
+	}
 	kd, _ := a.kd.poll(cfg, log)
 	fwd, err := a.newForwarder(cfg, kd)
 	if err != nil {
@@ -223,6 +230,9 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	pcfg.MinimalResponses = cfg.MinimalResponses
+	if a.taps != nil {
+		pcfg.Tap = a.taps
+	}
 	if a.ix == nil && config.HasNamedServers(cfg.Upstream) {
 		return nil, fmt.Errorf("--upstream names a server of the cluster zone, which needs the cluster index (--kubeconfig, or running in a pod)")
 	}
@@ -258,6 +268,8 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	a.runCtx = ctx
+	// The taps outlive ctx: the lameduck's answers are logged too.
+	defer a.runTaps()()
 	fctx, fcancel := context.WithCancel(ctx)
 	a.stopFwd = fcancel
 	go a.fwd.Load().Run(fctx)

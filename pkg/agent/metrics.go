@@ -31,6 +31,7 @@ func (a *Agent) newRecorder() (*metrics.Recorder, error) {
 				return metrics.PodInfo{Namespace: p.Namespace, Name: p.Name, Kind: p.OwnerKind, Workload: p.OwnerName}, ok
 			},
 			Search: a.searchPath,
+			Dnstap: a.tapStats,
 			Cache:  func() cache.Stats { return a.cache.Stats() },
 			Upstreams: func() []upstream.ServerStats {
 				var out []upstream.ServerStats
@@ -124,7 +125,7 @@ func (a *Agent) plugins() []string {
 		plugin string
 		on     bool
 	}{{"local", a.cfg.Local}, {"chaos", a.cfg.Chaos}, {"acl", len(a.cfg.ACL) > 0}, {"template", len(a.cfg.Templates) > 0},
-		{"header", a.cfg.Header != nil}, {"minimal", a.cfg.MinimalResponses}} {
+		{"header", a.cfg.Header != nil}, {"minimal", a.cfg.MinimalResponses}, {"dnstap", len(a.cfg.Dnstap) > 0}} {
 		if on.on {
 			p = append(p, on.plugin)
 		}

@@ -113,6 +113,8 @@ type Config struct {
 	Templates            []TemplateConfig
 	Header               *HeaderConfig
 	MinimalResponses     bool
+	// Dnstap are the dnstap collectors (dnstap.go); file key only.
+	Dnstap []DnstapConfig
 	// ClusterSyncWait bounds how long the listeners wait for the cluster
 	// index at start when no other agent serves our addresses.
 	ClusterSyncWait Duration

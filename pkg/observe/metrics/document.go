@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nodedns/nodedns/pkg/observe/dnstap"
 	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
@@ -34,6 +35,8 @@ type Document struct {
 	Informers *InformerFigures       `json:"informers,omitempty"`
 	Peers     *PeerFigures           `json:"peers,omitempty"`
 	Server    *server.Stats          `json:"server,omitempty"`
+	// Dnstap are the dnstap collectors' figures, one each.
+	Dnstap []dnstap.Stats `json:"dnstap,omitempty"`
 
 	// TopNames and TopClients are estimates from one answer in TopSample,
 	// scaled back up, with counts halved every minute: recent loudness,
@@ -121,6 +124,9 @@ func (r *Recorder) Stats() Document {
 	}
 	if src.Upstreams != nil {
 		d.Upstreams = src.Upstreams()
+	}
+	if src.Dnstap != nil {
+		d.Dnstap = src.Dnstap()
 	}
 	d.Forwarder = section(src.Forwarder)
 	d.Intercept = section(src.Intercept)

@@ -14,6 +14,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nodedns/nodedns/pkg/observe/dnstap"
 	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/pipeline"
 	"github.com/nodedns/nodedns/pkg/query/server"
@@ -90,6 +91,8 @@ type Sources struct {
 	// Search is the cluster domain and the node's search domains pods
 	// inherit, for the search-path report's advice.
 	Search func() (zone string, node []string)
+	// Dnstap are the figures of the dnstap collectors, one each.
+	Dnstap func() []dnstap.Stats
 }
 
 // PodInfo names a pod and the workload that owns it (Kind: Deployment,

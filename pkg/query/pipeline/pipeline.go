@@ -78,6 +78,9 @@ type Config struct {
 	LoadBalance bool
 	// Observer is told about every answer; nil: nobody.
 	Observer Observer
+	// Tap is told about every query that gets past the protocol checks
+	// and about its reply (CoreDNS's dnstap); nil: none. Restart-only.
+	Tap Tap
 	// ClientNamespaces tells the Observer the namespace of every client
 	// that is a pod of this node (Event.Namespace, for per-namespace
 	// figures): Pods is asked about every query, where otherwise only
@@ -201,6 +204,17 @@ func (p *Pipeline) SetRewriter(rw stage.Rewriter) {
 // of the reply being sent: cache hits and packed cluster answers keep
 // costing no allocation (TestHotPathAllocs).
 func (p *Pipeline) SetLoadBalance(on bool) { p.loadBalance.Store(on) }
+
+// Tap logs queries and replies (pkg/observe/dnstap's Set): CLIENT_QUERY
+// when a query gets past the protocol checks, CLIENT_RESPONSE when its
+// reply is written, as CoreDNS's dnstap, which sits before every plugin
+// that answers. It is called on the serving path (the query on the
+// reader): it must never wait, and must keep neither byte slice past the
+// call.
+type Tap interface {
+	ClientQuery(tcp bool, client netip.AddrPort, received time.Time, query []byte)
+	ClientResponse(tcp bool, client netip.AddrPort, received, sent time.Time, reply []byte)
+}
 
 // Observer is told about every answered request. It must be cheap and safe
 // for concurrent use; it is called on the serving path.

@@ -204,6 +204,7 @@ func (s *Server) serveTCP(st *tcpState, listener int) {
 	defer s.wg.Done()
 	defer s.closeTCP(st)
 	c, client, slots := st.c, st.client, st.slots
+	port := c.RemoteAddr().(*net.TCPAddr).AddrPort().Port()
 	t := &tcpConn{c: c, s: s}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -248,6 +249,7 @@ func (s *Server) serveTCP(st *tcpState, listener int) {
 		}
 		r := new(Request)
 		r.Read("tcp", listener, client, time.Now(), pkt)
+		r.ClientPort = port
 		resp, v := s.h.Answer(make([]byte, 0, 512), r)
 		switch v {
 		case Drop:
