@@ -6,13 +6,15 @@
 // (encode.go) in a Frame Streams frame of content type
 // "protobuf:dnstap.Dnstap", over a unix socket, TCP or TLS.
 //
-// The query path never waits for a collector: a message is encoded into a
-// buffer taken from a free list and put on a queue bounded in messages and
-// in bytes; when the queue is full (a slow collector, or none) the message
-// is dropped and counted. One goroutine per collector (Run) writes the
-// queue out, connects again with a backoff when the connection fails, and
-// counts what it sent and what it lost. In steady state a message costs
-// its encoding (a copy of the DNS messages) and no allocation.
+// The query path never waits for a collector: a message is encoded, as a
+// frame, straight into the tap's queue (ring.go), one buffer allocated at
+// start and bounded in bytes and in messages; when the queue is full (a
+// slow collector, or none) the message is dropped and counted. One
+// goroutine per collector (Run) writes the queue out, stretches of whole
+// frames at a time, connects again with a backoff when the connection
+// fails, and counts what it sent and what it lost. A message costs its
+// encoding (a copy of the DNS messages) under the queue's lock, and no
+// allocation.
 //
 // Limits: the extra field is sent as written (CoreDNS replaces metadata
 // placeholders in it); the agent connects to collectors, it does not
@@ -58,10 +60,9 @@ const (
 	writeTimeout = 4 * time.Second
 	// stopFlush bounds the last writes when the tap stops.
 	stopFlush = time.Second
-	// freeFrames is how many encoded frames are kept for reuse; a frame
-	// whose buffer grew past maxKeptFrame goes back without it.
-	freeFrames   = 256
-	maxKeptFrame = 8 << 10
+	// maxWrite bounds one write to the connection (whole frames, at
+	// least one).
+	maxWrite = 256 << 10
 )
 
 // Config is one collector and what is sent to it.
@@ -113,9 +114,6 @@ func Endpoint(socket string) (network, addr string, err error) {
 	return network, addr, nil
 }
 
-// frame is one encoded dnstap message.
-type frame struct{ b []byte }
-
 // Tap sends messages to one collector. Its methods are safe for
 // concurrent use; Run writes to the collector until its context ends.
 type Tap struct {
@@ -123,19 +121,19 @@ type Tap struct {
 	network, addr string
 	hdr           header
 	log           *slog.Logger
-	maxBytes      int64
 
-	queue chan *frame
-	free  chan *frame
-	// queued is the bytes of the frames in queue.
-	queued atomic.Int64
+	// q holds the frames waiting for the collector; notify wakes the
+	// writer after a put.
+	q      *ring
+	notify chan struct{}
 
 	sent, dropped, lost, reconnects atomic.Uint64
 	connected                       atomic.Bool
 	lastErr                         atomic.Pointer[string]
 }
 
-// New checks cfg and returns its tap; nothing is dialled before Run.
+// New checks cfg and returns its tap; nothing is dialled before Run. The
+// queue's buffer (QueueBytes) is allocated here, once.
 func New(cfg Config) (*Tap, error) {
 	network, addr, err := Endpoint(cfg.Socket)
 	if err != nil {
@@ -162,16 +160,10 @@ func New(cfg Config) (*Tap, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	t := &Tap{cfg: cfg, network: network, addr: addr, maxBytes: int64(cfg.QueueBytes),
-		log:   cfg.Logger.With("component", "dnstap", "socket", cfg.Socket),
-		queue: make(chan *frame, cfg.QueueMessages), free: make(chan *frame, freeFrames),
-		hdr: header{identity: []byte(cfg.Identity), version: []byte(cfg.Version), extra: []byte(cfg.Extra)}}
-	// Frames ready from the start: the first messages allocate nothing
-	// either.
-	for range min(freeFrames, cfg.QueueMessages) {
-		t.free <- &frame{b: make([]byte, 0, 512)}
-	}
-	return t, nil
+	return &Tap{cfg: cfg, network: network, addr: addr,
+		log: cfg.Logger.With("component", "dnstap", "socket", cfg.Socket),
+		q:   newRing(cfg.QueueBytes, cfg.QueueMessages), notify: make(chan struct{}, 1),
+		hdr: header{identity: []byte(cfg.Identity), version: []byte(cfg.Version), extra: []byte(cfg.Extra)}}, nil
 }
 
 // Socket is the collector's socket as configured.
@@ -181,43 +173,16 @@ func (t *Tap) Socket() string { return t.cfg.Socket }
 func (t *Tap) Full() bool { return t.cfg.Full }
 
 // Send queues m for the collector, never waiting: when the queue is full
-// (in messages or bytes) m is dropped and counted. The byte slices of m
-// are copied.
+// (in messages or bytes) m is dropped and counted. m's byte slices are
+// copied into the queue, encoded; nothing is allocated.
 func (t *Tap) Send(m *Message) {
-	if len(t.queue) == cap(t.queue) {
+	n := 4 + sizeDnstap(&t.hdr, m)
+	if !t.q.put(n, func(b []byte) []byte { return appendDnstap(b, &t.hdr, m) }) {
 		t.dropped.Add(1)
 		return
 	}
-	var f *frame
 	select {
-	case f = <-t.free:
-	default:
-		f = new(frame)
-	}
-	f.b = appendDnstap(f.b[:0], &t.hdr, m)
-	n := int64(len(f.b))
-	if t.queued.Add(n) > t.maxBytes {
-		t.queued.Add(-n)
-		t.dropped.Add(1)
-		t.recycle(f)
-		return
-	}
-	select {
-	case t.queue <- f:
-	default:
-		t.queued.Add(-n)
-		t.dropped.Add(1)
-		t.recycle(f)
-	}
-}
-
-// recycle puts f back on the free list (without a buffer grown large).
-func (t *Tap) recycle(f *frame) {
-	if cap(f.b) > maxKeptFrame {
-		f.b = nil
-	}
-	select {
-	case t.free <- f:
+	case t.notify <- struct{}{}:
 	default:
 	}
 }
@@ -243,8 +208,9 @@ type Stats struct {
 
 // Stats returns the tap's figures.
 func (t *Tap) Stats() Stats {
+	frames, bytes := t.q.len()
 	st := Stats{Socket: t.cfg.Socket, Connected: t.connected.Load(), Sent: t.sent.Load(), Dropped: t.dropped.Load(),
-		Lost: t.lost.Load(), Reconnects: t.reconnects.Load(), QueuedMessages: len(t.queue), QueuedBytes: t.queued.Load()}
+		Lost: t.lost.Load(), Reconnects: t.reconnects.Load(), QueuedMessages: frames, QueuedBytes: int64(bytes)}
 	if e := t.lastErr.Load(); e != nil {
 		st.LastError = *e
 	}
@@ -315,74 +281,62 @@ func (t *Tap) connect(ctx context.Context) (*fs.Encoder, net.Conn, error) {
 	return enc, conn, nil
 }
 
-// pump writes queued frames to enc until a write fails (that error) or
-// ctx is done (nil, after the last writes). The buffered frames are
-// flushed whenever the queue is empty.
+// pump writes the queue to the connection until a write fails (that
+// error) or ctx is done (nil, after the last writes). Each write is a
+// stretch of whole frames straight from the queue (enc, the Frame Streams
+// encoder, only opens and closes the stream: its Write allocates for
+// every frame's length prefix).
 func (t *Tap) pump(ctx context.Context, enc *fs.Encoder, conn net.Conn) error {
 	defer conn.Close()
-	// Frames written to enc's buffer since the last flush: lost if the
-	// flush fails.
-	pending := uint64(0)
-	write := func(f *frame) error {
-		t.queued.Add(-int64(len(f.b)))
-		_, err := enc.Write(f.b)
-		t.recycle(f)
-		if err != nil {
-			t.lost.Add(pending + 1)
-			pending = 0
-			return fmt.Errorf("writing to %s: %w", t.cfg.Socket, err)
-		}
-		pending++
-		return nil
-	}
-	flush := func() error {
-		if pending == 0 {
-			return nil
-		}
-		if err := enc.Flush(); err != nil {
-			t.lost.Add(pending)
-			pending = 0
-			return fmt.Errorf("writing to %s: %w", t.cfg.Socket, err)
-		}
-		t.sent.Add(pending)
-		pending = 0
-		return nil
-	}
 	for {
 		select {
 		case <-ctx.Done():
-			return t.finish(enc, conn, write, flush)
-		case f := <-t.queue:
-			if err := write(f); err != nil {
-				return err
-			}
-			if len(t.queue) == 0 {
-				if err := flush(); err != nil {
-					return err
-				}
+			t.finish(enc, conn)
+			return nil
+		default:
+		}
+		if err := t.writeOnce(conn, time.Now().Add(writeTimeout)); err != nil {
+			return err
+		}
+		if frames, _ := t.q.len(); frames == 0 {
+			select {
+			case <-ctx.Done():
+			case <-t.notify:
 			}
 		}
 	}
 }
 
+// writeOnce writes the oldest stretch of the queue, if any, with the
+// write deadline given, and counts it sent or lost.
+func (t *Tap) writeOnce(conn net.Conn, deadline time.Time) error {
+	b, count := t.q.take(maxWrite)
+	if count == 0 {
+		return nil
+	}
+	_ = conn.SetWriteDeadline(deadline)
+	_, err := conn.Write(b)
+	t.q.release(len(b), count)
+	if err != nil {
+		t.lost.Add(uint64(count))
+		return fmt.Errorf("writing to %s: %w", t.cfg.Socket, err)
+	}
+	t.sent.Add(uint64(count))
+	return nil
+}
+
 // finish writes what is queued, for at most stopFlush, and ends the
 // stream (STOP, and the collector's FINISH awaited within the same
 // bound). Whatever is still queued then stays unsent.
-func (t *Tap) finish(enc *fs.Encoder, conn net.Conn, write func(*frame) error, flush func() error) error {
+func (t *Tap) finish(enc *fs.Encoder, conn net.Conn) {
 	deadline := time.Now().Add(stopFlush)
-drain:
 	for time.Now().Before(deadline) {
-		select {
-		case f := <-t.queue:
-			if write(f) != nil {
-				return nil
-			}
-		default:
-			break drain
+		if frames, _ := t.q.len(); frames == 0 {
+			break
 		}
-	}
-	if flush() != nil {
-		return nil
+		if t.writeOnce(conn, deadline) != nil {
+			return
+		}
 	}
 	// The encoder sets its own deadlines (writeTimeout) on every read
 	// and write: the bound is kept by closing the connection under it.
@@ -399,5 +353,4 @@ drain:
 		_ = conn.Close()
 		<-done
 	}
-	return nil
 }

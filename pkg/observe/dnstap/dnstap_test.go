@@ -197,6 +197,8 @@ func TestNoCollector(t *testing.T) {
 	if got := col.Take(10, 5*time.Second); len(got) != 10 {
 		t.Fatalf("collector got %d of the 10 queued messages", len(got))
 	}
+	// Room again once the writer has let go of what it wrote.
+	waitFor(t, "the queue empty", func() bool { return tap.Stats().QueuedMessages == 0 })
 	set.ClientQuery(false, client, time.Now(), q)
 	if col.Next(5*time.Second) == nil {
 		t.Fatal("no message after the collector came up")
@@ -271,8 +273,8 @@ func TestReconnect(t *testing.T) {
 	}
 }
 
-// TestSendAllocs: a message costs no allocation, the queue full or not,
-// once frames go round (the free list starts full).
+// TestSendAllocs: a message costs no allocation, the queue full or not:
+// it is encoded into the queue's one buffer.
 func TestSendAllocs(t *testing.T) {
 	col := dnstest.StartCollector(t, "unix", sockPath(t))
 	tap := newTap(t, dnstap.Config{Socket: col.Addr, Full: true, QueueMessages: 64})
@@ -288,7 +290,7 @@ func TestSendAllocs(t *testing.T) {
 	waitFor(t, "the queue written out", func() bool { return tap.Stats().QueuedMessages == 0 })
 	if n := testing.AllocsPerRun(1000, func() {
 		set.ClientResponse(false, client, now, now, q)
-	}); n > 0.05 {
+	}); n > 0 {
 		t.Errorf("connected: %v allocations per message, want 0", n)
 	}
 }

@@ -115,6 +115,18 @@ func appendDnstap(b []byte, h *header, m *Message) []byte {
 	return protowire.AppendVarint(b, dnstapMessage)
 }
 
+// sizeDnstap is the length appendDnstap appends for m with h.
+func sizeDnstap(h *header, m *Message) int {
+	s := 0
+	for _, v := range [...][]byte{h.identity, h.version, h.extra} {
+		if len(v) > 0 {
+			s += protowire.SizeTag(fieldIdentity) + protowire.SizeBytes(len(v))
+		}
+	}
+	return s + protowire.SizeTag(fieldMessage) + protowire.SizeBytes(sizeMessage(m)) +
+		protowire.SizeTag(fieldType) + protowire.SizeVarint(dnstapMessage)
+}
+
 // appendMessage appends the fields of dnstap.Message m, in field order.
 func appendMessage(b []byte, m *Message) []byte {
 	b = protowire.AppendTag(b, fieldMsgType, protowire.VarintType)
