@@ -20,7 +20,6 @@ var unsupported = map[string]string{
 	"debug":        "disabled panic recovery and printed debug output (nodedns: log-level: debug)",
 	"dns64":        "synthesized AAAA records from A records (DNS64)",
 	"dnssec":       "signed answers with DNSSEC on the fly",
-	"dnstap":       "logged queries and answers over dnstap",
 	"dynupdate":    "accepted dynamic updates (RFC 2136)",
 	"erratic":      "answered erratically for testing",
 	"etcd":         "served records from etcd (SkyDNS)",
@@ -81,6 +80,8 @@ func (m *migrator) directive(b *block, d *Directive, clusterFwd, reverseOnly boo
 		m.minimal(d)
 	case "header":
 		m.headerFlags(d)
+	case "dnstap":
+		m.dnstap(b, d)
 	case "autopath":
 		m.autopath(d)
 	case "health":

@@ -67,6 +67,9 @@ func (c *Config) DnstapTaps(version string, log *slog.Logger) (*dnstap.Set, erro
 	return dnstap.NewSet(taps...), nil
 }
 
+// CheckDnstap checks the `dnstap:` key of c, as loading does.
+func CheckDnstap(c *Config) error { return checkDnstap(c) }
+
 func checkDnstap(c *Config) error {
 	if len(c.Dnstap) > maxDnstap {
 		return fmt.Errorf("dnstap: %d collectors: want at most %d (each gets a copy of every message)", len(c.Dnstap), maxDnstap)
