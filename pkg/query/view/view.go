@@ -58,14 +58,14 @@ func (e *Expr) Match(q *Query) bool { return e.root.eval(q) }
 type kind uint8
 
 const (
-	kConst kind = iota // b
-	kAnd               // l && r
-	kOr                // l || r
-	kNot               // !l
-	kInCIDR            // the client in pfx
-	kEq                // field == the value (neg: !=)
-	kIn                // field in the values (neg: not in)
-	kMatch             // name matches re
+	kConst  kind = iota // b
+	kAnd                // l && r
+	kOr                 // l || r
+	kNot                // !l
+	kInCIDR             // the client in pfx
+	kEq                 // field == the value (neg: !=)
+	kIn                 // field in the values (neg: not in)
+	kMatch              // name matches re
 )
 
 // field is what a comparison reads of the query.

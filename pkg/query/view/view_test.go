@@ -24,7 +24,7 @@ func TestMatch(t *testing.T) {
 		{`incidr(client_ip(), '10.0.0.0/8')`, true, false, false},
 		{`incidr(client_ip(), "fd00::/8")`, false, true, false},
 		{`incidr(client_ip(), '10.1.2.3/8')`, true, false, false}, // host bits, as net.ParseCIDR
-		{`incidr(client_ip(), '::/0')`, false, true, false},     // an IPv4 client is in no IPv6 network
+		{`incidr(client_ip(), '::/0')`, false, true, false},       // an IPv4 client is in no IPv6 network
 		{`client_ip() == '10.1.2.3'`, true, false, false},
 		{`'fd00::5' == client_ip()`, false, true, false},
 		{`client_ip() != '10.1.2.3'`, false, true, true},
