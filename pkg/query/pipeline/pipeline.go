@@ -65,6 +65,12 @@ type Config struct {
 	// Route sends the names of some zones to a resolver of their own
 	// instead of Resolver; nil: none.
 	Route *Route
+	// Views send the queries they hold, of their zones, to resolvers of
+	// their own (views.go); PlainZones are zones of blocks without a
+	// view (stub domains, routed zones), which win over a view of a less
+	// specific zone. Restart-only.
+	Views      []View
+	PlainZones []string
 	// Plugins are the CoreDNS plugins run around the stages (plugins.go);
 	// see SetPlugins. nil: none.
 	Plugins *Plugins
@@ -135,6 +141,7 @@ type Pipeline struct {
 	cfg   Config
 	log   *slog.Logger
 	route *router // nil: every name goes to cfg.Resolver
+	views *views  // nil: none
 	memo  *walkMemo
 	// shortcuts keeps search-path shortcut replies in wire form
 	// (shortcut.go).
@@ -166,12 +173,16 @@ func New(cfg Config) (*Pipeline, error) {
 	// the pipeline were two packages.
 	p := &Pipeline{cfg: cfg, log: cfg.Logger.With("component", "server"),
 		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), shortcuts: newShortcutTable(scEntries, scBytes)}
+	var err error
 	if cfg.Route != nil {
 		r, err := newRouter(*cfg.Route)
 		if err != nil {
 			return nil, err
 		}
 		p.route = r
+	}
+	if p.views, err = newViews(cfg.Views, cfg.PlainZones); err != nil {
+		return nil, err
 	}
 	p.epoch = time.Now()
 	p.loop.name.Store("")

@@ -52,6 +52,10 @@ type call struct {
 	// tapped: the query got past the protocol checks, and its reply is
 	// logged to the Tap (its query was, on the reader).
 	tapped bool
+	// view is the resolver of the view the query is for, once viewDone
+	// (views.go); nil: none.
+	view     stage.Resolver
+	viewDone bool
 	// optAt, when not 0, is the offset in the reply being finished of an
 	// OPT record the stored reply ends with (a cache hit whose upstream
 	// sent EDE options): finish makes it the reply's own.
@@ -229,7 +233,9 @@ func (p *Pipeline) searchPath(dst []byte, c *call, ns string) ([]byte, server.Ve
 	// expansion of ns's list (it was built for one), which saves
 	// splitting the name (reading the namespace's bytes) on every
 	// shortcut.
-	if c.revert == nil {
+	// Shortcuts are kept per namespace, not per view: not taken when
+	// views are configured.
+	if c.revert == nil && p.views == nil {
 		if out, ok := p.shortcutHit(dst, c, ns); ok {
 			return out, server.Reply, true
 		}
@@ -356,7 +362,7 @@ func (p *Pipeline) lookup(c *call, dst []byte, name string, qtype uint16, f form
 			return p.externalName(c, res, qtype), dst
 		}
 	}
-	r := p.resolver(name)
+	r := p.resolver(c, name)
 	if c.wait {
 		return p.resolve(c, r, name, qtype), dst
 	}

@@ -54,6 +54,12 @@ func (e *Expr) String() string { return e.src }
 // Match reports whether the condition holds for q.
 func (e *Expr) Match(q *Query) bool { return e.root.eval(q) }
 
+// Holds is Match for the query of these fields (stage.Condition).
+func (e *Expr) Holds(client netip.Addr, name string, qtype, qclass uint16, tcp bool) bool {
+	q := Query{Client: client, Name: name, Type: qtype, Class: qclass, TCP: tcp}
+	return e.root.eval(&q)
+}
+
 // What a node is.
 type kind uint8
 
