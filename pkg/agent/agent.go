@@ -95,6 +95,8 @@ type Agent struct {
 	kd *kubeDNSState
 	// taps are the dnstap collectors (dnstap.go); nil: none.
 	taps *dnstap.Set
+	// views are the views' forwarders and caches (views.go).
+	views []agentView
 	// hurry is closed when the lameduck is to end at once (a second
 	// SIGTERM or SIGINT, see Serve); nil: it always runs its course.
 	hurry <-chan struct{}
@@ -233,6 +235,15 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	if a.taps != nil {
 		pcfg.Tap = a.taps
 	}
+	if pcfg.Views, err = a.buildViews(cfg); err != nil {
+		return nil, err
+	}
+	// Zones of blocks without a view: a view of a less specific zone does
+	// not take their names.
+	pcfg.PlainZones = append(stubZones(cfg), kd.Zones()...)
+	if pcfg.Route != nil {
+		pcfg.PlainZones = append(pcfg.PlainZones, pcfg.Route.Zones...)
+	}
 	if a.ix == nil && config.HasNamedServers(cfg.Upstream) {
 		return nil, fmt.Errorf("--upstream names a server of the cluster zone, which needs the cluster index (--kubeconfig, or running in a pod)")
 	}
@@ -274,6 +285,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	a.stopFwd = fcancel
 	go a.fwd.Load().Run(fctx)
 	defer a.cache.Close()
+	defer a.runViews(ctx)()
 	hup, stopHUP := notifyHUP()
 	defer stopHUP()
 	go a.watchConfig(ctx, hup)
