@@ -85,6 +85,17 @@ func TestViews(t *testing.T) {
 	}
 }
 
+// withViews configures two views of the root zone, one by client
+// network and type, the other by name, neither holding for the hot-path
+// questions (the client is 127.0.0.1): each query pays their conditions.
+func withViews(tb testing.TB) func(*Config) {
+	vs := []View{
+		{Name: "lan", Zones: []string{"."}, Cond: mustView(tb, `incidr(client_ip(), '10.0.0.0/8') && type() in ['A', 'AAAA']`), Resolver: named("lan")},
+		{Name: "names", Zones: []string{"."}, Cond: mustView(tb, `name() matches '^abc[.].*[.]example[.]com[.]$'`), Resolver: named("names")},
+	}
+	return func(c *Config) { c.Views = vs }
+}
+
 // TestViewsHotPath: a view's cache hit is answered on the reader at no
 // allocation, the condition included; the default's too.
 func TestViewsHotPath(t *testing.T) {
