@@ -204,7 +204,10 @@ func (s *Server) serveTCP(st *tcpState, listener int) {
 	defer s.wg.Done()
 	defer s.closeTCP(st)
 	c, client, slots := st.c, st.client, st.slots
-	port := c.RemoteAddr().(*net.TCPAddr).AddrPort().Port()
+	var port uint16
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		port = ta.AddrPort().Port()
+	}
 	t := &tcpConn{c: c, s: s}
 	var wg sync.WaitGroup
 	defer wg.Wait()
