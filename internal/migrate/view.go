@@ -77,6 +77,12 @@ func (m *migrator) viewBlock(b *block, earlier []*block) {
 		case d.Name == "kubernetes":
 			// The cluster zone is answered from the agent's one index,
 			// before any view.
+		case d.Name == "dnstap":
+			// One tap logs every query: the view's block's too.
+			m.directive(b, d, false, false)
+			if m.isSet(&m.cfg.Dnstap) {
+				m.comment(&m.cfg.Dnstap, fmt.Sprintf("line %d: the dnstap of a view's block logs every query, not only the view's", d.Line))
+			}
 		case viewGlobal[d.Name]:
 			m.directive(b, d, false, false)
 		default:
