@@ -93,7 +93,9 @@ type Agent struct {
 	clusterCache *cache.Cache
 	// kd is the kube-dns ConfigMap directory's state (kubedns.go).
 	kd *kubeDNSState
-	// taps are the dnstap collectors (dnstap.go); nil: none.
+	// taps are the dnstap collectors (dnstap.go), logging through upLog
+	// (a collector that stays away is a line a while, not one per retry);
+	// nil: none.
 	taps *dnstap.Set
 	// views are the views' forwarders and caches (views.go).
 	views []agentView
@@ -175,7 +177,7 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	a.failures = errlog.New(log, errlog.Config{})
 	a.upLog = slog.New(a.failures.Handler(log.Handler()))
 	var err error
-	if a.taps, err = cfg.DnstapTaps("nodedns-"+a.version, log); err != nil {
+	if a.taps, err = cfg.DnstapTaps("nodedns-"+a.version, a.upLog); err != nil {
 		return nil, err
 	}
 	kd, _ := a.kd.poll(cfg, log)
