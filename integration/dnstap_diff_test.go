@@ -193,6 +193,10 @@ func TestDnstapDifferential(t *testing.T) {
 					got = append(got, tapRender(t, d, nup.Addr, nport, q.tcp, full))
 				}
 				total++
+				if total == 1 || total == 6 {
+					// What is compared, once with full and once without.
+					t.Logf("%s %s: CoreDNS and nodedns sent\n    %s", q.name, dns.TypeToString[q.qtype], strings.ReplaceAll(strings.Join(got, "\n"), "\n", "\n    "))
+				}
 				if w, g := strings.Join(want, "\n"), strings.Join(got, "\n"); w != g || len(cm) != 4 {
 					t.Errorf("%s %s tcp=%v:\n  CoreDNS (%d messages):\n    %s\n  nodedns (%d messages):\n    %s", q.name, dns.TypeToString[q.qtype], q.tcp,
 						len(cm), strings.ReplaceAll(w, "\n", "\n    "), len(nm), strings.ReplaceAll(g, "\n", "\n    "))

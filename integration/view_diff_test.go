@@ -29,7 +29,7 @@ import (
 
 // viewUpstream answers every question with a record naming it: A
 // 192.0.2.ID, AAAA 2001:db8::ID, MX ID mxID.example., TXT "ID"; NXDOMAIN
-// for names starting nx.
+// with the parent's SOA (serial ID) for names starting nx.
 func viewUpstream(t *testing.T, id int) *dnstest.Server {
 	return dnstest.Start(t, func(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)
@@ -37,8 +37,11 @@ func viewUpstream(t *testing.T, id int) *dnstest.Server {
 		m.RecursionAvailable = true
 		q := r.Question[0]
 		if strings.HasPrefix(strings.ToLower(q.Name), "nx.") {
+			// The SOA of the name's parent (in bailiwick: nodedns keeps
+			// no other).
+			_, zone, _ := strings.Cut(strings.ToLower(q.Name), ".")
 			m.Rcode = dns.RcodeNameError
-			m.Ns = []dns.RR{mustRR(t, fmt.Sprintf("example. 300 IN SOA ns.example. h.example. %d 60 60 60 60", id))}
+			m.Ns = []dns.RR{mustRR(t, fmt.Sprintf("%s 300 IN SOA ns.%s h.%s %d 60 60 60 60", zone, zone, zone, id))}
 			_ = w.WriteMsg(m)
 			return
 		}
