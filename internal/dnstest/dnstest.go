@@ -6,6 +6,8 @@
 // Besides the miekg/dns based Server there is Raw, a server scripted in
 // bytes for upstreams that misbehave on purpose (wrong IDs, garbage,
 // silence), and Gate, which holds answers back until a test lets them go.
+// Collector (dnstap.go) is a dnstap collector, decoding with the
+// reference types of github.com/dnstap/golang-dnstap.
 package dnstest
 
 import (

@@ -107,20 +107,30 @@ func (m *migrator) run(f *File) {
 		blocks = append(blocks, b)
 	}
 	m.findClusterZones(blocks)
-	m.otherBlocks = countOtherBlocks(blocks)
+	// Blocks with a view are carried apart (view.go); the others as
+	// ever, among themselves.
+	inOrder := slices.Clone(blocks)
+	plain := slices.DeleteFunc(slices.Clone(blocks), hasView)
+	m.otherBlocks = countOtherBlocks(plain)
 	// The root block first: where one value serves every zone, the root
 	// block's is the one that applies to most names.
 	sort.SliceStable(blocks, func(i, j int) bool { return blocks[i].root && !blocks[j].root })
+	sort.SliceStable(plain, func(i, j int) bool { return plain[i].root && !plain[j].root })
 	for _, b := range blocks {
 		if m.port == 0 {
 			m.port, m.portLine = b.port, b.sb.Line
 		} else if b.port != m.port {
 			m.drop(b.sb.Line, "server block %s listens on port %d, and line %d on %d: nodedns answers every zone on the same addresses (port %d kept)", keysText(b.sb), b.port, m.portLine, m.port, m.port)
 		}
+		if hasView(b) {
+			m.viewBlock(b, inOrder[:slices.Index(inOrder, b)])
+			continue
+		}
 		m.block(b)
-		m.blockForwards(b, blocks)
+		m.blockForwards(b, plain)
 	}
-	m.finish(blocks)
+	m.finish(plain)
+	m.viewsDepart()
 }
 
 func keysText(sb *ServerBlock) string {

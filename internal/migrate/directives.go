@@ -20,7 +20,6 @@ var unsupported = map[string]string{
 	"debug":        "disabled panic recovery and printed debug output (nodedns: log-level: debug)",
 	"dns64":        "synthesized AAAA records from A records (DNS64)",
 	"dnssec":       "signed answers with DNSSEC on the fly",
-	"dnstap":       "logged queries and answers over dnstap",
 	"dynupdate":    "accepted dynamic updates (RFC 2136)",
 	"erratic":      "answered erratically for testing",
 	"etcd":         "served records from etcd (SkyDNS)",
@@ -50,7 +49,6 @@ var unsupported = map[string]string{
 	"trace":        "traced queries (OpenTracing)",
 	"transfer":     "served zone transfers",
 	"tsig":         "verified TSIG signatures",
-	"view":         "served the block only to queries matching an expression",
 	"whoami":       "answered with the client's address and port",
 }
 
@@ -81,6 +79,11 @@ func (m *migrator) directive(b *block, d *Directive, clusterFwd, reverseOnly boo
 		m.minimal(d)
 	case "header":
 		m.headerFlags(d)
+	case "dnstap":
+		m.dnstap(b, d)
+	case "view":
+		// Never here: a block with a view is carried by viewBlock.
+		m.drop(d.Line, "%s: not carried", d.String())
 	case "autopath":
 		m.autopath(d)
 	case "health":

@@ -18,6 +18,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/node/intercept"
 	"github.com/nodedns/nodedns/pkg/node/peers"
 	"github.com/nodedns/nodedns/pkg/observe/admin"
+	"github.com/nodedns/nodedns/pkg/observe/dnstap"
 	"github.com/nodedns/nodedns/pkg/observe/errlog"
 	"github.com/nodedns/nodedns/pkg/observe/metrics"
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
@@ -105,6 +106,12 @@ type Agent struct {
 	clusterCache *cache.Cache
 	// kd is the kube-dns ConfigMap directory's state (kubedns.go).
 	kd *kubeDNSState
+	// taps are the dnstap collectors (dnstap.go), logging through upLog
+	// (a collector that stays away is a line a while, not one per retry);
+	// nil: none.
+	taps *dnstap.Set
+	// views are the views' forwarders and caches (views.go).
+	views []agentView
 	// hurry is closed when the lameduck is to end at once (a second
 	// SIGTERM or SIGINT, see Serve); nil: it always runs its course.
 	hurry <-chan struct{}
@@ -212,6 +219,10 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	// panics, asked again and again, cannot decide how much is logged.
 	a.panics = recovery.NewCounter(a.failures)
 	a.upLog = slog.New(a.failures.Handler(log.Handler()))
+	var err error
+	if a.taps, err = cfg.DnstapTaps("nodedns-"+a.version, a.upLog); err != nil {
+		return nil, err
+	}
 	kd, _ := a.kd.poll(cfg, log)
 	fwd, err := a.newForwarder(cfg, kd)
 	if err != nil {
@@ -275,6 +286,18 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	pcfg.MinimalResponses = cfg.MinimalResponses
+	if a.taps != nil {
+		pcfg.Tap = a.taps
+	}
+	if pcfg.Views, err = a.buildViews(cfg); err != nil {
+		return nil, err
+	}
+	// Zones of blocks without a view: a view of a less specific zone does
+	// not take their names.
+	pcfg.PlainZones = append(stubZones(cfg), kd.Zones()...)
+	if pcfg.Route != nil {
+		pcfg.PlainZones = append(pcfg.PlainZones, pcfg.Route.Zones...)
+	}
 	if a.ix == nil && config.HasNamedServers(cfg.Upstream) {
 		return nil, fmt.Errorf("--upstream names a server of the cluster zone, which needs the cluster index (--kubeconfig, or running in a pod)")
 	}
@@ -310,10 +333,13 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	a.runCtx = ctx
+	// The taps outlive ctx: the lameduck's answers are logged too.
+	defer a.runTaps()()
 	fctx, fcancel := context.WithCancel(ctx)
 	a.stopFwd = fcancel
 	go a.fwd.Load().Run(fctx)
 	defer a.cache.Close()
+	defer a.runViews(ctx)()
 	hup, stopHUP := notifyHUP()
 	defer stopHUP()
 	go a.watchConfig(ctx, hup)

@@ -61,7 +61,7 @@ func (a *Agent) wireCluster(pcfg *pipeline.Config) error {
 		a.log.Warn("autopath needs --node-name (or $NODE_NAME) to know this node's pods: search-path walk off")
 	}
 	if a.cfg.ClusterDNS != "" {
-		fwd, err := clusterDNSForwarder(a.cfg, a.upLog)
+		fwd, err := clusterDNSForwarder(a.cfg, a.upLog, a.upstreamTap())
 		if err != nil {
 			return err
 		}

@@ -429,6 +429,15 @@ var notOurs = map[string]string{
 	// Exported only with a cluster zone: integration/prometheus_test.go
 	// checks it against a real API server.
 	"nodedns_informer_objects": "exported with a cluster zone only",
+	// Exported for each dnstap collector configured (a file key):
+	// pkg/observe/metrics's TestMetricsHandler has them.
+	"nodedns_dnstap_connected":        "exported with dnstap collectors only",
+	"nodedns_dnstap_sent_total":       "exported with dnstap collectors only",
+	"nodedns_dnstap_dropped_total":    "exported with dnstap collectors only",
+	"nodedns_dnstap_lost_total":       "exported with dnstap collectors only",
+	"nodedns_dnstap_reconnects_total": "exported with dnstap collectors only",
+	"nodedns_dnstap_queued_messages":  "exported with dnstap collectors only",
+	"nodedns_dnstap_queued_bytes":     "exported with dnstap collectors only",
 }
 
 // exprNames returns the series expr names, histogram suffixes folded into

@@ -36,9 +36,9 @@ func (f forwardedZone) Zone() string { return f.zone }
 func (f forwardedZone) Generation() uint64 { return 1 }
 
 // clusterDNSForwarder is the forwarder to --cluster-dns.
-func clusterDNSForwarder(cfg config.Config, log *slog.Logger) (*upstream.Forwarder, error) {
+func clusterDNSForwarder(cfg config.Config, log *slog.Logger, tap upstream.Tap) (*upstream.Forwarder, error) {
 	fwd, err := upstream.New(upstream.Config{Servers: []string{cfg.ClusterDNS}, Policy: upstream.Sequential,
-		ForceTCP: cfg.ClusterDNSProtocol == config.ProtoTCP, Logger: log})
+		ForceTCP: cfg.ClusterDNSProtocol == config.ProtoTCP, Tap: tap, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("--cluster-dns: %w", err)
 	}
@@ -69,7 +69,7 @@ func clusterCacheConfig(cfg config.Config, log *slog.Logger) cache.Config {
 // pods are watched (when a kubeconfig is at hand), so the search-path walk
 // still runs here, asking the forwarded zone for each step.
 func (a *Agent) wireForward(pcfg *pipeline.Config) error {
-	fwd, err := clusterDNSForwarder(a.cfg, a.upLog)
+	fwd, err := clusterDNSForwarder(a.cfg, a.upLog, a.upstreamTap())
 	if err != nil {
 		return err
 	}

@@ -33,14 +33,19 @@ func (a *Agent) newRecorder() (*metrics.Recorder, error) {
 				return metrics.PodInfo{Namespace: p.Namespace, Name: p.Name, Kind: p.OwnerKind, Workload: p.OwnerName}, ok
 			},
 			Search: a.searchPath,
+			Dnstap: a.tapStats,
 			Cache:  func() cache.Stats { return a.cache.Stats() },
 			Upstreams: func() []upstream.ServerStats {
 				var out []upstream.ServerStats
 				for _, s := range a.fwd.Load().Servers() {
 					out = append(out, s.Stats())
 				}
+				others := a.views
 				if a.clusterFwd != nil { // --cluster-dns, unless also an upstream
-					for _, s := range a.clusterFwd.Servers() {
+					others = append([]agentView{{fwd: a.clusterFwd}}, others...)
+				}
+				for _, v := range others { // and the views' servers
+					for _, s := range v.fwd.Servers() {
 						if !slices.ContainsFunc(out, func(f upstream.ServerStats) bool { return f.Addr == s.Addr }) {
 							out = append(out, s.Stats())
 						}
@@ -118,7 +123,7 @@ func (a *Agent) plugins() []string {
 		plugin string
 		on     bool
 	}{{"local", a.cfg.Local}, {"chaos", a.cfg.Chaos}, {"acl", len(a.cfg.ACL) > 0}, {"template", len(a.cfg.Templates) > 0},
-		{"header", a.cfg.Header != nil}, {"minimal", a.cfg.MinimalResponses}} {
+		{"header", a.cfg.Header != nil}, {"minimal", a.cfg.MinimalResponses}, {"dnstap", len(a.cfg.Dnstap) > 0}, {"view", len(a.cfg.Views) > 0}} {
 		if on.on {
 			p = append(p, on.plugin)
 		}

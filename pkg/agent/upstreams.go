@@ -129,6 +129,7 @@ func (a *Agent) newForwarder(cfg config.Config, kd kubedns.Config) (*upstream.Fo
 	res := indexResolver{ix: func() *k8s.Index { return a.ix }}
 	fc := forwarderConfig(cfg, ups, kd, res, a.upLog)
 	fc.Panics = a.panics
+	fc.Tap = a.upstreamTap()
 	if fc.NameServers, err = nameResolvers(cfg, a.upLog); err != nil {
 		return nil, err
 	}

@@ -113,6 +113,11 @@ type Config struct {
 	Templates            []TemplateConfig
 	Header               *HeaderConfig
 	MinimalResponses     bool
+	// Dnstap are the dnstap collectors (dnstap.go); file key only.
+	Dnstap []DnstapConfig
+	// Views are CoreDNS view blocks with a forward (views.go); file key
+	// only.
+	Views []ViewConfig
 	// ClusterSyncWait bounds how long the listeners wait for the cluster
 	// index at start when no other agent serves our addresses.
 	ClusterSyncWait Duration

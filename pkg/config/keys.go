@@ -544,6 +544,10 @@ var settings = []*Setting{
 		}},
 	{key: "minimal-responses", help: "leave the authority and additional sections out of NOERROR answers, as CoreDNS's minimal (forwarded answers are always minimal); restart-only",
 		field: func(c *Config) any { return &c.MinimalResponses }},
+	{key: "dnstap", flag: noFlag, help: "dnstap logs as CoreDNS's dnstap: a list of {socket: unix:///path|tcp://host:port|tls://host:port, full, identity, version, extra, skip-verify, queue-messages, queue-bytes}; client queries and replies, and upstream exchanges; at most 4; restart-only",
+		field: func(c *Config) any { return &c.Dnstap }, check: checkDnstap},
+	{key: "views", flag: noFlag, help: "split horizon as CoreDNS's view blocks: a list of {name, expr: [EXPRESSION...], zones, forward: {servers, ...}}; the queries of the zones for which every expression holds go to the view's servers through a cache of its own; at most 16; restart-only",
+		field: func(c *Config) any { return &c.Views }, check: checkViews},
 	{key: "loadbalance", help: "round_robin: rotate the order of A and AAAA records in every reply, as CoreDNS's loadbalance (empty: off)",
 		field: func(c *Config) any { return &c.LoadBalance }, apply: on(ApplyLoadBalance), check: func(c *Config) error {
 			if c.LoadBalance != LoadBalanceOff && c.LoadBalance != LoadBalanceRoundRobin {

@@ -45,6 +45,8 @@ type collector struct {
 
 	peerServers *prometheus.Desc
 
+	tapConnected, tapSent, tapDropped, tapLost, tapReconnects, tapQueued, tapQueuedBytes *prometheus.Desc
+
 	ns nsDescs
 }
 
@@ -113,6 +115,14 @@ func newCollector(r *Recorder) *collector {
 
 		ns: newNSDescs(d),
 
+		tapConnected:   d("dnstap_connected", "1 while the dnstap collector is connected.", "socket"),
+		tapSent:        d("dnstap_sent_total", "dnstap messages written to the collector.", "socket"),
+		tapDropped:     d("dnstap_dropped_total", "dnstap messages dropped because the queue to the collector was full (a slow collector, or none).", "socket"),
+		tapLost:        d("dnstap_lost_total", "dnstap messages queued or written when the connection to the collector failed.", "socket"),
+		tapReconnects:  d("dnstap_reconnects_total", "Connections to the dnstap collector made again after one failed.", "socket"),
+		tapQueued:      d("dnstap_queued_messages", "dnstap messages waiting for the collector.", "socket"),
+		tapQueuedBytes: d("dnstap_queued_bytes", "Bytes of the dnstap messages waiting for the collector.", "socket"),
+
 		peerServers: d("peer_servers", "Other processes serving the agent's DNS addresses (per address and protocol), by kind: nodedns (another agent, as in a rolling update), foreign (another DNS server: the agent is not ready), unidentified.", "kind"),
 	}
 }
@@ -125,7 +135,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.apShortcuts, c.apSteps, c.apSaved, c.queryLogSuppressed,
 		c.icEnabled, c.icRepairs, c.icPresent, c.icWanted, c.icErrors, c.infEnabled, c.infSynced, c.infObjects,
 		c.srvOverloaded, c.srvClientLimited, c.srvPanics, c.srvInflight, c.srvTCP, c.srvTCPClientLimited, c.srvTCPEvicted,
-		c.srvReaders, c.srvReadersLive, c.srvReaderRestarts, c.peerServers} {
+		c.srvReaders, c.srvReadersLive, c.srvReaderRestarts, c.peerServers,
+		c.tapConnected, c.tapSent, c.tapDropped, c.tapLost, c.tapReconnects, c.tapQueued, c.tapQueuedBytes} {
 		ch <- d
 	}
 	if c.r.ns != nil {
@@ -200,6 +211,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.upOverloaded, fw.Overloaded)
 		counter(c.upClientLimited, fw.ClientLimited)
 		counter(c.upAllDown, fw.AllDown)
+	}
+	if src.Dnstap != nil {
+		for _, t := range src.Dnstap() {
+			gauge(c.tapConnected, b2f(t.Connected), t.Socket)
+			counter(c.tapSent, t.Sent, t.Socket)
+			counter(c.tapDropped, t.Dropped, t.Socket)
+			counter(c.tapLost, t.Lost, t.Socket)
+			counter(c.tapReconnects, t.Reconnects, t.Socket)
+			gauge(c.tapQueued, float64(t.QueuedMessages), t.Socket)
+			gauge(c.tapQueuedBytes, float64(t.QueuedBytes), t.Socket)
+		}
 	}
 	if src.Intercept != nil {
 		ic := src.Intercept()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/cluster/k8s"
 	"github.com/nodedns/nodedns/pkg/node/intercept"
+	"github.com/nodedns/nodedns/pkg/observe/dnstap"
 	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
@@ -39,6 +40,8 @@ type Document struct {
 	// Supervisor: which processes serve, how the last ones ended (nil
 	// when the agent runs unsupervised).
 	Supervisor *SupervisorFigures `json:"supervisor,omitempty"`
+	// Dnstap are the dnstap collectors' figures, one each.
+	Dnstap []dnstap.Stats `json:"dnstap,omitempty"`
 
 	// TopNames and TopClients are estimates from one answer in TopSample,
 	// scaled back up, with counts halved every minute: recent loudness,
@@ -126,6 +129,9 @@ func (r *Recorder) Stats() Document {
 	}
 	if src.Upstreams != nil {
 		d.Upstreams = src.Upstreams()
+	}
+	if src.Dnstap != nil {
+		d.Dnstap = src.Dnstap()
 	}
 	d.Forwarder = section(src.Forwarder)
 	d.Intercept = section(src.Intercept)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/cluster/k8s"
 	"github.com/nodedns/nodedns/pkg/node/intercept"
+	"github.com/nodedns/nodedns/pkg/observe/dnstap"
 	"github.com/nodedns/nodedns/pkg/observe/hist"
 	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/pipeline"
@@ -334,6 +335,9 @@ func fullSources() Sources {
 		Peers: func() PeerFigures {
 			return PeerFigures{Foreign: []string{"169.254.20.10:53/udp: coredns"}}
 		},
+		Dnstap: func() []dnstap.Stats {
+			return []dnstap.Stats{{Socket: "unix:///run/tap.sock", Connected: true, Sent: 90, Dropped: 7, Lost: 2, Reconnects: 1, QueuedMessages: 3, QueuedBytes: 600}}
+		},
 	}
 }
 
@@ -406,6 +410,13 @@ func TestMetricsHandler(t *testing.T) {
 		`nodedns_server_udp_reader_restarts_total 5`,
 		`nodedns_peer_servers{kind="foreign"} 1`,
 		`nodedns_peer_servers{kind="nodedns"} 0`,
+		`nodedns_dnstap_connected{socket="unix:///run/tap.sock"} 1`,
+		`nodedns_dnstap_sent_total{socket="unix:///run/tap.sock"} 90`,
+		`nodedns_dnstap_dropped_total{socket="unix:///run/tap.sock"} 7`,
+		`nodedns_dnstap_lost_total{socket="unix:///run/tap.sock"} 2`,
+		`nodedns_dnstap_reconnects_total{socket="unix:///run/tap.sock"} 1`,
+		`nodedns_dnstap_queued_messages{socket="unix:///run/tap.sock"} 3`,
+		`nodedns_dnstap_queued_bytes{socket="unix:///run/tap.sock"} 600`,
 		`go_goroutines `,
 		`process_start_time_seconds `,
 	} {

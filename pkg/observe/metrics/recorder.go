@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/cluster/k8s"
 	"github.com/nodedns/nodedns/pkg/node/intercept"
+	"github.com/nodedns/nodedns/pkg/observe/dnstap"
 	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/pipeline"
 	"github.com/nodedns/nodedns/pkg/query/server"
@@ -96,6 +97,8 @@ type Sources struct {
 	// Search is the cluster domain and the node's search domains pods
 	// inherit, for the search-path report's advice.
 	Search func() (zone string, node []string)
+	// Dnstap are the figures of the dnstap collectors, one each.
+	Dnstap func() []dnstap.Stats
 }
 
 // PodInfo names a pod and the workload that owns it (Kind: Deployment,

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/observe/dnstap"
 )
 
 // sourceOrder is how answer sources are listed: cluster first, then the
@@ -101,6 +102,7 @@ func (d *Document) Report(w io.Writer) {
 	renderIntercept(r, d)
 	renderPeers(r, d.Peers)
 	renderSupervisor(r, d.Supervisor, d.Now)
+	renderDnstap(r, d.Dnstap)
 	renderInformers(r, d.Informers)
 	r.blank()
 
@@ -212,6 +214,23 @@ func renderIntercept(r report, d *Document) {
 	r.line("", "%d repairs, last %s", ic.Repairs, last)
 	if ic.LastError != "" {
 		r.line("", "last error: %s", Printable(ic.LastError))
+	}
+}
+
+// renderDnstap writes the dnstap collectors' figures, when there are.
+func renderDnstap(r report, taps []dnstap.Stats) {
+	label := "dnstap"
+	for _, t := range taps {
+		state := "connected"
+		if !t.Connected {
+			state = "NOT CONNECTED"
+			if t.LastError != "" {
+				state += " (" + Printable(t.LastError) + ")"
+			}
+		}
+		r.line(label, "%s: %s; %d sent, %d dropped (queue full), %d lost, %d reconnects, %d queued (%d bytes)",
+			Printable(t.Socket), state, t.Sent, t.Dropped, t.Lost, t.Reconnects, t.QueuedMessages, t.QueuedBytes)
+		label = ""
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
 	"github.com/nodedns/nodedns/pkg/query/upstream"
+
+	"github.com/nodedns/nodedns/pkg/observe/dnstap"
 )
 
 func sampleDocument() Document {
@@ -40,7 +42,9 @@ func sampleDocument() Document {
 			Repairs: 2, LastRepair: now.Add(-time.Hour), LastError: "inserting rule: exit status 4"},
 		Informers: &k8s.Stats{Enabled: true, Synced: true,
 			Objects: map[string]int{"services": 40, "endpointslices": 45, "namespaces": 6, "pods": 12}},
-		Peers:      &PeerFigures{Foreign: []string{"169.254.20.10:53/udp: 1 socket(s) of another process (coredns[77]), foreign"}},
+		Peers: &PeerFigures{Foreign: []string{"169.254.20.10:53/udp: 1 socket(s) of another process (coredns[77]), foreign"}},
+		Dnstap: []dnstap.Stats{{Socket: "unix:///run/tap.sock", Connected: true, Sent: 900, Dropped: 3, QueuedMessages: 2, QueuedBytes: 400},
+			{Socket: "tcp://192.0.2.10:6000", LastError: "dialing: connection refused", Dropped: 10000, Reconnects: 4}},
 		Server:     &server.Stats{Overloaded: 4, Panics: 1, InFlight: 2, TCPConns: 3, UDPReaders: 2, UDPReadersLive: 1, UDPReaderRestarts: 7},
 		TopNames:   []TopEntry{{Key: "api.example.com.", Count: 4800}, {Key: "evil\x1b[2J.example.", Count: 16}},
 		TopClients: []TopEntry{{Key: "169.254.7.7", Count: 5000}},
@@ -88,6 +92,8 @@ func TestReport(t *testing.T) {
 		"1 of 2 UDP readers live (0 holding a P), 7 restarts [DOWN",
 		"Sharing", "FOREIGN DNS SERVER (not ready until it is gone): 169.254.20.10:53/udp: 1 socket(s) of another process (coredns[77]), foreign",
 		"sampled 1 in 16",
+		"dnstap", "unix:///run/tap.sock: connected; 900 sent, 3 dropped (queue full), 0 lost, 0 reconnects, 2 queued (400 bytes)",
+		"tcp://192.0.2.10:6000: NOT CONNECTED (dialing: connection refused); 0 sent, 10000 dropped",
 		"api.example.com.", "169.254.7.7",
 		`evil\x1b[2J.example.`,
 	} {

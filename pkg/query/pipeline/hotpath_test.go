@@ -119,6 +119,8 @@ func TestHotPathAllocs(t *testing.T) {
 		{"with all three", hotServer(t, withHosts(t), withRewrite(t), withLoadBalance)},
 		{"with client namespaces", hotServer(t, withNamespaces)},
 		{"with plugins", hotServer(t, withPlugins(t))},
+		{"with views", hotServer(t, withViews(t))},
+		{"with dnstap", hotServer(t, withDnstap(t))},
 	}
 	out := make([]byte, 0, 4096)
 	cases := []struct {
@@ -229,6 +231,8 @@ func BenchmarkDropIn(b *testing.B) {
 		{"loadbalance", []func(*Config){withLoadBalance}},
 		{"all", []func(*Config){withHosts(b), withRewrite(b), withLoadBalance}},
 		{"plugins", []func(*Config){withPlugins(b)}},
+		{"dnstap", []func(*Config){withDnstap(b)}},
+		{"views", []func(*Config){withViews(b)}},
 	} {
 		s := hotServer(b, c.opts...)
 		for _, q := range []struct{ name, qname string }{{"cache3", "pool.example.test."}, {"cluster", "web.team-a.svc.cluster.local."}} {

@@ -65,6 +65,12 @@ type Config struct {
 	// Route sends the names of some zones to a resolver of their own
 	// instead of Resolver; nil: none.
 	Route *Route
+	// Views send the queries they hold, of their zones, to resolvers of
+	// their own (views.go); PlainZones are zones of blocks without a
+	// view (stub domains, routed zones), which win over a view of a less
+	// specific zone. Restart-only.
+	Views      []View
+	PlainZones []string
 	// Plugins are the CoreDNS plugins run around the stages (plugins.go);
 	// see SetPlugins. nil: none.
 	Plugins *Plugins
@@ -78,6 +84,9 @@ type Config struct {
 	LoadBalance bool
 	// Observer is told about every answer; nil: nobody.
 	Observer Observer
+	// Tap is told about every query that gets past the protocol checks
+	// and about its reply (CoreDNS's dnstap); nil: none. Restart-only.
+	Tap Tap
 	// ClientNamespaces tells the Observer the namespace of every client
 	// that is a pod of this node (Event.Namespace, for per-namespace
 	// figures): Pods is asked about every query, where otherwise only
@@ -132,6 +141,7 @@ type Pipeline struct {
 	cfg   Config
 	log   *slog.Logger
 	route *router // nil: every name goes to cfg.Resolver
+	views *views  // nil: none
 	memo  *walkMemo
 	// shortcuts keeps search-path shortcut replies in wire form
 	// (shortcut.go).
@@ -168,12 +178,16 @@ func New(cfg Config) (*Pipeline, error) {
 	// the pipeline were two packages.
 	p := &Pipeline{cfg: cfg, log: cfg.Logger.With("component", "server"),
 		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), shortcuts: newShortcutTable(scEntries, scBytes)}
+	var err error
 	if cfg.Route != nil {
 		r, err := newRouter(*cfg.Route)
 		if err != nil {
 			return nil, err
 		}
 		p.route = r
+	}
+	if p.views, err = newViews(cfg.Views, cfg.PlainZones); err != nil {
+		return nil, err
 	}
 	p.epoch = time.Now()
 	p.loop.name.Store("")
@@ -234,6 +248,17 @@ func (p *Pipeline) SetRewriter(rw stage.Rewriter) {
 // of the reply being sent: cache hits and packed cluster answers keep
 // costing no allocation (TestHotPathAllocs).
 func (p *Pipeline) SetLoadBalance(on bool) { p.loadBalance.Store(on) }
+
+// Tap logs queries and replies (pkg/observe/dnstap's Set): CLIENT_QUERY
+// when a query gets past the protocol checks, CLIENT_RESPONSE when its
+// reply is written, as CoreDNS's dnstap, which sits before every plugin
+// that answers. It is called on the serving path (the query on the
+// reader): it must never wait, and must keep neither byte slice past the
+// call.
+type Tap interface {
+	ClientQuery(tcp bool, client netip.AddrPort, received time.Time, query []byte)
+	ClientResponse(tcp bool, client netip.AddrPort, received, sent time.Time, reply []byte)
+}
 
 // Observer is told about every answered request. It must be cheap and safe
 // for concurrent use; it is called on the serving path.

@@ -90,8 +90,12 @@ func (r *router) setExcept(zones []string) error {
 	return nil
 }
 
-// resolver returns the resolver of name, a lower-case FQDN.
-func (p *Pipeline) resolver(name string) stage.Resolver {
+// resolver returns the resolver of name, a lower-case FQDN, looked up for
+// c: its view's, else Route's for a routed name, else the default.
+func (p *Pipeline) resolver(c *call, name string) stage.Resolver {
+	if r := p.viewResolver(c); r != nil {
+		return r
+	}
 	if p.route == nil || !p.route.routes(name) {
 		return p.cfg.Resolver
 	}

@@ -53,7 +53,7 @@ func TestRoutes(t *testing.T) {
 		"x-in-addr.arpa.":                 "default",
 		"www.example.com.in-addr.arpa.x.": "default",
 	} {
-		if got := string(p.resolver(name).(named)); got != want {
+		if got := string(p.resolver(&call{}, name).(named)); got != want {
 			t.Errorf("%s: %s, want %s", name, got, want)
 		}
 	}
@@ -82,7 +82,7 @@ func TestRoutes(t *testing.T) {
 		"web.ns.svc.cluster.local.": "cluster",
 		"corp.example.":             "default",
 	} {
-		if got := string(p.resolver(name).(named)); got != want {
+		if got := string(p.resolver(&call{}, name).(named)); got != want {
 			t.Errorf("with stubs, %s: %s, want %s", name, got, want)
 		}
 	}
@@ -96,8 +96,8 @@ func TestRoutes(t *testing.T) {
 func TestRouteAllocs(t *testing.T) {
 	p := routed(t)
 	if n := testing.AllocsPerRun(100, func() {
-		p.resolver("www.example.com.")
-		p.resolver("web.ns.svc.cluster.local.")
+		p.resolver(&call{}, "www.example.com.")
+		p.resolver(&call{}, "web.ns.svc.cluster.local.")
 	}); n != 0 {
 		t.Fatalf("%.1f allocations", n)
 	}

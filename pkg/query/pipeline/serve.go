@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/miekg/dns"
@@ -48,6 +49,13 @@ type call struct {
 	hdr Header
 	// noTemplates: a template's CNAME targets are being looked up.
 	noTemplates bool
+	// tapped: the query got past the protocol checks, and its reply is
+	// logged to the Tap (its query was, on the reader).
+	tapped bool
+	// view is the resolver of the view the query is for, once viewDone
+	// (views.go); nil: none.
+	view     stage.Resolver
+	viewDone bool
 	// optAt, when not 0, is the offset in the reply being finished of an
 	// OPT record the stored reply ends with (a cache hit whose upstream
 	// sent EDE options): finish makes it the reply's own.
@@ -81,7 +89,8 @@ func (p *Pipeline) Resolve(ctx context.Context, dst []byte, req *server.Request)
 // Refuse implements server.Handler: SERVFAIL, at once, for a query the
 // transport has no room to resolve.
 func (p *Pipeline) Refuse(dst []byte, req *server.Request) []byte {
-	c := call{req: req, q: &req.Query, name: req.Query.Name, parsed: true, fail: failOverloaded}
+	// Answer said Wait: the query got past the protocol checks.
+	c := call{req: req, q: &req.Query, name: req.Query.Name, parsed: true, fail: failOverloaded, tapped: true}
 	c.ede.add(dns.ExtendedErrorCodeOther, edeTextInflight)
 	c.setMaxSize(p.cfg.MaxUDPSize)
 	return p.reply(dst, &c, dns.RcodeServerFailure, stage.SourceLocal)
@@ -159,6 +168,12 @@ func (p *Pipeline) check(dst []byte, c *call) (out []byte, v server.Verdict, don
 	case c.q.EDNS && c.q.EDNSVersion != 0:
 		return p.reply(dst, c, dns.RcodeBadVers, stage.SourceLocal), server.Reply, true
 	}
+	// What CoreDNS's server hands its plugins, dnstap first: the query is
+	// logged once, on the reader (Resolve runs these checks again).
+	c.tapped = true
+	if p.cfg.Tap != nil && !c.wait {
+		p.cfg.Tap.ClientQuery(c.req.Proto == "tcp", netip.AddrPortFrom(c.req.Client, c.req.ClientPort), c.req.Received, c.req.Packet)
+	}
 	if pl := p.plugins.Load(); pl != nil {
 		if out, done := p.builtin(dst, c, pl); done {
 			return out, server.Reply, true
@@ -219,7 +234,9 @@ func (p *Pipeline) searchPath(dst []byte, c *call, ns string) ([]byte, server.Ve
 	// expansion of ns's list (it was built for one), which saves
 	// splitting the name (reading the namespace's bytes) on every
 	// shortcut.
-	if c.revert == nil {
+	// Shortcuts are kept per namespace, not per view: not taken when
+	// views are configured.
+	if c.revert == nil && p.views == nil {
 		if out, ok := p.shortcutHit(dst, c, ns); ok {
 			return out, server.Reply, true
 		}
@@ -332,7 +349,7 @@ func (p *Pipeline) lookup(c *call, dst []byte, name string, qtype uint16, f form
 		}
 		return p.externalName(c, a.Result, qtype), dst
 	}
-	r := p.resolver(name)
+	r := p.resolver(c, name)
 	if c.wait {
 		return p.resolve(c, r, name, qtype), dst
 	}
@@ -553,11 +570,15 @@ func (p *Pipeline) observe(c *call, src stage.Source, rcode, steps, saved int, r
 	if rcode == dns.RcodeServerFailure && p.cfg.Failures != nil {
 		p.logFailure(c, src)
 	}
+	now := time.Now()
+	if c.tapped && p.cfg.Tap != nil {
+		p.cfg.Tap.ClientResponse(c.req.Proto == "tcp", netip.AddrPortFrom(c.req.Client, c.req.ClientPort), c.req.Received, now, reply)
+	}
 	if p.cfg.Observer == nil {
 		return
 	}
 	ev := Event{Source: src, Rcode: rcode, Proto: c.req.Proto, Client: c.req.Client, Name: c.q.Name,
-		Qtype: c.q.Type, Duration: time.Since(c.req.Received), AutopathSteps: steps, AutopathSaved: saved,
+		Qtype: c.q.Type, Duration: now.Sub(c.req.Received), AutopathSteps: steps, AutopathSaved: saved,
 		Listener: c.req.Listener, RequestSize: len(c.req.Packet), ResponseSize: len(reply), DO: c.q.DO,
 		Upstream: c.upstream, SearchWinner: -1}
 	if len(reply) >= dnswire.HeaderLen {

@@ -63,8 +63,10 @@ type Request struct {
 	Err   error
 	// Proto is "udp" or "tcp".
 	Proto string
-	// Client is the sender's address (IPv4 unmapped).
-	Client netip.Addr
+	// Client is the sender's address (IPv4 unmapped), ClientPort its
+	// port (set by the transport after Read; 0 when unknown).
+	Client     netip.Addr
+	ClientPort uint16
 	// Listener is the index in Config.Listen of the address the query
 	// came in on.
 	Listener int

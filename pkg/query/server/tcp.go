@@ -304,6 +304,10 @@ func (s *Server) serveTCP(st *tcpState, listener int) {
 	// on any return.
 	defer s.cfg.Panics.Recover(s.log, "serving a TCP connection", "client", st.client)
 	c, client, slots := st.c, st.client, st.slots
+	var port uint16
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		port = ta.AddrPort().Port()
+	}
 	t := &tcpConn{c: c, s: s}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -367,6 +371,7 @@ func (s *Server) serveTCP(st *tcpState, listener int) {
 		st.partial.Store(false)
 		r := new(Request)
 		r.Read("tcp", listener, client, time.Now(), pkt)
+		r.ClientPort = port
 		resp, v := s.h.Answer(make([]byte, 0, 512), r)
 		switch v {
 		case Drop:

@@ -32,6 +32,7 @@ func (s *Server) readUDP(u *udpSock, buf, out []byte, r *Request) error {
 			n = dnswire.HeaderLen
 		}
 		r.Read("udp", u.listener, addr.Addr().Unmap(), time.Now(), buf[:n])
+		r.ClientPort = addr.Port()
 		resp, v := s.h.Answer(out[:0], r)
 		switch v {
 		case Reply:

@@ -264,6 +264,7 @@ func (s *Server) readThread(u *udpSock, holdP bool, b *threadBatchState) error {
 				pkt = pkt[:dnswire.HeaderLen]
 			}
 			r.Read("udp", u.listener, addr.Addr().Unmap(), now, pkt)
+			r.ClientPort = addr.Port()
 			out, v := s.h.Answer(b.outs[i][:0], r)
 			switch v {
 			case Reply:

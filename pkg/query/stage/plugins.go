@@ -50,6 +50,14 @@ type ACL interface {
 	ByName() bool
 }
 
+// Condition is a view's condition (pkg/query/view, CoreDNS view): whether
+// a query, by its client and its question as asked, is the view's.
+type Condition interface {
+	// Holds is asked on the reader, at no allocation. name is lower-case
+	// and fully qualified.
+	Holds(client netip.Addr, name string, qtype, qclass uint16, tcp bool) bool
+}
+
 // TemplateAnswer is a template's answer to one question.
 type TemplateAnswer struct {
 	// Msg carries the rcode, AA and the sections; its Question is not

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -167,13 +168,17 @@ func (s *Server) exchange(ctx context.Context, q *dns.Msg, timeout time.Duration
 func (s *Server) exchangeOnce(ctx context.Context, q *dns.Msg, timeout time.Duration) (*dns.Msg, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	start := time.Now()
 	if s.doh != nil {
-		return s.doh.exchange(ctx, q)
+		r, err := s.doh.exchange(ctx, q)
+		s.tap(true, q, start, r)
+		return r, err
 	}
 	out := q.Copy()
 	out.Id = dns.Id()
 	if s.stream != nil {
 		r, err := s.stream.exchange(ctx, out)
+		s.tap(true, out, start, r)
 		if err != nil {
 			return nil, err
 		}
@@ -184,11 +189,14 @@ func (s *Server) exchangeOnce(ctx context.Context, q *dns.Msg, timeout time.Dura
 		return r, nil
 	}
 	r, err := s.udp(ctx, out)
+	s.tap(false, out, start, r)
 	if err != nil {
 		return nil, err
 	}
 	if r.Truncated {
+		start = time.Now()
 		r, err = s.tcp(ctx, out)
+		s.tap(true, out, start, r)
 		if err != nil {
 			return nil, fmt.Errorf("retrying %s over TCP after truncation: %w", s.Addr, err)
 		}
@@ -198,6 +206,16 @@ func (s *Server) exchangeOnce(ctx context.Context, q *dns.Msg, timeout time.Dura
 	}
 	r.Id = q.Id
 	return r, nil
+}
+
+// tap logs one attempt of an exchange (r nil: no reply) to the Tap.
+func (s *Server) tap(tcp bool, q *dns.Msg, sent time.Time, r *dns.Msg) {
+	if s.cfg.Tap == nil {
+		return
+	}
+	// A DNS-over-HTTPS server's Addr is its URL: no address.
+	ap, _ := netip.ParseAddrPort(s.Addr)
+	s.cfg.Tap.Forwarded(tcp, ap, sent, q, time.Now(), r)
 }
 
 // udp sends m from a fresh socket (a fresh random source port per exchange)

@@ -142,7 +142,19 @@ type Config struct {
 	// NameServers (ip[:port]) resolve servers given by names outside
 	// ClusterZones: the node's resolvers, never the agent itself.
 	NameServers []string
-	Logger      *slog.Logger
+	// Tap is told about every exchange with a server; nil: none.
+	Tap    Tap
+	Logger *slog.Logger
+}
+
+// Tap logs the exchanges with upstream servers (pkg/observe/dnstap's
+// Set), as CoreDNS's forward does when dnstap is configured: the query as
+// sent (its ID the one on the wire) and, when one came, the reply, each
+// attempt apart (a UDP reply truncated and the TCP retry are two). server
+// is invalid for DNS-over-HTTPS servers. It is called on the exchange's
+// goroutine and must not wait; the messages are read-only.
+type Tap interface {
+	Forwarded(tcp bool, server netip.AddrPort, sent time.Time, query *dns.Msg, received time.Time, reply *dns.Msg)
 }
 
 func (c *Config) defaults() {
