@@ -438,6 +438,15 @@ var notOurs = map[string]string{
 	"nodedns_dnstap_reconnects_total": "exported with dnstap collectors only",
 	"nodedns_dnstap_queued_messages":  "exported with dnstap collectors only",
 	"nodedns_dnstap_queued_bytes":     "exported with dnstap collectors only",
+	// Exported by a supervised serving process (this test's agent runs
+	// in the test process): pkg/observe/metrics's
+	// TestSupervisorCollector has them.
+	"nodedns_supervisor_up":                                 "exported when supervised only",
+	"nodedns_supervisor_serving_processes_started_total":    "exported when supervised only",
+	"nodedns_supervisor_serving_processes_replaced_total":   "exported when supervised only",
+	"nodedns_supervisor_serving_process_start_time_seconds": "exported when supervised only",
+	"nodedns_supervisor_sockets_held":                       "exported when supervised only",
+	"nodedns_supervisor_socket_releases_total":              "exported when supervised only",
 }
 
 // exprNames returns the series expr names, histogram suffixes folded into
