@@ -135,6 +135,9 @@ type Config struct {
 	SyncInterval   Duration
 	Teardown       bool
 	Lameduck       Duration
+	// FallbackDNS: nil is the default (the cluster DNS Service), empty no
+	// fallback (`--fallback-dns=`, `fallback-dns: []`).
+	FallbackDNS List
 
 	LogLevel  string
 	LogFormat string
