@@ -95,6 +95,8 @@ type Agent struct {
 	// hurry is closed when the lameduck is to end at once (a second
 	// SIGTERM or SIGINT, see Serve); nil: it always runs its course.
 	hurry <-chan struct{}
+	// fb is the DNS fallback loop's state (fallback.go).
+	fb *fallbackState
 }
 
 // Serve is `nodedns serve` once the configuration is loaded and the
@@ -165,7 +167,7 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 		level = new(slog.LevelVar)
 	}
 	a := &Agent{cfg: cfg, args: opts.Args, version: opts.Version, revision: opts.Revision, log: log, level: level, started: time.Now(),
-		reloads: newReloadStats(), panics: new(recovery.Counter), kd: newKubeDNSState(cfg.KubeDNSConfig)}
+		reloads: newReloadStats(), panics: new(recovery.Counter), kd: newKubeDNSState(cfg.KubeDNSConfig), fb: newFallbackState()}
 	a.live.Store(&cfg)
 	a.failures = errlog.New(log, errlog.Config{})
 	a.upLog = slog.New(a.failures.Handler(log.Handler()))
@@ -239,7 +241,11 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(cfg.LocalIP) > 0 && a.ix == nil && cfg.HasFallbackServices() {
+		return nil, fmt.Errorf("--fallback-dns names a Service, which needs the cluster index (--kubeconfig, or running in a pod, with --cluster-zone local)")
+	}
 	if icfg, ok := interceptConfig(cfg, log); ok {
+		icfg.Fallback, _ = fallbackOn(cfg, a.ix != nil)
 		a.icfg = icfg
 		ic, err := intercept.New(icfg)
 		if err != nil {
@@ -299,6 +305,9 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	// Who else serves our addresses, before /ready can say yes.
 	a.checkPeers(ctx)
 	if a.ic != nil {
+		// The fallback's targets, when they are known already (the index
+		// synced), go in with the rules.
+		a.updateFallback()
 		if err := a.ic.EnsureRules(); err != nil {
 			_ = a.srv.Shutdown(context.Background())
 			return err
@@ -328,6 +337,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	serving = true
 	if a.ic != nil {
 		go a.ic.Run(ctx)
+		go a.runFallback(ctx)
 	}
 	go a.watchPeers(ctx)
 	a.log.Info("serving DNS", "listen", a.cfg.ListenAddrs(), "upstreams", len(a.fwd.Load().Servers()), "version", a.version)

@@ -45,6 +45,7 @@ type interceptor interface {
 	Teardown() error
 	RulesPresent() bool
 	Status() intercept.Status
+	SetFallback(intercept.Fallback) error
 }
 
 // undoIntercept runs when the start fails once the link or the rules may

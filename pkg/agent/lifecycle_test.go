@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -31,6 +32,8 @@ import (
 type fakeInterceptor struct {
 	linkErr, rulesErr          error
 	links, rules, tears, syncs atomic.Int32
+	mu                         sync.Mutex
+	fallbacks                  []intercept.Fallback
 }
 
 func (f *fakeInterceptor) EnsureLink() error        { f.links.Add(1); return f.linkErr }
@@ -39,6 +42,22 @@ func (f *fakeInterceptor) Run(ctx context.Context)  { f.syncs.Add(1); <-ctx.Done
 func (f *fakeInterceptor) Teardown() error          { f.tears.Add(1); return nil }
 func (f *fakeInterceptor) RulesPresent() bool       { return f.rules.Load() > 0 && f.tears.Load() == 0 }
 func (f *fakeInterceptor) Status() intercept.Status { return intercept.Status{} }
+func (f *fakeInterceptor) SetFallback(fb intercept.Fallback) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fallbacks = append(f.fallbacks, fb)
+	return nil
+}
+
+// lastFallback is the last SetFallback argument, and how many there were.
+func (f *fakeInterceptor) lastFallback() (intercept.Fallback, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.fallbacks) == 0 {
+		return intercept.Fallback{}, 0
+	}
+	return f.fallbacks[len(f.fallbacks)-1], len(f.fallbacks)
+}
 
 // buildWithFakeInterception builds an agent on addr with a fake
 // interceptor standing for --local-ip of an address nobody serves here

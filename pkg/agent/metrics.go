@@ -58,7 +58,9 @@ func (a *Agent) newRecorder() (*metrics.Recorder, error) {
 				st := a.ic.Status()
 				return metrics.InterceptFigures{Enabled: true, Link: st.Link, LinkType: st.LinkType, IPs: st.IPs, Backend: st.Backend,
 					RulesPresent: st.RulesPresent, RulesWanted: st.RulesWanted, Repairs: st.Repairs, LastRepair: st.LastRepair, LastError: st.LastError,
-					Errors: st.Errors}
+					Errors: st.Errors, Fallback: st.Fallback, FallbackError: st.FallbackError, FallbackTargets4: st.FallbackTargets4,
+					FallbackTargets6: st.FallbackTargets6, FallbackClusterIPs: st.FallbackClusterIPs, FallbackFlows4: st.FallbackFlows4,
+					FallbackFlows6: st.FallbackFlows6, FallbackUpdates: st.FallbackUpdates}
 			},
 			Peers: a.peerFigures,
 			Informers: func() metrics.InformerFigures {

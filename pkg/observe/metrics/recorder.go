@@ -127,6 +127,19 @@ type InterceptFigures struct {
 	// Errors counts setup failures by kind (iptables, iptables_lock,
 	// interface_add, interface_check).
 	Errors map[string]uint64 `json:"errors,omitempty"`
+	// Fallback is the DNS fallback's state (off, unavailable, waiting,
+	// on; empty from an agent without one), FallbackError why it is
+	// unavailable; the targets by family and the local IPs left to
+	// kube-proxy, while on; the flows it redirected (as the kernel counted
+	// them, read at every pass) and the changes of its targets.
+	Fallback           string   `json:"fallback,omitempty"`
+	FallbackError      string   `json:"fallback_error,omitempty"`
+	FallbackTargets4   []string `json:"fallback_targets_ipv4,omitempty"`
+	FallbackTargets6   []string `json:"fallback_targets_ipv6,omitempty"`
+	FallbackClusterIPs []string `json:"fallback_cluster_ips,omitempty"`
+	FallbackFlows4     uint64   `json:"fallback_flows_ipv4"`
+	FallbackFlows6     uint64   `json:"fallback_flows_ipv6"`
+	FallbackUpdates    uint64   `json:"fallback_updates"`
 }
 
 // PeerFigures are the other processes found serving the agent's DNS
