@@ -298,6 +298,10 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		}
 	}
 	a.awaitClusterSync(ctx)
+	// The fallback's targets, when they are known already (the index
+	// synced, or addresses only): they go in with the rules, and a start
+	// that fails from here on leaves them to answer (undoIntercept).
+	a.updateFallback()
 	if err := a.srv.Listen(); err != nil {
 		return err
 	}
@@ -305,9 +309,6 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	// Who else serves our addresses, before /ready can say yes.
 	a.checkPeers(ctx)
 	if a.ic != nil {
-		// The fallback's targets, when they are known already (the index
-		// synced), go in with the rules.
-		a.updateFallback()
 		if err := a.ic.EnsureRules(); err != nil {
 			_ = a.srv.Shutdown(context.Background())
 			return err
