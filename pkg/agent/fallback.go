@@ -56,10 +56,15 @@ func fallbackOn(cfg config.Config, haveIndex bool) (on bool, why string) {
 	case !unset && len(entries) == 0:
 		return false, "fallback-dns is empty"
 	}
-	listen := cfg.ListenAddrs()
+	var listen []netip.AddrPort
+	for _, s := range cfg.ListenAddrs() {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			listen = append(listen, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+		}
+	}
 	for _, s := range cfg.LocalIP {
 		ip := netip.MustParseAddr(s).Unmap()
-		if !slices.Contains(listen, netip.AddrPortFrom(ip, 53).String()) {
+		if !slices.Contains(listen, netip.AddrPortFrom(ip, 53)) {
 			return false, fmt.Sprintf("no listener bound to %s:53 itself (the socket match ignores wildcard listeners): add it to listen", ip)
 		}
 	}

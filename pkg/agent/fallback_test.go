@@ -35,6 +35,7 @@ func TestFallbackOn(t *testing.T) {
 		// A wildcard listener: the socket match would never see it.
 		{args: []string{"--local-ip=169.254.20.10", "--listen=0.0.0.0:53"}, index: true, why: "no listener bound to 169.254.20.10:53"},
 		{args: []string{"--local-ip=169.254.20.10,fd00:20::10", "--listen=169.254.20.10:53,[fd00:20::10]:53,127.0.0.1:5300"}, index: true, on: true},
+		{args: []string{"--local-ip=169.254.20.10", "--listen=[::ffff:169.254.20.10]:53"}, index: true, on: true},
 	} {
 		cfg, err := config.Load(c.args, io.Discard)
 		if err != nil {
