@@ -28,11 +28,13 @@ type fakeRules struct {
 	// refuse fails Insert of any spec holding it (a match the kernel
 	// lacks).
 	refuse string
+	// tables counts the calls naming each table (iptables -t TABLE ...).
+	tables map[string]int
 }
 
 func newFakeRules() *fakeRules {
 	return &fakeRules{chains: make(map[string][][]string), user: make(map[string]bool), pkts: make(map[string]uint64),
-		calls: make(map[string]int), fail: make(map[string]error)}
+		calls: make(map[string]int), fail: make(map[string]error), tables: make(map[string]int)}
 }
 
 type notExistErr struct{}
@@ -58,6 +60,7 @@ func (f *fakeRules) call(m string) error {
 func (f *fakeRules) Exists(table, chain string, spec ...string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tables[table]++
 	if err := f.call("Exists"); err != nil {
 		return false, err
 	}
@@ -72,6 +75,7 @@ func (f *fakeRules) Exists(table, chain string, spec ...string) (bool, error) {
 func (f *fakeRules) Insert(table, chain string, pos int, spec ...string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tables[table]++
 	if err := f.call("Insert"); err != nil {
 		return err
 	}
@@ -92,6 +96,7 @@ func (f *fakeRules) Insert(table, chain string, pos int, spec ...string) error {
 func (f *fakeRules) Delete(table, chain string, spec ...string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tables[table]++
 	if err := f.call("Delete"); err != nil {
 		return err
 	}
@@ -108,6 +113,7 @@ func (f *fakeRules) Delete(table, chain string, spec ...string) error {
 func (f *fakeRules) List(table, chain string) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tables[table]++
 	if err := f.call("List"); err != nil {
 		return nil, err
 	}
@@ -124,6 +130,7 @@ func (f *fakeRules) List(table, chain string) ([]string, error) {
 func (f *fakeRules) ListCounters(table, chain string, zero bool) ([]string, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tables[table]++
 	if err := f.call("ListCounters"); err != nil {
 		return nil, false, err
 	}
@@ -144,6 +151,7 @@ func (f *fakeRules) ListCounters(table, chain string, zero bool) ([]string, bool
 func (f *fakeRules) ReplaceChain(table, chain string, rules [][]string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tables[table]++
 	if err := f.call("ReplaceChain"); err != nil {
 		return err
 	}
@@ -162,6 +170,7 @@ func (f *fakeRules) ReplaceChain(table, chain string, rules [][]string) error {
 func (f *fakeRules) RemoveChain(table, chain string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tables[table]++
 	if err := f.call("RemoveChain"); err != nil {
 		return false, err
 	}
@@ -230,6 +239,16 @@ func (f *fakeRules) total() int {
 	return n
 }
 
+func (f *fakeRules) Save() ([]byte, error) {
+	f.mu.Lock()
+	err := f.call("Save")
+	f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return f.save(), nil
+}
+
 // save renders iptables-save output.
 func (f *fakeRules) save() []byte {
 	f.mu.Lock()
@@ -249,6 +268,9 @@ func (f *fakeRules) save() []byte {
 			}
 			fmt.Fprintf(&b, "*%s\n", t)
 			table = t
+		}
+		if f.user[k] {
+			fmt.Fprintf(&b, ":%s - [0:0]\n", c)
 		}
 		for _, r := range f.chains[k] {
 			fmt.Fprintf(&b, "-A %s %s\n", c, strings.Join(quoteSpec(r), " "))

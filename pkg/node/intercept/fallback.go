@@ -181,8 +181,12 @@ func (ic *Interceptor) SetFallback(fb Fallback) error {
 		sameSet(f.clusterIPs, clusterIPs) {
 		return nil
 	}
+	before := ic.modes()
 	f.off, f.known, f.targets, f.clusterIPs = fb.Off, true, targets, clusterIPs
 	ic.rewant()
+	// Only the targets changed: the chains are rewritten by the pass, no
+	// rule is added or removed. Otherwise rules change form or go.
+	settle := !slices.Equal(before, ic.modes())
 	ic.stMu.Lock()
 	ic.st.FallbackUpdates++
 	ic.stMu.Unlock()
@@ -195,7 +199,7 @@ func (ic *Interceptor) SetFallback(fb Fallback) error {
 	if !ic.rulesOn {
 		return nil
 	}
-	fixed, present, err := ic.ensureRules(true, true)
+	fixed, present, err := ic.ensureRules(settle, settle)
 	ic.setRules(present)
 	if len(fixed) > 0 {
 		ic.log.Info("rules changed for the DNS fallback", "changes", fixed)
@@ -247,6 +251,23 @@ func (ic *Interceptor) modeOf(ip netip.Addr) ipMode {
 		return modeServed
 	}
 	return modeDNAT
+}
+
+// modes lists the mode of every local IP, and whether each family is
+// settled (mu held): what decides which rules exist.
+func (ic *Interceptor) modes() []ipMode {
+	out := make([]ipMode, 0, len(ic.cfg.LocalIPs)+2)
+	for _, ip := range ic.cfg.LocalIPs {
+		out = append(out, ic.modeOf(ip))
+	}
+	for _, v6 := range []bool{false, true} {
+		m := ipMode(-1)
+		if ic.settled(v6) {
+			m = -2
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // settled reports whether the fallback rules of a family are decided
@@ -486,38 +507,75 @@ func withoutSocketMatch(spec []string) []string {
 // removeUnwanted removes the fallback rules and chains of settled
 // families that the current state does not want (mu held): after the
 // fallback was turned off, found unavailable, or a local IP turned out to
-// be a ClusterIP. Jumps go before their chain.
+// be a ClusterIP; at start, what an earlier agent left that this one does
+// not want.
 func (ic *Interceptor) removeUnwanted() (fixed []string, err error) {
 	wanted := make(map[string]bool, len(ic.wanted))
 	for _, r := range ic.wanted {
 		wanted[ruleID(r)] = true
 	}
-	var gone []rule
-	for _, r := range ic.allRules() {
-		if r.fallback && !wanted[ruleID(r)] && ic.settled(r.v6) && ic.ops(r.v6) != nil {
-			gone = append(gone, r)
-		}
-	}
 	var errs []error
-	n, err := ic.removeRules(gone)
-	errs = append(errs, err)
-	for range n {
-		fixed = append(fixed, "removed a fallback rule no longer wanted")
-	}
 	for _, v6 := range []bool{false, true} {
-		if ic.ops(v6) == nil || !ic.settled(v6) || ic.chainWanted(v6) {
+		if ic.ops(v6) == nil || !ic.settled(v6) {
 			continue
 		}
-		removed, err := ic.ops(v6).RemoveChain("nat", fallbackChain)
-		if err != nil {
-			errs = append(errs, ic.countRuleErr(fmt.Errorf("removing nat/%s (%s): %w", fallbackChain, famName(v6), err)))
-			continue
+		gone := map[string]bool{}
+		for _, r := range ic.allRules() {
+			if r.v6 == v6 && r.fallback && !wanted[ruleID(r)] {
+				gone[r.comment] = true
+			}
 		}
-		if removed {
+		n, chain, err := ic.removeFallback(v6, gone, !ic.chainWanted(v6))
+		for range n {
+			fixed = append(fixed, "removed a fallback rule no longer wanted")
+		}
+		if chain {
 			fixed = append(fixed, fmt.Sprintf("removed %s chain nat/%s", famName(v6), fallbackChain))
+		}
+		if err != nil {
+			errs = append(errs, ic.countRuleErr(err))
 		}
 	}
 	return fixed, errors.Join(errs...)
+}
+
+// removeFallback removes, from one family, the rules of ours whose comment
+// is in comments and, with dropChain, the fallback chain (after the rules
+// jumping to it). They are found in iptables-save output, which unlike
+// iptables -t nat -S never creates the nat table: a node whose kube-proxy
+// runs without it (nftables mode) gets none from an agent whose fallback
+// is off. removed counts the rules deleted; chain is true when the chain
+// was there and is gone.
+func (ic *Interceptor) removeFallback(v6 bool, comments map[string]bool, dropChain bool) (removed int, chain bool, err error) {
+	ops := ic.ops(v6)
+	if len(comments) == 0 && !dropChain {
+		return 0, false, nil
+	}
+	for round := 0; ; round++ {
+		save, err := ops.Save()
+		if err != nil {
+			return removed, false, fmt.Errorf("reading the %s rules: %w", famName(v6), err)
+		}
+		found := ourSavedRules(save, func(c string) bool { return comments[c] })
+		if len(found) == 0 {
+			if !dropChain || !hasSavedChain(save, "nat", fallbackChain) {
+				return removed, false, nil
+			}
+			if _, err := ops.RemoveChain("nat", fallbackChain); err != nil {
+				return removed, false, fmt.Errorf("removing nat/%s (%s): %w", fallbackChain, famName(v6), err)
+			}
+			return removed, true, nil
+		}
+		if round == 3 {
+			return removed, false, fmt.Errorf("%d fallback rules still present after %d rounds of deletion", len(found), round)
+		}
+		for _, r := range found {
+			if err := ops.Delete(r.table, r.chain, r.spec...); err != nil && !isNotExist(err) {
+				return removed, false, fmt.Errorf("deleting %s/%s rule %q: %w", r.table, r.chain, strings.Join(r.spec, " "), err)
+			}
+			removed++
+		}
+	}
 }
 
 // ruleID identifies a rule within a family and chain by its comment.

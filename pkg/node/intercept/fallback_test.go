@@ -177,8 +177,8 @@ func TestFallbackWaitingThenOn(t *testing.T) {
 	if err := h.ic.SetFallback(fb); err != nil {
 		t.Fatal(err)
 	}
-	if h.r4.calls["ReplaceChain"] != 1 || h.r6.calls["ReplaceChain"] != 0 {
-		t.Errorf("changing the IPv4 targets rewrote the chains %d (IPv4) and %d (IPv6) times", h.r4.calls["ReplaceChain"], h.r6.calls["ReplaceChain"])
+	if h.r4.calls["ReplaceChain"] != 1 || h.r6.calls["ReplaceChain"] != 0 || h.r4.calls["Save"]+h.r4.calls["Insert"]+h.r4.calls["Exists"] != 0 {
+		t.Errorf("changing the IPv4 targets ran %v (IPv4) and %v (IPv6)", h.r4.calls, h.r6.calls)
 	}
 	if c4, _ := h.chain(false); !slices.Equal(c4, []string{"nodedns: fallback udp 1/1 to 169.254.211.3:53", "nodedns: fallback tcp 1/1 to 169.254.211.3:1053"}) {
 		t.Errorf("IPv4 chain after the change: %q", c4)
@@ -447,5 +447,29 @@ func TestLinePackets(t *testing.T) {
 		if got := linePackets(line); got != want {
 			t.Errorf("linePackets(%q) = %d, want %d", line, got, want)
 		}
+	}
+}
+
+func TestFallbackOffNeverTouchesTheNatTable(t *testing.T) {
+	// kube-proxy in nftables mode leaves the iptables nat table absent;
+	// listing it would create it.
+	h := newHarness(t, Config{LocalIPs: dual, SetupIptables: true})
+	if err := h.ic.EnsureRules(); err != nil {
+		t.Fatal(err)
+	}
+	h.ic.reconcile("test")
+	if err := h.ic.SetFallback(Fallback{Off: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ic.Teardown(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []*fakeRules{h.r4, h.r6} {
+		if f.tables["nat"] != 0 {
+			t.Errorf("the nat table was named in %d iptables calls", f.tables["nat"])
+		}
+	}
+	if st := h.ic.Status(); st.Fallback != FallbackOff {
+		t.Errorf("status: %+v", st)
 	}
 }

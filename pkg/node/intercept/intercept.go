@@ -36,6 +36,9 @@ type ruleOps interface {
 	// RemoveChain flushes and deletes a chain of ours; removed is false
 	// when there was none. Rules jumping to it must be gone first.
 	RemoveChain(table, chain string) (removed bool, err error)
+	// Save returns the family's iptables-save output, which lists only
+	// the tables that exist and creates none.
+	Save() ([]byte, error)
 }
 
 // linkInfo describes an existing link.
@@ -317,16 +320,24 @@ func (ic *Interceptor) Teardown() error {
 	ic.linkOn, ic.rulesOn = false, false
 	var errs []error
 	if ic.cfg.SetupIptables {
-		_, err := ic.removeRules(ic.allRules())
-		errs = append(errs, err)
-		for _, v6 := range []bool{false, true} {
-			if ops := ic.ops(v6); ops != nil {
-				if _, err := ops.RemoveChain("nat", fallbackChain); err != nil {
-					errs = append(errs, fmt.Errorf("removing nat/%s (%s): %w", fallbackChain, famName(v6), err))
-				}
+		var plain []rule
+		fallback := [2]map[string]bool{{}, {}}
+		for _, r := range ic.allRules() {
+			if r.fallback {
+				fallback[famIndex(r.v6)][r.comment] = true
+			} else {
+				plain = append(plain, r)
 			}
 		}
-		errs = append(errs, ic.removeFromOtherBackend())
+		// The fallback first: its jumps lead to the chain.
+		for _, v6 := range []bool{false, true} {
+			if ic.ops(v6) != nil {
+				_, _, err := ic.removeFallback(v6, fallback[famIndex(v6)], true)
+				errs = append(errs, err)
+			}
+		}
+		_, err := ic.removeRules(plain)
+		errs = append(errs, err, ic.removeFromOtherBackend())
 		ic.setRules(0)
 	}
 	if ic.cfg.SetupInterface && ic.links != nil {

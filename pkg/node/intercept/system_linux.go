@@ -420,6 +420,9 @@ func (o *iptOps) ReplaceChain(table, chain string, rules [][]string) error {
 	return err
 }
 
+// Save runs the iptables-save of the binary in use.
+func (o *iptOps) Save() ([]byte, error) { return runSave(o.bin + "-save") }
+
 // RemoveChain flushes and deletes a chain, if it exists.
 func (o *iptOps) RemoveChain(table, chain string) (bool, error) {
 	ok, err := o.ChainExists(table, chain)
