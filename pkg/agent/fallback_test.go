@@ -148,3 +148,26 @@ func TestFallbackFollowsTheIndex(t *testing.T) {
 	a.kickFallback()
 	wait("off", intercept.Fallback{Off: true})
 }
+
+// TestReadyWaitsForTheFallback: /ready holds back while the fallback's
+// targets could be known but are not set yet.
+func TestReadyWaitsForTheFallback(t *testing.T) {
+	cfg, err := config.Load([]string{"--local-ip=169.254.20.10"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi := &fakeInterceptor{}
+	fi.rules.Add(1)
+	a := &Agent{cfg: cfg, ic: fi}
+	check := a.interceptReady()
+	fi.status = intercept.Status{Fallback: intercept.FallbackWaiting}
+	if err := check.Fn(); err == nil || !strings.Contains(err.Error(), "fallback") {
+		t.Errorf("waiting: %v, want not ready", err)
+	}
+	for _, st := range []string{intercept.FallbackOn, intercept.FallbackOff, intercept.FallbackUnavailable} {
+		fi.status = intercept.Status{Fallback: st}
+		if err := check.Fn(); err != nil {
+			t.Errorf("%s: %v, want ready", st, err)
+		}
+	}
+}

@@ -86,13 +86,21 @@ func (a *Agent) undoIntercept(cause error) {
 }
 
 // interceptReady is the /ready condition for interception: the rules are in
-// place when this agent manages them.
+// place when this agent manages them, the DNS fallback's included once its
+// targets can be known (the index synced: the fallback loop sets them
+// within fallbackPoll).
 func (a *Agent) interceptReady() admin.Check {
 	return admin.Check{Name: "interception", Fn: func() error {
-		if a.ic == nil || !a.cfg.SetupIptables || a.ic.RulesPresent() {
+		if a.ic == nil || !a.cfg.SetupIptables {
 			return nil
 		}
-		return fmt.Errorf("rules missing: %s", a.ic.Status().LastError)
+		if !a.ic.RulesPresent() {
+			return fmt.Errorf("rules missing: %s", a.ic.Status().LastError)
+		}
+		if a.ic.Status().Fallback == intercept.FallbackWaiting && (a.ix == nil || a.ix.Synced()) {
+			return fmt.Errorf("the DNS fallback's targets are not set yet")
+		}
+		return nil
 	}}
 }
 
