@@ -180,22 +180,30 @@ kube_proxy_dnat() {
 	fi
 }
 
-# rules_once IP...: each of the agent's rules for each IP exists exactly
-# once in the iptables backend the node uses (nft: kubelet's chains are
-# there, in either kube-proxy mode), beside kube-proxy's own rules, and
-# none in the other backend.
+# rules_once IP[=N]...: each of the agent's rules for each IP exists
+# exactly once in the iptables backend the node uses (nft: kubelet's chains
+# are there, in either kube-proxy mode), beside kube-proxy's own rules, and
+# none in the other backend. A rule is the IP's when its comment names it.
+# Per IP: NOTRACK in PREROUTING and OUTPUT (both ways), ACCEPT in INPUT and
+# OUTPUT, each for udp and tcp: 10 rules; with the DNS fallback's NAT
+# (=16, the default for 169.254.20.10), 6 more: the nat PREROUTING jump,
+# the POSTROUTING masquerade and the FORWARD accept, and the family's
+# NODEDNS-FALLBACK chain exists once. A local IP that is a Service
+# ClusterIP (the kube-dns one) keeps 10: kube-proxy's DNAT is its fallback.
 rules_once() {
-	local ip save want got dups
-	for ip in "$@"; do
+	local arg ip save want got dups chains
+	for arg in "$@"; do
+		ip=${arg%%=*} want=10
+		[[ "$arg" == *=* ]] && want=${arg#*=}
 		if [[ "$ip" == *:* ]]; then save=ip6tables-nft-save; else save=iptables-nft-save; fi
-		got=$("$save" | grep -F -- "-d ${ip}/" | grep -c 'comment "nodedns:' || true)
-		got=$((got + $("$save" | grep -F -- "-s ${ip}/" | grep -c 'comment "nodedns:' || true)))
-		# Per IP: NOTRACK in PREROUTING and OUTPUT (both ways), ACCEPT in
-		# INPUT and OUTPUT, each for udp and tcp: 10 rules.
-		want=10
-		[[ "$got" == "$want" ]] || fail "${save}: ${got} nodedns rules for ${ip}, want ${want}"
+		got=$("$save" | grep 'comment "nodedns:' | grep -cF -- " ${ip} " || true)
+		[[ "$got" == "$want" ]] || fail "${save}: ${got} nodedns rules for ${ip}, want ${want}: $("$save" | grep 'comment "nodedns:' | grep -F -- " ${ip} ")"
 		dups=$("$save" | grep 'comment "nodedns:' | sort | uniq -d)
 		[[ -z "$dups" ]] || fail "${save}: duplicated rules: ${dups}"
+		if [[ "$want" == 16 ]]; then
+			chains=$("$save" | grep -c '^:NODEDNS-FALLBACK ' || true)
+			[[ "$chains" == 1 ]] || fail "${save}: ${chains} NODEDNS-FALLBACK chains, want 1"
+		fi
 	done
 	kube_proxy_rules || fail "kube-proxy's rules (${KUBE_PROXY_MODE} mode) are missing"
 	local legacy
@@ -245,8 +253,8 @@ changed=$(diff deploy/daemonset.yaml "${work}/daemonset.yaml" | grep -c '^>' || 
 k apply -f "${work}/daemonset.yaml" >/dev/null
 rollout_done || fail "DaemonSet did not become Ready"
 ok "DaemonSet Ready: $(k -n kube-system get ds nodedns -o jsonpath='{.status.numberReady}/{.status.desiredNumberScheduled}')"
-rules_once 169.254.20.10
-ok "link nodelocaldns holds 169.254.20.10; its 10 rules exist once each (iptables-nft), beside kube-proxy's (${KUBE_PROXY_MODE} mode)"
+rules_once 169.254.20.10=16
+ok "link nodelocaldns holds 169.254.20.10; its 16 rules (10, and 6 of the DNS fallback) exist once each (iptables-nft), beside kube-proxy's (${KUBE_PROXY_MODE} mode)"
 
 # ------------------------------------------------------------------ step 2
 step "2. workloads through the real controllers, resolved from client pods"
@@ -523,7 +531,7 @@ k -n kube-system get configmap nodedns -o jsonpath='{.data.config\.yaml}' | grep
 # local-ip takes a restart: a rolling one, as an operator would do it.
 k -n kube-system rollout restart daemonset/nodedns >/dev/null
 rollout_done || fail "rollout after the local-ip change did not complete"
-rules_once 169.254.20.10 "$KUBE_DNS_IP"
+rules_once 169.254.20.10=16 "${KUBE_DNS_IP}=10"
 ok "link holds ${KUBE_DNS_IP} too; its rules exist once each (ip6tables, nft)"
 conntrack -D -f ipv6 -d "$KUBE_DNS_IP" >/dev/null 2>&1 || true
 conntrack -D -d 169.254.20.10 >/dev/null 2>&1 || true
@@ -639,7 +647,7 @@ rollout() {
 		fail "${what}: by the API server's watch events, at most ${maxpods} agent pods at once and ${nowpods} at the end, want 2 and 1 (maxSurge 1; events in ${pods})"
 	log "${what}: rollout done in $((t1 - t0))s; two agent pods overlapped, never more (maxSurge 1, counted from watch events)"
 	check_load "$out"
-	rules_once 169.254.20.10 "$KUBE_DNS_IP"
+	rules_once 169.254.20.10=16 "${KUBE_DNS_IP}=10"
 	ok "${what}: 0 lost, 0 SERVFAIL, rules still once each"
 }
 rollout restart k -n kube-system rollout restart daemonset/nodedns

@@ -62,7 +62,8 @@ func serve(args []string, stderr io.Writer) error {
 }
 
 // cleanup is `nodedns cleanup`: remove every rule nodedns installs (all
-// copies, both iptables backends) and the link. With --wait-for-agent it
+// copies, both iptables backends), the DNS fallback's chains and the
+// link. With --wait-for-agent it
 // first waits until no other process serves the local IPs on port 53 (an
 // agent still running would be cut off from its pods), and fails if one
 // still does when the time is up. With --hold it then stays running until

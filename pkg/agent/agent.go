@@ -123,6 +123,8 @@ type Agent struct {
 	configPolls              atomic.Uint64
 	// cacheClock: Options.cacheClock.
 	cacheClock func() time.Duration
+	// fb is the DNS fallback loop's state (fallback.go).
+	fb *fallbackState
 }
 
 // Serve is `nodedns serve` once the configuration is loaded and the
@@ -205,7 +207,7 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 		level = new(slog.LevelVar)
 	}
 	a := &Agent{cfg: cfg, args: opts.Args, version: opts.Version, revision: opts.Revision, log: log, level: level, started: time.Now(),
-		reloads: newReloadStats(), kd: newKubeDNSState(cfg.KubeDNSConfig), sup: opts.Supervisor,
+		reloads: newReloadStats(), kd: newKubeDNSState(cfg.KubeDNSConfig), sup: opts.Supervisor, fb: newFallbackState(),
 		reloadPoll: opts.reloadPoll, peersRecheck: opts.peersRecheck, cacheClock: opts.cacheClock}
 	if a.reloadPoll <= 0 {
 		a.reloadPoll = defaultReloadPoll
@@ -314,7 +316,11 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(cfg.LocalIP) > 0 && a.ix == nil && cfg.HasFallbackServices() {
+		return nil, fmt.Errorf("--fallback-dns names a Service, which needs the cluster index (--kubeconfig, or running in a pod, with --cluster-zone local)")
+	}
 	if icfg, ok := interceptConfig(cfg, log); ok {
+		icfg.Fallback, _ = fallbackOn(cfg, a.ix != nil)
 		a.icfg = icfg
 		ic, err := intercept.New(icfg)
 		if err != nil {
@@ -373,6 +379,10 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		}
 	}
 	a.awaitClusterSync(ctx)
+	// The fallback's targets, when they are known already (the index
+	// synced, or addresses only): they go in with the rules, and a start
+	// that fails from here on leaves them to answer (undoIntercept).
+	a.updateFallback()
 	if err := a.srv.Listen(); err != nil {
 		return err
 	}
@@ -409,6 +419,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	serving = true
 	if a.ic != nil {
 		go a.ic.Run(ctx)
+		go a.runFallback(ctx)
 	}
 	go a.watchPeers(ctx)
 	a.log.Info("serving DNS", "listen", a.cfg.ListenAddrs(), "upstreams", len(a.fwd.Load().Servers()), "version", a.version, "supervised", a.sup != nil)

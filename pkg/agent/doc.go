@@ -14,7 +14,10 @@
 // a setting the table (pkg/config) marks restart-only keeps its running
 // value and is logged. The kube-dns ConfigMap directory is polled and
 // applied under the agent's own settings (kubedns.go); other processes
-// serving our addresses are watched for /ready (peers.go).
+// serving our addresses are watched for /ready (peers.go); the DNS
+// fallback's targets (fallback-dns: addresses, and the servers of Services
+// from the cluster index) are kept current in the interception
+// (fallback.go).
 //
 // The agent owns no query-path logic itself: it maps the configuration
 // onto the packages' own Configs and wires their interfaces together.

@@ -45,6 +45,7 @@ type interceptor interface {
 	Teardown() error
 	RulesPresent() bool
 	Status() intercept.Status
+	SetFallback(intercept.Fallback) error
 }
 
 // undoIntercept runs when the start fails once the link or the rules may
@@ -55,6 +56,11 @@ type interceptor interface {
 // ClusterIP among --local-ip, gives them kube-proxy's path back). It does
 // so whatever --teardown says: that flag hands the interception over to
 // the next agent on exit, and here no agent serves it.
+//
+// With the DNS fallback on and its targets known, the interception stays
+// instead, its rules put in place if they are not: with no socket bound,
+// the fallback sends the pods' queries to the central DNS, which removing
+// the link would not (their queries would go nowhere).
 func (a *Agent) undoIntercept(cause error) {
 	if a.ic == nil {
 		return
@@ -64,6 +70,15 @@ func (a *Agent) undoIntercept(cause error) {
 		a.log.Info("start failed; leaving the interception in place", "why", why, "err", cause)
 		return
 	}
+	if st := a.ic.Status(); st.Fallback == intercept.FallbackOn && len(st.FallbackTargets4)+len(st.FallbackTargets6) > 0 {
+		err := a.ic.EnsureRules()
+		if err == nil {
+			a.log.Warn("start failed: leaving the interception in place, the DNS fallback sends the pods' queries to its targets until an agent serves",
+				"ipv4", st.FallbackTargets4, "ipv6", st.FallbackTargets6, "err", cause)
+			return
+		}
+		a.log.Error("start failed, and the DNS fallback's rules cannot be put in place", "err", err)
+	}
 	a.log.Warn("start failed: removing the link and rules, so pods do not send DNS to an address nobody answers", "why", why, "err", cause)
 	if err := a.ic.Teardown(); err != nil {
 		a.log.Error("removing the interception after a failed start", "err", err)
@@ -71,13 +86,21 @@ func (a *Agent) undoIntercept(cause error) {
 }
 
 // interceptReady is the /ready condition for interception: the rules are in
-// place when this agent manages them.
+// place when this agent manages them, the DNS fallback's included once its
+// targets can be known (the index synced: the fallback loop sets them
+// within fallbackPoll).
 func (a *Agent) interceptReady() admin.Check {
 	return admin.Check{Name: "interception", Fn: func() error {
-		if a.ic == nil || !a.cfg.SetupIptables || a.ic.RulesPresent() {
+		if a.ic == nil || !a.cfg.SetupIptables {
 			return nil
 		}
-		return fmt.Errorf("rules missing: %s", a.ic.Status().LastError)
+		if !a.ic.RulesPresent() {
+			return fmt.Errorf("rules missing: %s", a.ic.Status().LastError)
+		}
+		if a.ic.Status().Fallback == intercept.FallbackWaiting && (a.ix == nil || a.ix.Synced()) {
+			return fmt.Errorf("the DNS fallback's targets are not set yet")
+		}
+		return nil
 	}}
 }
 

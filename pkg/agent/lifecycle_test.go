@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -31,6 +32,9 @@ import (
 type fakeInterceptor struct {
 	linkErr, rulesErr          error
 	links, rules, tears, syncs atomic.Int32
+	mu                         sync.Mutex
+	fallbacks                  []intercept.Fallback
+	status                     intercept.Status
 }
 
 func (f *fakeInterceptor) EnsureLink() error        { f.links.Add(1); return f.linkErr }
@@ -38,7 +42,23 @@ func (f *fakeInterceptor) EnsureRules() error       { f.rules.Add(1); return f.r
 func (f *fakeInterceptor) Run(ctx context.Context)  { f.syncs.Add(1); <-ctx.Done() }
 func (f *fakeInterceptor) Teardown() error          { f.tears.Add(1); return nil }
 func (f *fakeInterceptor) RulesPresent() bool       { return f.rules.Load() > 0 && f.tears.Load() == 0 }
-func (f *fakeInterceptor) Status() intercept.Status { return intercept.Status{} }
+func (f *fakeInterceptor) Status() intercept.Status { return f.status }
+func (f *fakeInterceptor) SetFallback(fb intercept.Fallback) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fallbacks = append(f.fallbacks, fb)
+	return nil
+}
+
+// lastFallback is the last SetFallback argument, and how many there were.
+func (f *fakeInterceptor) lastFallback() (intercept.Fallback, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.fallbacks) == 0 {
+		return intercept.Fallback{}, 0
+	}
+	return f.fallbacks[len(f.fallbacks)-1], len(f.fallbacks)
+}
 
 // buildWithFakeInterception builds an agent on addr with a fake
 // interceptor standing for --local-ip of an address nobody serves here
@@ -96,6 +116,23 @@ func TestFailedStartRemovesInterception(t *testing.T) {
 		}
 		if fake.links.Load() != 1 || fake.rules.Load() != 0 || fake.tears.Load() != 1 {
 			t.Errorf("link %d, rules %d, teardowns %d; want 1, 0, 1", fake.links.Load(), fake.rules.Load(), fake.tears.Load())
+		}
+	})
+	t.Run("listen fails, the fallback answers", func(t *testing.T) {
+		// With the DNS fallback's targets known, the interception stays
+		// (its rules put in place): the fallback answers the pods.
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		fake := &fakeInterceptor{status: intercept.Status{Fallback: intercept.FallbackOn, FallbackTargets4: []string{"169.254.211.2:53"}}}
+		a := buildWithFakeInterception(t, fake, "--listen", pc.LocalAddr().String(), "--admin", "")
+		if err := a.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "binding UDP") {
+			t.Fatalf("run = %v, want the bind error", err)
+		}
+		if fake.rules.Load() != 1 || fake.tears.Load() != 0 {
+			t.Errorf("rules %d, teardowns %d; want 1, 0", fake.rules.Load(), fake.tears.Load())
 		}
 	})
 	t.Run("rules fail", func(t *testing.T) {

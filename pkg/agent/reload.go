@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"strings"
@@ -134,6 +135,14 @@ var (
 	applyLogQueries = &applier{class: config.ApplyQueryLog, prepare: func(a *Agent, cfg *config.Config) (func() error, error) {
 		return func() error { return a.rec.SetLogQueries(cfg.LogQueries) }, nil
 	}}
+	// applyFallback: the fallback loop computes the targets again from
+	// the running configuration (fallback.go); a Service needs the index.
+	applyFallback = &applier{class: config.ApplyFallback, prepare: func(a *Agent, cfg *config.Config) (func() error, error) {
+		if a.ix == nil && cfg.HasFallbackServices() {
+			return nil, fmt.Errorf("--fallback-dns names a Service, which needs the cluster index")
+		}
+		return func() error { a.kickFallback(); return nil }, nil
+	}}
 	// applyAtExit: the setting is read when the agent stops (lameduck,
 	// teardown), from the running configuration a reload replaces.
 	applyAtExit = &applier{class: config.ApplyAtExit, prepare: func(*Agent, *config.Config) (func() error, error) {
@@ -144,7 +153,7 @@ var (
 // applierOrder is the order commits run in: the one commit that can fail
 // (the cache's own checks) first, so that a failure leaves nothing applied.
 // Every apply class of the settings table has its applier here.
-var applierOrder = []*applier{applyCache, applyForwarder, applyHosts, applyRewrite, applyPlugins, applyLoadBalance, applySearch, applyLogLevel, applyLogQueries, applyAtExit}
+var applierOrder = []*applier{applyCache, applyForwarder, applyHosts, applyRewrite, applyPlugins, applyLoadBalance, applySearch, applyLogLevel, applyLogQueries, applyFallback, applyAtExit}
 
 // applierOf returns the applier of class, or nil.
 func applierOf(class config.Apply) *applier {

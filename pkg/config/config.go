@@ -148,6 +148,9 @@ type Config struct {
 	// TestHooks serves what only tests need on the admin socket
 	// (/debug/alloc: memory held on purpose, to reach a memory limit).
 	TestHooks bool
+	// FallbackDNS: nil is the default (the cluster DNS Service), empty no
+	// fallback (`--fallback-dns=`, `fallback-dns: []`).
+	FallbackDNS List
 
 	LogLevel  string
 	LogFormat string

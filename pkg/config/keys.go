@@ -86,6 +86,9 @@ const (
 	// ApplyAtExit: the setting is read when the agent stops (lameduck,
 	// teardown), from the running configuration a reload replaces.
 	ApplyAtExit Apply = "at exit"
+	// ApplyFallback computes the DNS fallback's targets again and hands
+	// them to the interception.
+	ApplyFallback Apply = "fallback"
 )
 
 // noFlag marks a setting that has no flag.
@@ -491,6 +494,8 @@ var settings = []*Setting{
 		field: func(c *Config) any { return &c.SyncInterval }, check: func(c *Config) error {
 			return durationBetween("sync-interval", c.SyncInterval, minSyncInterval, maxSyncInterval)
 		}},
+	{key: "fallback-dns", help: "where queries to the local IPs go, by the kernel's NAT, while no process holds the agent's sockets (a crash, an OOM kill, a restart): comma-separated addresses (ip or ip:port, port 53 by default) and Services (namespace/name: their ready endpoints, and each endpoint's pod's own addresses when it runs on this node); unset: the cluster DNS Service (kube-system/kube-dns) when the cluster index runs, else none; empty: no fallback; not for host-network clients; at most 16, none twice",
+		field: func(c *Config) any { return &c.FallbackDNS }, apply: on(ApplyFallback), check: checkFallbackDNS},
 	{key: "teardown", def: "true", help: "remove rules and link on exit when no other agent serves the addresses",
 		field: func(c *Config) any { return &c.Teardown }, apply: on(ApplyAtExit)},
 	{key: "lameduck", def: "5s", help: "on SIGTERM: report not ready and keep answering this long before exiting (a second SIGTERM or SIGINT ends it); 0s to 5m, and under the pod's grace period",
@@ -625,6 +630,7 @@ var crossChecks = []func(c *Config) error{
 	func(c *Config) error { return c.validateUpstreams() },
 	// --cluster-zone forward needs --cluster-dns, which must not be ourselves.
 	func(c *Config) error { return c.validateForward() },
+	checkFallbackLoop,
 	checkMinNegativeTTL,
 	func(c *Config) error {
 		// (A min-ttl past its own bound is reported by its check.)

@@ -326,6 +326,7 @@ func (ix *Index) onPod(old, cur any) {
 	}
 	if len(was)+len(is) > 0 {
 		ix.refreshPodNS(was, is)
+		ix.podGen.Add(1)
 	}
 	if verified {
 		ix.touch(false)

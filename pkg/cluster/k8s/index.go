@@ -44,8 +44,10 @@ type Index struct {
 	syncPasses  atomic.Uint64
 	syncPending atomic.Int32
 	zoneMsg     atomic.Pointer[zoneSet]
-	// gen moves after every change that may change an answer (Generation).
-	gen atomic.Uint64
+	// gen moves after every change that may change an answer (Generation);
+	// podGen after every change to this node's pods (PodGeneration).
+	gen    atomic.Uint64
+	podGen atomic.Uint64
 	// answers keeps pod and PTR answers assembled per query (memo.go).
 	answers *answerMemo
 	// podNS is what PodNamespace reads: each address of localPods with

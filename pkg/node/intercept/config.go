@@ -52,6 +52,14 @@ type Config struct {
 	// Backend forces the iptables backend: "nft" or "legacy". "" or "auto"
 	// detects it (see detectBackend).
 	Backend string
+	// Fallback starts with the DNS fallback on (fallback.go): queries
+	// from pods are untracked only while a local socket is bound to their
+	// local IP, and go to the targets SetFallback sets while none is.
+	// Until SetFallback is called, the nat rules and chains an earlier
+	// agent left are kept as they are. SetFallback may turn it on or off
+	// later. Every local IP must then have a listener bound to port 53 of
+	// the IP itself: the socket match ignores wildcard listeners.
+	Fallback bool
 	// Logger receives the package's logs; a component attribute is added.
 	Logger *slog.Logger
 }
@@ -160,6 +168,27 @@ type Status struct {
 	// of node-cache's coredns_nodecache_setup_errors_total). nil until the
 	// first failure.
 	Errors map[string]uint64 `json:"errors,omitempty"`
+
+	// Fallback is the DNS fallback's state: FallbackOff,
+	// FallbackUnavailable (FallbackError says why), FallbackWaiting or
+	// FallbackOn.
+	Fallback      string `json:"fallback,omitempty"`
+	FallbackError string `json:"fallback_error,omitempty"`
+	// FallbackTargets4 and FallbackTargets6 are the targets in the
+	// chains ("ip:port"), while FallbackOn; FallbackClusterIPs the local
+	// IPs left to kube-proxy's DNAT.
+	FallbackTargets4   []string `json:"fallback_targets_ipv4,omitempty"`
+	FallbackTargets6   []string `json:"fallback_targets_ipv6,omitempty"`
+	FallbackClusterIPs []string `json:"fallback_cluster_ips,omitempty"`
+	// FallbackUpdates counts the changes SetFallback made.
+	FallbackUpdates uint64 `json:"fallback_updates"`
+	// FallbackFlows4 and FallbackFlows6 count the flows the fallback
+	// chains redirected (their first packets, as the kernel counted
+	// them), read and zeroed at every pass: a pass counts what happened
+	// since the last one, so the flows of a time when no agent ran are
+	// counted by the next agent.
+	FallbackFlows4 uint64 `json:"fallback_flows_ipv4"`
+	FallbackFlows6 uint64 `json:"fallback_flows_ipv6"`
 }
 
 // Kinds of Status.Errors.

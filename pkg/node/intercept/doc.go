@@ -1,14 +1,17 @@
 // Package intercept owns the host side of node-local DNS: the link that
 // holds the local DNS addresses (169.254.20.10, and optionally the kube-dns
-// ClusterIP) and the iptables rules that let queries to those addresses
-// bypass conntrack. It is not on the query path: nothing in the request
-// pipeline imports it, and it never sees a DNS message.
+// ClusterIP), the iptables rules that let queries to those addresses
+// bypass conntrack, and the DNS fallback that sends them to other servers
+// by NAT while no process holds a socket bound to them (fallback.go). It
+// is not on the query path: nothing in the request pipeline imports it,
+// and it never sees a DNS message.
 //
 // The life cycle, driven by pkg/agent:
 //
 //	ic, err := intercept.New(cfg) // validate, pick the iptables backend
 //	ic.EnsureLink()               // link up, every local IP on it
 //	// ... bind the listeners on the local IPs ...
+//	ic.SetFallback(fb)            // the fallback's targets, when known
 //	ic.EnsureRules()              // only now steer traffic to them
 //	go ic.Run(ctx)                // put back whatever goes missing
 //	// ... on exit:

@@ -15,22 +15,42 @@ import (
 	"time"
 )
 
-// fakeRules is an iptables of one family, keyed by table/chain.
+// fakeRules is an iptables of one family, keyed by table/chain. Built-in
+// chains always exist; fallbackChain only once created (ReplaceChain), and
+// a rule jumping to it cannot be inserted before.
 type fakeRules struct {
 	mu     sync.Mutex
 	chains map[string][][]string
+	user   map[string]bool // user chains created, by table/chain
+	pkts   map[string]uint64
 	calls  map[string]int // method -> count
 	fail   map[string]error
+	// refuse fails Insert of any spec holding it (a match the kernel
+	// lacks).
+	refuse string
+	// tables counts the calls naming each table (iptables -t TABLE ...).
+	tables map[string]int
 }
 
 func newFakeRules() *fakeRules {
-	return &fakeRules{chains: make(map[string][][]string), calls: make(map[string]int), fail: make(map[string]error)}
+	return &fakeRules{chains: make(map[string][][]string), user: make(map[string]bool), pkts: make(map[string]uint64),
+		calls: make(map[string]int), fail: make(map[string]error), tables: make(map[string]int)}
 }
 
 type notExistErr struct{}
 
 func (notExistErr) Error() string    { return "Bad rule (does a matching rule exist in that chain?)" }
 func (notExistErr) IsNotExist() bool { return true }
+
+// exitErr is an iptables exit status.
+type exitErr int
+
+func (e exitErr) Error() string   { return fmt.Sprintf("exit status %d", int(e)) }
+func (e exitErr) ExitStatus() int { return int(e) }
+
+func (f *fakeRules) missing(table, chain string) bool {
+	return chain == fallbackChain && !f.user[table+"/"+chain]
+}
 
 func (f *fakeRules) call(m string) error {
 	f.calls[m]++
@@ -40,6 +60,7 @@ func (f *fakeRules) call(m string) error {
 func (f *fakeRules) Exists(table, chain string, spec ...string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tables[table]++
 	if err := f.call("Exists"); err != nil {
 		return false, err
 	}
@@ -54,12 +75,19 @@ func (f *fakeRules) Exists(table, chain string, spec ...string) (bool, error) {
 func (f *fakeRules) Insert(table, chain string, pos int, spec ...string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tables[table]++
 	if err := f.call("Insert"); err != nil {
 		return err
 	}
 	k := table + "/" + chain
 	if pos < 1 || pos > len(f.chains[k])+1 {
 		return fmt.Errorf("index of insertion too big")
+	}
+	if f.refuse != "" && slices.Contains(spec, f.refuse) {
+		return fmt.Errorf("Couldn't load match `%s': No such file or directory", f.refuse)
+	}
+	if i := slices.Index(spec, "-j"); i >= 0 && i+1 < len(spec) && f.missing(table, spec[i+1]) {
+		return exitErr(2)
 	}
 	f.chains[k] = slices.Insert(f.chains[k], pos-1, slices.Clone(spec))
 	return nil
@@ -68,6 +96,7 @@ func (f *fakeRules) Insert(table, chain string, pos int, spec ...string) error {
 func (f *fakeRules) Delete(table, chain string, spec ...string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tables[table]++
 	if err := f.call("Delete"); err != nil {
 		return err
 	}
@@ -84,14 +113,98 @@ func (f *fakeRules) Delete(table, chain string, spec ...string) error {
 func (f *fakeRules) List(table, chain string) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tables[table]++
 	if err := f.call("List"); err != nil {
 		return nil, err
+	}
+	if f.missing(table, chain) {
+		return nil, exitErr(1)
 	}
 	out := []string{"-P " + chain + " ACCEPT"}
 	for _, r := range f.chains[table+"/"+chain] {
 		out = append(out, "-A "+chain+" "+strings.Join(quoteSpec(r), " "))
 	}
 	return out, nil
+}
+
+func (f *fakeRules) ListCounters(table, chain string, zero bool) ([]string, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tables[table]++
+	if err := f.call("ListCounters"); err != nil {
+		return nil, false, err
+	}
+	if f.missing(table, chain) {
+		return nil, false, nil
+	}
+	out := []string{"-N " + chain}
+	for _, r := range f.chains[table+"/"+chain] {
+		c := commentOf(r)
+		out = append(out, fmt.Sprintf("-A %s %s -c %d 0", chain, strings.Join(quoteSpec(r), " "), f.pkts[c]))
+		if zero {
+			delete(f.pkts, c)
+		}
+	}
+	return out, true, nil
+}
+
+func (f *fakeRules) ReplaceChain(table, chain string, rules [][]string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tables[table]++
+	if err := f.call("ReplaceChain"); err != nil {
+		return err
+	}
+	k := table + "/" + chain
+	for _, r := range f.chains[k] {
+		delete(f.pkts, commentOf(r))
+	}
+	f.user[k] = true
+	f.chains[k] = nil
+	for _, r := range rules {
+		f.chains[k] = append(f.chains[k], slices.Clone(r))
+	}
+	return nil
+}
+
+func (f *fakeRules) RemoveChain(table, chain string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tables[table]++
+	if err := f.call("RemoveChain"); err != nil {
+		return false, err
+	}
+	k := table + "/" + chain
+	if !f.user[k] {
+		return false, nil
+	}
+	for ck, rs := range f.chains {
+		if !strings.HasPrefix(ck, table+"/") {
+			continue
+		}
+		for _, r := range rs {
+			if i := slices.Index(r, "-j"); i >= 0 && i+1 < len(r) && r[i+1] == chain {
+				return false, fmt.Errorf("chain %s is still referenced by %s: %q", chain, ck, r)
+			}
+		}
+	}
+	delete(f.user, k)
+	delete(f.chains, k)
+	return true, nil
+}
+
+// count packets on the chain rule whose comment is c, as the kernel would.
+func (f *fakeRules) hit(c string, n uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pkts[c] += n
+}
+
+func commentOf(spec []string) string {
+	if i := slices.Index(spec, "--comment"); i >= 0 && i+1 < len(spec) {
+		return spec[i+1]
+	}
+	return ""
 }
 
 // seed appends a rule (as iptables -A would).
@@ -126,6 +239,16 @@ func (f *fakeRules) total() int {
 	return n
 }
 
+func (f *fakeRules) Save() ([]byte, error) {
+	f.mu.Lock()
+	err := f.call("Save")
+	f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return f.save(), nil
+}
+
 // save renders iptables-save output.
 func (f *fakeRules) save() []byte {
 	f.mu.Lock()
@@ -145,6 +268,9 @@ func (f *fakeRules) save() []byte {
 			}
 			fmt.Fprintf(&b, "*%s\n", t)
 			table = t
+		}
+		if f.user[k] {
+			fmt.Fprintf(&b, ":%s - [0:0]\n", c)
 		}
 		for _, r := range f.chains[k] {
 			fmt.Fprintf(&b, "-A %s %s\n", c, strings.Join(quoteSpec(r), " "))

@@ -15,15 +15,30 @@ import (
 )
 
 // ruleOps is the part of iptables the package uses, for one address family
-// of one backend. *iptables.IPTables (github.com/coreos/go-iptables)
-// implements it; unit tests use a fake keyed by table/chain. List returns
-// iptables -S lines. Delete of a missing rule returns an error whose
-// IsNotExist method reports true.
+// of one backend. iptOps (system_linux.go: github.com/coreos/go-iptables,
+// and iptables-restore for what it lacks) implements it; unit tests use a
+// fake keyed by table/chain. List returns iptables -S lines. Delete of a
+// missing rule returns an error whose IsNotExist method reports true.
 type ruleOps interface {
 	Exists(table, chain string, rulespec ...string) (bool, error)
 	Insert(table, chain string, pos int, rulespec ...string) error
 	Delete(table, chain string, rulespec ...string) error
 	List(table, chain string) ([]string, error)
+	// ListCounters returns the iptables -v -S lines of a chain (each rule
+	// with "-c PACKETS BYTES") and, with zero, zeroes its counters in the
+	// same run; exists is false (and err nil) when there is no such
+	// chain.
+	ListCounters(table, chain string, zero bool) (lines []string, exists bool, err error)
+	// ReplaceChain creates a chain of ours if it is missing and replaces
+	// its rules with rules, in one transaction (iptables-restore
+	// --noflush), so that no packet sees it half written.
+	ReplaceChain(table, chain string, rules [][]string) error
+	// RemoveChain flushes and deletes a chain of ours; removed is false
+	// when there was none. Rules jumping to it must be gone first.
+	RemoveChain(table, chain string) (removed bool, err error)
+	// Save returns the family's iptables-save output, which lists only
+	// the tables that exist and creates none.
+	Save() ([]byte, error)
 }
 
 // linkInfo describes an existing link.
@@ -105,6 +120,8 @@ type Interceptor struct {
 	added map[netip.Addr]bool
 	// foreignLogged: the "not ours" warning was given for the current link.
 	foreignLogged bool
+	// fb is the DNS fallback's state (fallback.go).
+	fb fallbackConf
 
 	stMu sync.Mutex // guards st; never held while touching the host
 	st   Status
@@ -122,13 +139,12 @@ func newInterceptor(cfg Config, log *slog.Logger, links linkOps, r4, r6 ruleOps,
 		now:    time.Now,
 		kind:   kindDummy,
 		added:  map[netip.Addr]bool{},
-	}
-	if cfg.SetupIptables {
-		ic.wanted = renderRules(cfg.LocalIPs, cfg.AdminPort)
+		fb:     fallbackConf{off: !cfg.Fallback},
 	}
 	ic.st.Link = cfg.Interface
 	ic.st.Backend = backend
-	ic.st.RulesWanted = len(ic.wanted)
+	ic.rewant()
+	ic.publishFallback()
 	for _, ip := range cfg.LocalIPs {
 		ic.st.IPs = append(ic.st.IPs, ip.String())
 	}
@@ -167,7 +183,7 @@ func (ic *Interceptor) EnsureRules() error {
 	ic.mu.Lock()
 	defer ic.mu.Unlock()
 	ic.rulesOn = true
-	fixed, present, err := ic.ensureRules(true)
+	fixed, present, err := ic.ensureRules(true, true)
 	ic.setRules(present)
 	if len(fixed) > 0 {
 		ic.log.Info("rules ready", "backend", ic.Status().Backend, "changes", len(fixed), "rules", len(ic.wanted))
@@ -183,8 +199,9 @@ func (ic *Interceptor) removeFromOtherBackend() error {
 	if ic.purgeOther == nil {
 		return nil
 	}
-	comments := make(map[string]bool, len(ic.wanted))
-	for _, r := range ic.wanted {
+	all := ic.allRules()
+	comments := make(map[string]bool, len(all))
+	for _, r := range all {
 		comments[r.comment] = true
 	}
 	n, err := ic.purgeOther(comments)
@@ -271,7 +288,7 @@ func (ic *Interceptor) reconcile(reason string) {
 		errs = append(errs, err)
 	}
 	if ic.rulesOn {
-		f, present, err := ic.ensureRules(false)
+		f, present, err := ic.ensureRules(false, false)
 		ic.setRules(present)
 		fixed = append(fixed, f...)
 		errs = append(errs, err)
@@ -293,8 +310,9 @@ func (ic *Interceptor) reconcile(reason string) {
 	}
 }
 
-// Teardown removes every copy of the rules first (traffic then falls back
-// to the cluster DNS path), then the link, if this package created it (in
+// Teardown removes every copy of the rules first, those of the DNS
+// fallback and its chains too (traffic then falls back to the cluster DNS
+// path), then the link, if this package created it (in
 // this process or an earlier one: see linkAlias). From a link it did not
 // create, only the local IPs this process added are removed; the link and
 // anything that was on it before stay. Run stops repairing once Teardown
@@ -305,7 +323,24 @@ func (ic *Interceptor) Teardown() error {
 	ic.linkOn, ic.rulesOn = false, false
 	var errs []error
 	if ic.cfg.SetupIptables {
-		errs = append(errs, ic.removeRules(), ic.removeFromOtherBackend())
+		var plain []rule
+		fallback := [2]map[string]bool{{}, {}}
+		for _, r := range ic.allRules() {
+			if r.fallback {
+				fallback[famIndex(r.v6)][r.comment] = true
+			} else {
+				plain = append(plain, r)
+			}
+		}
+		// The fallback first: its jumps lead to the chain.
+		for _, v6 := range []bool{false, true} {
+			if ic.ops(v6) != nil {
+				_, _, err := ic.removeFallback(v6, fallback[famIndex(v6)], true)
+				errs = append(errs, err)
+			}
+		}
+		_, err := ic.removeRules(plain)
+		errs = append(errs, err, ic.removeFromOtherBackend())
 		ic.setRules(0)
 	}
 	if ic.cfg.SetupInterface && ic.links != nil {
@@ -351,6 +386,9 @@ func (ic *Interceptor) Status() Status {
 	st.Enabled = true
 	st.IPs = slices.Clone(ic.st.IPs)
 	st.Errors = maps.Clone(ic.st.Errors)
+	st.FallbackTargets4 = slices.Clone(ic.st.FallbackTargets4)
+	st.FallbackTargets6 = slices.Clone(ic.st.FallbackTargets6)
+	st.FallbackClusterIPs = slices.Clone(ic.st.FallbackClusterIPs)
 	return st
 }
 
@@ -514,16 +552,43 @@ func (ic *Interceptor) ops(v6 bool) ruleOps {
 	return ic.rules4
 }
 
-// ensureRules makes each wanted rule exist exactly once and returns what it
-// changed and how many wanted rules are in place.
+// ensureRules makes each wanted rule exist exactly once, and each wanted
+// fallback chain hold its targets, and returns what it changed and how
+// many wanted rules are in place.
 //
 // A rule is found by its comment in one listing per chain. With verify
-// (EnsureRules, at start) every rule is also checked with iptables -C, which
-// catches a copy with our comment but another spec; periodic passes trust a
+// (EnsureRules, at start; SetFallback) every rule is also checked with
+// iptables -C, which catches a copy with our comment but another spec (the
+// NOTRACK with or without the socket match); periodic passes trust a
 // single listed copy and run iptables -C only for rules the listing lacks,
-// so a pass costs one iptables run per chain, not one per rule.
-func (ic *Interceptor) ensureRules(verify bool) (fixed []string, present int, err error) {
+// so a pass costs one iptables run per chain, not one per rule. With
+// settle (EnsureRules, SetFallback), fallback rules and chains no longer
+// wanted are removed first.
+func (ic *Interceptor) ensureRules(verify, settle bool) (fixed []string, present int, err error) {
 	var errs []error
+	if settle {
+		f, err := ic.removeUnwanted()
+		fixed = append(fixed, f...)
+		errs = append(errs, err)
+	}
+	f, changed, err := ic.probeSocket()
+	fixed = append(fixed, f...)
+	errs = append(errs, err)
+	if changed && !settle {
+		f, err := ic.removeUnwanted()
+		fixed = append(fixed, f...)
+		errs = append(errs, err)
+	}
+	// Chains before the rules that jump to them.
+	for _, v6 := range []bool{false, true} {
+		if ic.ops(v6) == nil || !ic.chainWanted(v6) {
+			continue
+		}
+		f, n, err := ic.ensureChain(v6)
+		fixed = append(fixed, f...)
+		present += n
+		errs = append(errs, err)
+	}
 	lists := make(map[string][]string) // family+table/chain -> iptables -S lines
 	for _, r := range ic.wanted {
 		ops := ic.ops(r.v6)
@@ -613,13 +678,13 @@ func dedupe(ops ruleOps, r rule, copies int) (removed int, err error) {
 	return removed, nil
 }
 
-// removeRules deletes every copy of every wanted rule. Copies are found by
-// comment, so stale renderings go too. A few rounds cover rules another
-// agent inserts meanwhile.
-func (ic *Interceptor) removeRules() error {
-	comments := make(map[string]bool, len(ic.wanted))
+// removeRules deletes every copy of each of rs and returns how many rules
+// it deleted. Copies are found by comment, so stale renderings go too. A
+// few rounds cover rules another agent inserts meanwhile.
+func (ic *Interceptor) removeRules(rs []rule) (removed int, err error) {
+	comments := make(map[string]bool, len(rs))
 	chains := make(map[string]rule)
-	for _, r := range ic.wanted {
+	for _, r := range rs {
 		comments[fmt.Sprint(r.v6, r.key(), r.comment)] = true
 		chains[fmt.Sprint(r.v6, r.key())] = r
 	}
@@ -653,7 +718,9 @@ func (ic *Interceptor) removeRules() error {
 				}
 				if err := ops.Delete(r.table, r.chain, words[2:]...); err != nil && !isNotExist(err) {
 					errs = append(errs, fmt.Errorf("deleting rule %q from %s: %w", l, r.key(), err))
+					continue
 				}
+				removed++
 			}
 		}
 		if left == 0 {
@@ -664,7 +731,7 @@ func (ic *Interceptor) removeRules() error {
 			break
 		}
 	}
-	return errors.Join(errs...)
+	return removed, errors.Join(errs...)
 }
 
 // countErr counts err (not nil) under kind in Status.Errors and returns it.

@@ -97,9 +97,10 @@ func New(cfg Config) (*Interceptor, error) {
 // Cleanup removes everything nodedns may have left on the node, for
 // uninstall and for recovery after a crash: every rule whose comment starts
 // with "nodedns: " (all copies, every local IP, IPv4 and IPv6, in both the
-// nft and the legacy backend), then the link cfg.Interface (or, if it is not
-// a link nodedns creates, cfg.LocalIPs from it). Only Interface, LocalIPs
-// and Logger are used; LocalIPs may be empty.
+// nft and the legacy backend) and the DNS fallback's chains, then the link
+// cfg.Interface (or, if it is not a link nodedns creates, cfg.LocalIPs
+// from it). Only Interface, LocalIPs and Logger are used; LocalIPs may be
+// empty.
 func Cleanup(cfg Config) error {
 	cfg.SetupInterface, cfg.SetupIptables = false, false
 	cfg, err := cfg.normalized()
@@ -126,8 +127,9 @@ func Cleanup(cfg Config) error {
 
 // cleanupBackend removes our rules (those whose comment satisfies match,
 // or all of them when match is nil) from one backend and family, found in
-// its iptables-save output. A backend whose tools are not installed is
-// skipped.
+// its iptables-save output, and then the DNS fallback's chain if it is
+// there (the rules jumping to it carry our comments, so they are gone by
+// then). A backend whose tools are not installed is skipped.
 func cleanupBackend(backend string, v6 bool, match func(comment string) bool) (removed int, err error) {
 	save := backendBinary(backend, v6) + "-save"
 	if _, err := exec.LookPath(save); err != nil {
@@ -144,6 +146,17 @@ func cleanupBackend(backend string, v6 bool, match func(comment string) bool) (r
 		}
 		found := ourSavedRules(out, match)
 		if len(found) == 0 {
+			if !hasSavedChain(out, "nat", fallbackChain) {
+				return removed, nil
+			}
+			if ops == nil {
+				if ops, err = newIPTables(backend, v6); err != nil {
+					return removed, err
+				}
+			}
+			if _, err := ops.RemoveChain("nat", fallbackChain); err != nil {
+				return removed, fmt.Errorf("removing nat/%s with %s: %w", fallbackChain, backendBinary(backend, v6), err)
+			}
 			return removed, nil
 		}
 		if round == 3 {
@@ -283,14 +296,16 @@ func iptablesMode(path string) (string, error) {
 	return BackendLegacy, nil
 }
 
-// newIPTables returns go-iptables bound to the backend's binary; when the
-// suffixed binary is missing, plain iptables/ip6tables if it runs in that
-// mode.
-func newIPTables(backend string, v6 bool) (*iptables.IPTables, error) {
+// newIPTables returns the ruleOps of a backend and family: go-iptables
+// bound to the backend's binary (when the suffixed binary is missing,
+// plain iptables/ip6tables if it runs in that mode) and its
+// iptables-restore.
+func newIPTables(backend string, v6 bool) (*iptOps, error) {
 	proto, base := iptables.ProtocolIPv4, "iptables"
 	if v6 {
 		proto, base = iptables.ProtocolIPv6, "ip6tables"
 	}
+	restore := backendBinary(backend, v6) + "-restore"
 	path, err := exec.LookPath(backendBinary(backend, v6))
 	if err != nil {
 		if path, err = exec.LookPath(base); err != nil {
@@ -303,12 +318,118 @@ func newIPTables(backend string, v6 bool) (*iptables.IPTables, error) {
 		if mode != backend {
 			return nil, fmt.Errorf("finding %s for the %s backend: only %s (%s) is installed", base, backend, path, mode)
 		}
+		restore = base + "-restore"
 	}
 	ipt, err := iptables.New(iptables.IPFamily(proto), iptables.Path(path), iptables.Timeout(5))
 	if err != nil {
 		return nil, fmt.Errorf("setting up %s: %w", path, err)
 	}
-	return ipt, nil
+	// Found when it is needed: a node without it still gets every rule
+	// but the fallback chain, and the error says what is missing.
+	return &iptOps{IPTables: ipt, bin: path, restore: restore}, nil
+}
+
+// iptOps is ruleOps over go-iptables, with what go-iptables lacks: a
+// chain's counters read and zeroed in one run, and a chain rewritten in one
+// iptables-restore transaction.
+type iptOps struct {
+	*iptables.IPTables
+	bin     string // the iptables binary
+	restore string // its iptables-restore, looked up on use
+}
+
+// iptWait is how long iptables waits for the xtables lock, in seconds, as
+// go-iptables is told (iptables.Timeout).
+const iptWait = "5"
+
+// cmdError is a failed iptables run: its exit status (4 when it gave up
+// waiting for the xtables lock, see isLocked) and what it wrote.
+type cmdError struct {
+	args   []string
+	status int
+	stderr string
+}
+
+func (e *cmdError) Error() string {
+	return fmt.Sprintf("running %s: exit status %d: %s", strings.Join(e.args, " "), e.status, e.stderr)
+}
+
+// ExitStatus is what isLocked reads.
+func (e *cmdError) ExitStatus() int { return e.status }
+
+func runIPT(name string, args []string, stdin string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return stdout.Bytes(), &cmdError{args: append([]string{name}, args...), status: ee.ExitCode(), stderr: strings.TrimSpace(stderr.String())}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("running %s: %w", name, err)
+	}
+	return stdout.Bytes(), nil
+}
+
+// ListCounters runs iptables -t table -v -S chain [-Z]. Exit status 1 is
+// iptables's answer for a chain that does not exist (go-iptables's
+// ChainExists reads it the same way).
+func (o *iptOps) ListCounters(table, chain string, zero bool) ([]string, bool, error) {
+	args := []string{"-w", iptWait, "-t", table, "-v", "-S", chain}
+	if zero {
+		args = append(args, "-Z")
+	}
+	out, err := runIPT(o.bin, args, "")
+	var ce *cmdError
+	if errors.As(err, &ce) && ce.status == 1 {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "-") { // not "Zeroing chain ..." nor nft's warnings
+			lines = append(lines, l)
+		}
+	}
+	return lines, true, nil
+}
+
+// ReplaceChain feeds iptables-restore --noflush one table holding the
+// chain's declaration, which creates the chain or flushes it, and its
+// rules: the kernel takes the table's new state in one commit.
+func (o *iptOps) ReplaceChain(table, chain string, rules [][]string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%s\n:%s - [0:0]\n", table, chain)
+	for _, r := range rules {
+		fmt.Fprintf(&b, "-A %s %s\n", chain, strings.Join(quoteSpec(r), " "))
+	}
+	b.WriteString("COMMIT\n")
+	path, err := exec.LookPath(o.restore)
+	if err != nil {
+		return fmt.Errorf("finding %s: %w", o.restore, err)
+	}
+	_, err = runIPT(path, []string{"--noflush", "-w", iptWait}, b.String())
+	return err
+}
+
+// Save runs the iptables-save of the binary in use.
+func (o *iptOps) Save() ([]byte, error) { return runSave(o.bin + "-save") }
+
+// RemoveChain flushes and deletes a chain, if it exists.
+func (o *iptOps) RemoveChain(table, chain string) (bool, error) {
+	ok, err := o.ChainExists(table, chain)
+	if err != nil || !ok {
+		return false, err
+	}
+	return true, o.ClearAndDeleteChain(table, chain)
 }
 
 // netlinkOps is linkOps over github.com/vishvananda/netlink, in the network

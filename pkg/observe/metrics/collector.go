@@ -35,6 +35,7 @@ type collector struct {
 	queryLogSuppressed *prometheus.Desc
 
 	icEnabled, icRepairs, icPresent, icWanted, icErrors *prometheus.Desc
+	icFallback, icFallbackTargets, icFallbackFlows      *prometheus.Desc
 
 	infEnabled, infSynced, infObjects *prometheus.Desc
 
@@ -88,11 +89,14 @@ func newCollector(r *Recorder) *collector {
 		apSteps:     d("autopath_steps_total", "Search-path expansions the agent resolved on behalf of clients."),
 		apSaved:     d("autopath_queries_saved_total", "Client queries (round trips) saved by search-path walks."),
 
-		icEnabled: d("intercept_enabled", "1 when the agent manages the interception link and rules."),
-		icRepairs: d("intercept_repairs_total", "Things put back by interception reconcile passes (link, address, rule)."),
-		icPresent: d("intercept_rules_present", "Interception rules found in place after the last reconcile pass."),
-		icWanted:  d("intercept_rules_wanted", "Interception rules the agent wants in place."),
-		icErrors:  d("intercept_errors_total", "Failures putting the interception link and rules in place, by kind (iptables, iptables_lock, interface_add, interface_check).", "kind"),
+		icEnabled:         d("intercept_enabled", "1 when the agent manages the interception link and rules."),
+		icRepairs:         d("intercept_repairs_total", "Things put back by interception reconcile passes (link, address, rule)."),
+		icPresent:         d("intercept_rules_present", "Interception rules found in place after the last reconcile pass."),
+		icWanted:          d("intercept_rules_wanted", "Interception rules the agent wants in place."),
+		icErrors:          d("intercept_errors_total", "Failures putting the interception link and rules in place, by kind (iptables, iptables_lock, interface_add, interface_check).", "kind"),
+		icFallback:        d("intercept_fallback_state", "1 for the DNS fallback's state, 0 for the others: off (none), unavailable (the kernel refused the socket match), waiting (no targets set yet), on.", "state"),
+		icFallbackTargets: d("intercept_fallback_targets", "Servers the DNS fallback sends queries to while no process holds the agent's sockets, by address family.", "family"),
+		icFallbackFlows:   d("intercept_fallback_flows_total", "Flows the DNS fallback redirected (queries no socket served), by address family, as the kernel counted them; read at every sync pass, so those of a time when no agent ran are counted by the next agent.", "family"),
 
 		infEnabled: d("informer_enabled", "1 when the cluster zone is served from Kubernetes informers."),
 		infSynced:  d("informer_synced", "1 once the informers have synced and cluster answers are authoritative."),
@@ -133,7 +137,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.cacheBytes, c.cacheMaxBytes, c.cacheTooLarge,
 		c.upRequests, c.upFailures, c.upUp, c.upDuration, c.upProbeFailures, c.upCoalesced, c.upOverloaded, c.upClientLimited, c.upAllDown,
 		c.apShortcuts, c.apSteps, c.apSaved, c.queryLogSuppressed,
-		c.icEnabled, c.icRepairs, c.icPresent, c.icWanted, c.icErrors, c.infEnabled, c.infSynced, c.infObjects,
+		c.icEnabled, c.icRepairs, c.icPresent, c.icWanted, c.icErrors, c.icFallback, c.icFallbackTargets, c.icFallbackFlows, c.infEnabled, c.infSynced, c.infObjects,
 		c.srvOverloaded, c.srvClientLimited, c.srvPanics, c.srvInflight, c.srvTCP, c.srvTCPClientLimited, c.srvTCPEvicted,
 		c.srvReaders, c.srvReadersLive, c.srvReaderRestarts, c.peerServers,
 		c.tapConnected, c.tapSent, c.tapDropped, c.tapLost, c.tapReconnects, c.tapQueued, c.tapQueuedBytes} {
@@ -232,6 +236,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, k := range interceptErrorKinds {
 			counter(c.icErrors, ic.Errors[k], k)
 		}
+		state := ic.Fallback
+		if state == "" { // interception off
+			state = "off"
+		}
+		for _, st := range fallbackStates {
+			gauge(c.icFallback, b2f(state == st), st)
+		}
+		gauge(c.icFallbackTargets, float64(len(ic.FallbackTargets4)), "ipv4")
+		gauge(c.icFallbackTargets, float64(len(ic.FallbackTargets6)), "ipv6")
+		counter(c.icFallbackFlows, ic.FallbackFlows4, "ipv4")
+		counter(c.icFallbackFlows, ic.FallbackFlows6, "ipv6")
 	}
 	if src.Informers != nil {
 		inf := src.Informers()
@@ -270,6 +285,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 // interceptErrorKinds are the kinds of intercept.Status.Errors, exported
 // from the start at zero.
 var interceptErrorKinds = []string{intercept.ErrIptables, intercept.ErrIptablesLock, intercept.ErrInterfaceAdd, intercept.ErrInterfaceCheck}
+
+// fallbackStates are the values of intercept.Status.Fallback, each
+// exported (the current one 1) so that an alert can name one.
+var fallbackStates = []string{"off", "unavailable", "waiting", "on"}
 
 func b2f(b bool) float64 {
 	if b {

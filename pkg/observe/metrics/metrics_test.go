@@ -327,7 +327,8 @@ func fullSources() Sources {
 		Intercept: func() intercept.Status {
 			return intercept.Status{Enabled: true, Link: "nodelocaldns", LinkType: "dummy", IPs: []string{"169.254.20.10"},
 				Backend: "nft", RulesPresent: 6, RulesWanted: 6, Repairs: 2,
-				LastRepair: time.Date(2025, 3, 1, 11, 0, 0, 0, time.UTC), Errors: map[string]uint64{"iptables_lock": 3}}
+				LastRepair: time.Date(2025, 3, 1, 11, 0, 0, 0, time.UTC), Errors: map[string]uint64{"iptables_lock": 3},
+				Fallback: "on", FallbackTargets4: []string{"169.254.211.2:53", "169.254.211.3:53"}, FallbackFlows4: 41, FallbackFlows6: 2}
 		},
 		Informers: func() k8s.Stats {
 			return k8s.Stats{Enabled: true, Synced: true, Objects: map[string]int{"services": 40, "endpointslices": 45, "namespaces": 6, "pods": 12}}
@@ -401,6 +402,14 @@ func TestMetricsHandler(t *testing.T) {
 		`nodedns_intercept_repairs_total 2`,
 		`nodedns_intercept_rules_present 6`,
 		`nodedns_intercept_rules_wanted 6`,
+		`nodedns_intercept_fallback_state{state="on"} 1`,
+		`nodedns_intercept_fallback_state{state="waiting"} 0`,
+		`nodedns_intercept_fallback_state{state="off"} 0`,
+		`nodedns_intercept_fallback_state{state="unavailable"} 0`,
+		`nodedns_intercept_fallback_targets{family="ipv4"} 2`,
+		`nodedns_intercept_fallback_targets{family="ipv6"} 0`,
+		`nodedns_intercept_fallback_flows_total{family="ipv4"} 41`,
+		`nodedns_intercept_fallback_flows_total{family="ipv6"} 2`,
 		`nodedns_informer_synced 1`,
 		`nodedns_informer_objects{kind="services"} 40`,
 		`nodedns_server_overloaded_total 4`,

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/node/intercept"
 	"github.com/nodedns/nodedns/pkg/observe/dnstap"
 )
 
@@ -214,6 +215,36 @@ func renderIntercept(r report, d *Document) {
 	r.line("", "%d repairs, last %s", ic.Repairs, last)
 	if ic.LastError != "" {
 		r.line("", "last error: %s", Printable(ic.LastError))
+	}
+	renderFallback(r, ic)
+}
+
+// renderFallback writes the DNS fallback's state, its targets and the
+// flows it redirected.
+func renderFallback(r report, ic *intercept.Status) {
+	flows := fmt.Sprintf("%d flows redirected (ipv4 %d, ipv6 %d)", ic.FallbackFlows4+ic.FallbackFlows6, ic.FallbackFlows4, ic.FallbackFlows6)
+	switch ic.Fallback {
+	case "":
+		return // an older agent
+	case "off":
+		r.line("", "DNS fallback off")
+	case "unavailable":
+		r.line("", "DNS fallback unavailable: %s", Printable(ic.FallbackError))
+	case "waiting":
+		r.line("", "DNS fallback waiting for its targets (the chains keep what an earlier agent wrote)")
+	default:
+		targets := make([]string, 0, len(ic.FallbackTargets4)+len(ic.FallbackTargets6))
+		for _, t := range append(slices.Clone(ic.FallbackTargets4), ic.FallbackTargets6...) {
+			targets = append(targets, Printable(t))
+		}
+		r.line("", "DNS fallback on: %s; %s", orNone(strings.Join(targets, ", ")), flows)
+		if len(ic.FallbackClusterIPs) > 0 {
+			ips := make([]string, len(ic.FallbackClusterIPs))
+			for i, ip := range ic.FallbackClusterIPs {
+				ips[i] = Printable(ip)
+			}
+			r.line("", "left to kube-proxy (ClusterIPs): %s", strings.Join(ips, ", "))
+		}
 	}
 }
 
