@@ -143,7 +143,7 @@ func TestSoak(t *testing.T) {
 	type pod struct {
 		ns             *netNS
 		k8sNS, server  string
-		nodeV4, bindV4 string
+		nodeV4         string
 	}
 	var pods []pod
 	var listen []string

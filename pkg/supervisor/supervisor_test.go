@@ -114,7 +114,6 @@ type rig struct {
 	oom    atomic.Uint64
 	tears  atomic.Int32
 	log    *syncBuf
-	sup    chan *supervisor
 }
 
 func freePort(t *testing.T) netip.AddrPort {
