@@ -141,9 +141,9 @@ func TestSoak(t *testing.T) {
 	// Pods: a netns each, a veth pair to the root namespace, a Pod on this
 	// node with the pod side's address.
 	type pod struct {
-		ns             *netNS
-		k8sNS, server  string
-		nodeV4         string
+		ns            *netNS
+		k8sNS, server string
+		nodeV4        string
 	}
 	var pods []pod
 	var listen []string
