@@ -210,7 +210,8 @@ rules_once() {
 	legacy=$( (iptables-legacy-save; ip6tables-legacy-save) 2>/dev/null | grep -c 'nodedns:' || true)
 	[[ "$legacy" == 0 ]] || fail "${legacy} nodedns rules in the legacy backend, which kube-proxy does not use"
 	ip link show nodelocaldns >/dev/null 2>&1 || fail "link nodelocaldns missing"
-	for ip in "$@"; do
+	for arg in "$@"; do
+		ip=${arg%%=*}
 		ip addr show dev nodelocaldns | grep -cF " ${ip}/" >/dev/null || fail "${ip} not on nodelocaldns"
 	done
 }
