@@ -14,11 +14,11 @@ netns_dir=/etc/netns/$pod_ns
 # Each server's address on the pod link (port 53, as a pod's resolver
 # needs); nodedns instances also listen on .+16, standing in for the
 # kube-dns ClusterIP a node agent binds too.
-declare -A paddr=([nodedns]=$POD_NET.1 [coredns]=$POD_NET.3 [node-cache]=$POD_NET.4 [nodedns-noautopath]=$POD_NET.5)
+declare -A paddr=([nodedns]=$POD_NET.1 [nodedns-b]=$POD_NET.2 [coredns]=$POD_NET.3 [node-cache]=$POD_NET.4 [nodedns-noautopath]=$POD_NET.5)
 k=6
 for g in $gmp_variants; do paddr[nodedns-g$g]=$POD_NET.$k; k=$((k + 1)); done
 # Servers that walk the search list themselves get the first expansions.
-walks() { [[ $1 == nodedns || $1 == nodedns-g* || $1 == coredns ]]; }
+walks() { [[ $1 == nodedns || $1 == nodedns-b || $1 == nodedns-g* || $1 == coredns ]]; }
 is_nodedns() { [[ $1 == nodedns* ]]; }
 
 # The node's own search domains follow the cluster's in a pod's
@@ -103,12 +103,13 @@ declare -A padmin
 # start_pod_nodedns NAME ARGS...: a nodedns on the pod link, watching the
 # API server for this node's pods.
 start_pod_nodedns() {
-  local s=$1 a=${paddr[$1]}
+  local s=$1 a=${paddr[$1]} bin=$work/nodedns
   shift
+  [[ $s == nodedns-b ]] && bin=$NODEDNS_B
   padmin[$s]=127.0.0.1:${admin_ports[0]}
   admin_ports=("${admin_ports[@]:1}")
   cg_wrap "$s"
-  "${wrap[@]}" "$work/nodedns" serve --listen "$a:53,$POD_NET.$((${a##*.} + 16)):53" --upstream $UP \
+  "${wrap[@]}" "$bin" serve --listen "$a:53,$POD_NET.$((${a##*.} + 16)):53" --upstream $UP \
     --admin "${padmin[$s]}" --cache-size 100000 --loop-check=false --lameduck 0s --log-level warn \
     --kubeconfig "$kc" --node-name $POD_NODE "$@" >"$work/$s.log" 2>&1 &
   ppid[$s]=$!
@@ -188,6 +189,7 @@ CONF
 for s in $pservers; do
   case $s in
     nodedns) start_pod_nodedns nodedns ;;
+    nodedns-b) start_pod_nodedns nodedns-b ;;
     nodedns-noautopath) start_pod_nodedns nodedns-noautopath --autopath=false ;;
     nodedns-g*) start_pod_nodedns "$s" --gomaxprocs "${s#nodedns-g}" ;;
     coredns) start_pod_coredns ;;

@@ -10,7 +10,7 @@
 #
 #   scripts/bench.sh [-l SECONDS] [-r ROUNDS] [-Q QPS] [-o FILE] [-s SERVERS]
 #                    [-w WORKLOADS] [-n SERVICES] [-c] [-z] [-D] [-T THREADS]
-#                    [-G 'GOMAXPROCS...'] [-C CPUS] [-S RATE]
+#                    [-G 'GOMAXPROCS...'] [-C CPUS] [-S RATE] [-B BINARY]
 #
 #   -r  rounds (default 3): every figure is measured once per round, the
 #       servers taking turns (A B A B), and printed as the mean with its
@@ -20,6 +20,11 @@
 #       is nodedns with one UDP reader (--udp-sockets 1, checked on its
 #       /metrics): on the hit workload its max QPS is the figure "QPS per
 #       reader", printed below the tables
+#   -B  A/B against another build of nodedns (e.g. the last release's:
+#       `git worktree add /tmp/old REV && go build -o /tmp/nodedns-old
+#       ./cmd/nodedns` there): the server nodedns-b runs BINARY as nodedns
+#       runs this tree's, on every workload nodedns is on (pod workloads
+#       included), taking its turn in every round; add it to -s
 #   -D  run on a dirty tree. Without it the run refuses to start when the
 #       tree has changes to tracked files or untracked files outside the
 #       ignored paths (git status; the -o FILE itself aside, which a
@@ -129,11 +134,13 @@ usage() {
     "[-w 'hit nx cluster pod pod-shortcut pod-hit'] [-n services] [-c] [-z] [-D] [-T threads] [-G 'gomaxprocs...'] [-C cpus] [-S rate]" >&2
   exit 2
 }
-while getopts "l:r:Q:o:s:w:n:czDT:G:C:S:" opt; do
+nodedns_b=""
+while getopts "l:r:Q:o:s:w:n:czDT:G:C:S:B:" opt; do
   case $opt in
     l) secs=$OPTARG ;; r) rounds=$OPTARG ;; Q) qps=$OPTARG ;; o) out=$OPTARG ;; s) servers=$OPTARG ;;
     w) workloads=$OPTARG ;; n) nsvc=$OPTARG ;; c) with_coredns=1 ;; z) zero_loss=1 ;; D) allow_dirty=1 ;;
     T) gai_threads=$OPTARG ;; G) gmp_variants=$OPTARG ;; C) cpu_limit=$OPTARG ;; S) churn_rate=$OPTARG ;;
+    B) nodedns_b=$OPTARG ;;
     *) usage ;;
   esac
 done
@@ -144,8 +151,12 @@ for g in $gmp_variants; do [[ $g =~ ^[0-9]+$ ]] && ((g > 0 && g <= 64)) || { ech
 [[ -z $cpu_limit || $cpu_limit =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "bench: -C $cpu_limit: want a number of cores" >&2; usage; }
 [[ -z $churn_rate || $churn_rate =~ ^[0-9]+$ ]] || { echo "bench: -S $churn_rate: want Services per second" >&2; usage; }
 for s in $servers; do
-  case $s in nodedns | unbound | dnsmasq | nodedns-poller | nodedns-1r | coredns | node-cache) ;; *) echo "bench: unknown server $s" >&2; usage ;; esac
+  case $s in nodedns | unbound | dnsmasq | nodedns-poller | nodedns-1r | coredns | node-cache) ;;
+    nodedns-b) [[ -x $nodedns_b ]] || { echo "bench: nodedns-b needs -B BINARY (an executable nodedns)" >&2; usage; } ;;
+    *) echo "bench: unknown server $s" >&2; usage ;; esac
 done
+[[ -z $nodedns_b ]] || nodedns_b=$(realpath "$nodedns_b")
+export NODEDNS_B=$nodedns_b
 for w in $workloads; do
   case $w in hit | nx | cluster | pod | pod-shortcut | pod-hit) ;; *) echo "bench: unknown workload $w" >&2; usage ;; esac
 done
@@ -159,7 +170,7 @@ if ((with_coredns && podwl)) && ! has "$servers" node-cache; then servers+=" nod
 # The servers of the loopback workloads and of the pod workloads.
 lservers=$(without "$servers" node-cache)
 pservers=""
-for s in nodedns coredns node-cache; do has "$servers" $s && pservers+="${pservers:+ }$s"; done
+for s in nodedns nodedns-b coredns node-cache; do has "$servers" $s && pservers+="${pservers:+ }$s"; done
 if has "$servers" nodedns; then
   pservers+=" nodedns-noautopath"
   for g in $gmp_variants; do pservers+=" nodedns-g$g"; done
@@ -292,7 +303,7 @@ fi
 UP=127.0.0.1:5300
 # central: the nodedns instance unbound and dnsmasq forward cluster names to.
 declare -A addr=([nodedns]=127.0.0.2 [unbound]=127.0.0.3 [dnsmasq]=127.0.0.4 [nodedns-poller]=127.0.0.5
-  [coredns]=127.0.0.6 [nodedns-1r]=127.0.0.7 [central]=127.0.0.9)
+  [coredns]=127.0.0.6 [nodedns-1r]=127.0.0.7 [nodedns-b]=127.0.0.8 [central]=127.0.0.9)
 declare -A pid
 PORT=5353
 
@@ -472,6 +483,12 @@ start_nodedns() {
     --cache-size 100000 --loop-check=false --lameduck 0s --log-level warn "${kube_args[@]}" >"$work/nodedns.log" 2>&1 &
   pid[nodedns]=$!; pids+=($!)
 }
+# nodedns-b: another build of nodedns (-B), for old-against-new figures.
+start_nodedns-b() {
+  "$NODEDNS_B" serve --listen "${addr[nodedns-b]}:$PORT" --upstream $UP --admin 127.0.0.1:9297 \
+    --cache-size 100000 --loop-check=false --lameduck 0s --log-level warn "${kube_args[@]}" >"$work/nodedns-b.log" 2>&1 &
+  pid[nodedns-b]=$!; pids+=($!)
+}
 # nodedns-poller: the same agent reading UDP through the Go netpoller
 # instead of its thread readers, for A/B figures.
 start_nodedns-poller() {
@@ -648,8 +665,25 @@ for wl in $lwork; do
   done
 done
 
-cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
-rss_kb() { awk '/VmRSS/{print $2}' "/proc/$1/status"; }
+# tree PID: PID and its children (a supervised nodedns is two processes:
+# the supervisor and the serving process it started; both are counted).
+tree() { echo "$1" $(cat /proc/"$1"/task/*/children 2>/dev/null); }
+cpu_ticks() {
+  local p t=0
+  for p in $(tree "$1"); do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done
+  echo "$t"
+}
+# rss_kb: the tree's resident memory, the pages of the executable's file
+# (shared by a supervisor and its serving process) counted once.
+rss_kb() {
+  local p kb=0 file=0 f
+  for p in $(tree "$1"); do
+    kb=$((kb + $(awk '/RssAnon|RssShmem/{s+=$2} END{print s+0}' "/proc/$p/status" 2>/dev/null || echo 0)))
+    f=$(awk '/RssFile/{print $2}' "/proc/$p/status" 2>/dev/null || echo 0)
+    ((f > file)) && file=$f
+  done
+  echo $((kb + file))
+}
 tck=$(getconf CLK_TCK)
 
 # note_lost WHAT LOST: tallies the queries a run lost ("?" when dnsperf
