@@ -352,9 +352,6 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	go a.rec.Run(ctx)
 	go a.failures.Run(ctx)
 	go a.hosts.Run(ctx)
-	if a.sup != nil {
-		go a.sup.Beat(ctx, time.Duration(a.cfg.HangTimeout)/beatsPerHang)
-	}
 	if a.clusterFwd != nil {
 		go a.clusterFwd.Run(ctx)
 	}

@@ -10,13 +10,9 @@ import (
 
 // A supervised agent (Options.Supervisor) is the serving process of
 // pkg/supervisor: its listening sockets come from the supervisor, it
-// beats a heartbeat, says when it serves and when it drains, and removes
+// says when it serves and when it drains, and removes
 // the interception on exit only when the supervisor stops too (else
 // another serving process takes over at once).
-
-// beatsPerHang is how many heartbeats fit in the hang timeout: a few lost
-// to a busy moment do not make a hang.
-const beatsPerHang = 8
 
 // supervisorSource is the /stats source of the supervisor's report; nil
 // when unsupervised.

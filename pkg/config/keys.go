@@ -505,7 +505,7 @@ var settings = []*Setting{
 
 	{key: "supervise", def: "true", help: "run as two processes: a supervisor that holds the DNS sockets and a serving process it restarts at once on the same sockets when it dies (a crash, kill -9, an OOM kill) or hangs, so queries wait in the sockets instead of failing; restart-only",
 		field: func(c *Config) any { return &c.Supervise }},
-	{key: "hang-timeout", def: "1s", help: "with supervise: a serving process that sends no heartbeat, or leaves a query unread, this long is killed and replaced; the sockets are held this long for a new one before the node's fallback gets the queries; 500ms to 1m; restart-only",
+	{key: "hang-timeout", def: "1s", help: "with supervise: a serving process stopped (SIGSTOP, a tracer), or leaving a query unread, this long is killed and replaced; the sockets are held this long for a new one before the node's fallback gets the queries; 500ms to 1m; restart-only",
 		field: func(c *Config) any { return &c.HangTimeout }, check: func(c *Config) error {
 			return durationBetween("hang-timeout", c.HangTimeout, minHangTimeout, maxHangTimeout)
 		}},

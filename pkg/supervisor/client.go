@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,7 +14,7 @@ import (
 
 // Client is the serving process's end of the control socket: it gets the
 // listening sockets from the supervisor (it implements the query
-// server's Sockets) and tells it that the process is alive and serving.
+// server's Sockets) and tells it when the process serves and drains.
 type Client struct {
 	conn *net.UnixConn
 	log  *slog.Logger
@@ -121,40 +120,12 @@ func (c *Client) tell(op string) error {
 }
 
 // Serving tells the supervisor that this process serves from now on:
-// from here a missing heartbeat or an unread query counts as a hang.
+// from here a stop or an unread query counts as a hang.
 func (c *Client) Serving() error { return c.tell(opServing) }
 
 // Draining tells the supervisor that this process is about to connect its
 // sockets to themselves (a drain): they cannot serve another process.
 func (c *Client) Draining() error { return c.tell(opDraining) }
-
-// Beat sends heartbeats every interval until ctx is done. The beats come
-// from their own goroutine: a process whose scheduler still runs is
-// alive; whether its readers read, the supervisor sees on the sockets.
-func (c *Client) Beat(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	failing := false
-	for {
-		// A failed beat: the supervisor is gone (it takes this process
-		// with it: PR_SET_PDEATHSIG) or not reading; the next beat tries
-		// again. Logged when it starts and when it ends.
-		err := c.tell(opBeat)
-		switch {
-		case err != nil && !failing && ctx.Err() == nil:
-			c.log.Warn("heartbeat to the supervisor failed", "err", err)
-			failing = true
-		case err == nil && failing:
-			c.log.Info("heartbeats to the supervisor go through again")
-			failing = false
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
 
 // Close closes the control socket.
 func (c *Client) Close() error { return c.conn.Close() }

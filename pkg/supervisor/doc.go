@@ -10,9 +10,9 @@
 // the kernel keeps queueing the pods' queries on them, and a new child,
 // started at once, takes the same sockets and answers what waited: no
 // query is refused, none goes elsewhere. A child that stops reading (a
-// SIGSTOP, a deadlock) is found by its missing heartbeat or by a query
-// left unread at the head of a socket's queue, killed and replaced the
-// same way.
+// SIGSTOP, a deadlock) is found in /proc (stopped) or by a query left
+// unread at the head of a socket's queue, killed and replaced the same
+// way.
 //
 // When no child can serve for HangTimeout after the last one died (a
 // crash loop of the serving code, a child that cannot start), the

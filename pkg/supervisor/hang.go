@@ -1,20 +1,25 @@
 package supervisor
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// checkHang kills a serving process that has stopped: no heartbeat for
-// HangTimeout (a SIGSTOP, a scheduler that no longer runs), or the same
-// datagram at the head of a UDP socket's queue for HangTimeout (its
-// reader no longer reads, though the process lives). Queries queued on
-// the sockets stay there for the next serving process.
+// checkHang kills a serving process that has stopped answering: stopped
+// (SIGSTOP, a tracer) for HangTimeout, or the same datagram at the head
+// of a UDP socket's queue for HangTimeout (its reader no longer reads,
+// though the process runs: a deadlock, a reader stuck). Both are read
+// from outside the process (/proc, a peek at the queue): no heartbeat
+// wakes an idle agent, and a process that hangs with no query waiting
+// hurts nobody until one arrives. Queries queued on the sockets stay
+// there for the next serving process.
 func (s *supervisor) checkHang() {
 	c := s.cur
 	if c == nil || !c.serving || c.draining || c.hung != "" || s.stopping {
@@ -22,9 +27,16 @@ func (s *supervisor) checkHang() {
 		return
 	}
 	now := s.cfg.now()
-	if d := now.Sub(c.lastBeat); d >= s.cfg.HangTimeout {
-		s.kill(c, fmt.Sprintf("no heartbeat for %s", d.Round(time.Millisecond)))
-		return
+	switch {
+	case !procStopped(c.pid):
+		c.stoppedSince = time.Time{}
+	case c.stoppedSince.IsZero():
+		c.stoppedSince = now
+	default:
+		if d := now.Sub(c.stoppedSince); d >= s.cfg.HangTimeout {
+			s.kill(c, fmt.Sprintf("stopped (SIGSTOP or a tracer) for %s", d.Round(time.Millisecond)))
+			return
+		}
 	}
 	for key, f := range s.socks {
 		if !strings.HasPrefix(key, opUDP+" ") {
@@ -45,6 +57,18 @@ func (s *supervisor) checkHang() {
 			return
 		}
 	}
+}
+
+// procStopped reports whether the process is in the stopped state (T:
+// a stop signal, t: stopped by a tracer).
+func procStopped(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) STATE ...: the state follows the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	return i > 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't')
 }
 
 func (s *supervisor) kill(c *child, why string) {

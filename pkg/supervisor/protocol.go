@@ -27,7 +27,6 @@ const (
 	opStatus   = "status"   // the supervisor's Status (needs a reply)
 	opServing  = "serving"  // the child serves from now on
 	opDraining = "draining" // the child is draining: its sockets will be connected to themselves
-	opBeat     = "beat"     // the child is alive
 )
 
 type request struct {
@@ -66,8 +65,8 @@ type Status struct {
 	// Stopping: the supervisor was told to stop (SIGTERM, SIGINT) and
 	// passed it on; no serving process follows the one ending.
 	Stopping bool `json:"stopping,omitempty"`
-	// HangTimeout is how long a serving process may go without a
-	// heartbeat, or leave a query unread, before it is replaced.
+	// HangTimeout is how long a serving process may stay stopped, or
+	// leave a query unread, before it is replaced.
 	HangTimeout Duration `json:"hang_timeout"`
 	// Exits are the last serving processes' ends, newest last.
 	Exits []Exit `json:"exits,omitempty"`

@@ -26,9 +26,9 @@ type Config struct {
 	Path string
 	Args []string
 	Env  []string
-	// HangTimeout is how long a serving process may go without a
-	// heartbeat, or leave a query unread at the head of a socket's queue,
-	// before it is killed and replaced; and how long the sockets are held
+	// HangTimeout is how long a serving process may stay stopped, or
+	// leave a query unread at the head of a socket's queue, before it is
+	// killed and replaced; and how long the sockets are held
 	// for a serving process to come back before they are released.
 	// Default 2s.
 	HangTimeout time.Duration
@@ -74,7 +74,8 @@ type child struct {
 	serving  bool
 	draining bool
 	asked    bool // it asked for a socket
-	lastBeat time.Time
+	// stoppedSince: since when it has been seen stopped (checkHang).
+	stoppedSince time.Time
 	oomAt    uint64 // OOM kills counted when it started
 	oomOK    bool
 	hung     string // why the supervisor killed it
@@ -293,7 +294,7 @@ func (s *supervisor) start(done <-chan struct{}) error {
 		return fmt.Errorf("starting %s: %w", s.cfg.Path, err)
 	}
 	now := s.cfg.now()
-	c := &child{pid: pid, started: now, ctl: ctl, lastBeat: now, oomAt: oom, oomOK: oomOK}
+	c := &child{pid: pid, started: now, ctl: ctl, oomAt: oom, oomOK: oomOK}
 	s.cur = c
 	s.st.Children++
 	s.st.ChildPID, s.st.ChildStarted = pid, now
@@ -384,14 +385,12 @@ func (s *supervisor) handle(ev event) {
 		return
 	}
 	switch ev.req.Op {
-	case opBeat:
-		c.lastBeat = s.cfg.now()
 	case opServing:
 		// The backoff stays: it comes down only once a process has
 		// lived stableAfter (exited), so that a process that crashes soon
 		// after it serves (a query of death) is restarted ever later, the
 		// sockets released meanwhile (checkRelease).
-		c.serving, c.lastBeat = true, s.cfg.now()
+		c.serving = true
 		s.deadSince, s.served, s.failedStarts = time.Time{}, true, 0
 		s.log.Info("serving process serves", "pid", c.pid, "after", s.cfg.now().Sub(c.started).Round(time.Millisecond).String())
 	case opDraining:

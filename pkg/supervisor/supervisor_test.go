@@ -33,9 +33,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// childMain modes: serve (echo, beat), nobeat (echo, no heartbeat: a
-// process whose scheduler stopped looks so), noread (beat, read nothing:
-// a reader that hangs), crash (exit 3 at once after serving: a crash
+// childMain modes: serve (echo), noread (read nothing: a reader that
+// hangs while the process runs), crash (exit 3 at once after serving: a crash
 // loop), failstart (exit 4 before asking for anything), serveonce (the
 // first process serves, the later ones fail as failstart).
 func childMain(mode, addr string) int {
@@ -71,11 +70,6 @@ func childMain(mode, addr string) int {
 	if err := c.Serving(); err != nil {
 		fmt.Fprintln(os.Stderr, "child: serving:", err)
 		return 2
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if mode != "nobeat" {
-		go c.Beat(ctx, 25*time.Millisecond)
 	}
 	switch mode {
 	case "crash":
@@ -227,9 +221,9 @@ func TestKillNineLosesNothing(t *testing.T) {
 	}
 }
 
-// TestHungProcessReplaced: a serving process that stops beating (as under
-// SIGSTOP) is killed and replaced within the hang timeout and a tick, and
-// what was queued meanwhile is answered.
+// TestHungProcessReplaced: a serving process stopped (SIGSTOP) is killed
+// and replaced within the hang timeout and a tick, and what was queued
+// meanwhile is answered.
 func TestHungProcessReplaced(t *testing.T) {
 	r := startRig(t, "serve", 500*time.Millisecond)
 	first := r.waitServing()
@@ -248,13 +242,13 @@ func TestHungProcessReplaced(t *testing.T) {
 	}
 	t.Logf("FIGURE stopped process replaced, queued query answered after %s (hang timeout 500ms)", time.Since(start).Round(time.Millisecond))
 	r.waitLog("reason=hung", 5*time.Second)
-	if !strings.Contains(r.log.String(), "no heartbeat for") {
+	if !strings.Contains(r.log.String(), "stopped (SIGSTOP or a tracer) for") {
 		t.Errorf("the hang's cause is not logged:\n%s", r.log)
 	}
 }
 
-// TestUnreadQueryIsAHang: a process that beats but reads nothing is a
-// hang too (a reader stuck while the scheduler runs).
+// TestUnreadQueryIsAHang: a process that runs but reads nothing is a hang
+// too (a reader stuck while the scheduler runs).
 func TestUnreadQueryIsAHang(t *testing.T) {
 	r := startRig(t, "noread", 500*time.Millisecond)
 	r.waitLog("serving process serves", 20*time.Second)

@@ -31,7 +31,7 @@ func SupervisorCollector(src func() SupervisorFigures) prometheus.Collector {
 	}
 	return &supCollector{src: src,
 		started:  d("serving_processes_started_total", "Serving processes the supervisor started, the first included."),
-		replaced: d("serving_processes_replaced_total", "Serving processes that ended without being asked to and were replaced, by reason: exit (an exit code), signal, oom (killed by the kernel's OOM killer), hung (no heartbeat, or a query left unread, for the hang timeout: killed by the supervisor).", "reason"),
+		replaced: d("serving_processes_replaced_total", "Serving processes that ended without being asked to and were replaced, by reason: exit (an exit code), signal, oom (killed by the kernel's OOM killer), hung (stopped, or a query left unread, for the hang timeout: killed by the supervisor).", "reason"),
 		since:    d("serving_process_start_time_seconds", "When the serving process now running started (Unix time); 0 between two."),
 		held:     d("sockets_held", "Listening sockets the supervisor holds for the serving process."),
 		releases: d("socket_releases_total", "Times the supervisor closed its sockets because no serving process came back within the hang timeout (the node's fallback rules then answer)."),

@@ -21,7 +21,7 @@ func TestSupervisorCollector(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(SupervisorCollector(func() SupervisorFigures { return fig }))
 	want := `
-# HELP nodedns_supervisor_serving_processes_replaced_total Serving processes that ended without being asked to and were replaced, by reason: exit (an exit code), signal, oom (killed by the kernel's OOM killer), hung (no heartbeat, or a query left unread, for the hang timeout: killed by the supervisor).
+# HELP nodedns_supervisor_serving_processes_replaced_total Serving processes that ended without being asked to and were replaced, by reason: exit (an exit code), signal, oom (killed by the kernel's OOM killer), hung (stopped, or a query left unread, for the hang timeout: killed by the supervisor).
 # TYPE nodedns_supervisor_serving_processes_replaced_total counter
 nodedns_supervisor_serving_processes_replaced_total{reason="exit"} 0
 nodedns_supervisor_serving_processes_replaced_total{reason="hung"} 1
