@@ -76,9 +76,9 @@ type child struct {
 	asked    bool // it asked for a socket
 	// stoppedSince: since when it has been seen stopped (checkHang).
 	stoppedSince time.Time
-	oomAt    uint64 // OOM kills counted when it started
-	oomOK    bool
-	hung     string // why the supervisor killed it
+	oomAt        uint64 // OOM kills counted when it started
+	oomOK        bool
+	hung         string // why the supervisor killed it
 }
 
 // event is what the goroutines around the loop report to it.
