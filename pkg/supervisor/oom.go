@@ -5,17 +5,21 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // oomKills reads how many processes the kernel's OOM killer has killed in
-// this process's memory cgroup (inside a container: the container's), so
-// that a serving process killed by SIGKILL can be told an OOM kill: the
-// count moved while it ran. cgroup v2's memory.events first, then v1's
-// memory.oom_control (its oom_kill line needs Linux 4.13). ok is false
-// when neither can be read.
+// this process's memory cgroup, so that a serving process killed by
+// SIGKILL can be told an OOM kill: the count moved while it ran. The
+// cgroup is the one /proc/self/cgroup names (cgroup v2's memory.events,
+// v1's memory.oom_control, whose oom_kill line needs Linux 4.13); inside a
+// container whose /sys/fs/cgroup shows its own cgroup as the root, the
+// root's files. ok is false when none can be read.
 func oomKills() (n uint64, ok bool) {
-	for _, f := range []string{"/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"} {
+	for _, f := range oomFiles() {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue
@@ -25,6 +29,29 @@ func oomKills() (n uint64, ok bool) {
 		}
 	}
 	return 0, false
+}
+
+// oomFiles are where this process's memory cgroup's OOM kill count may
+// be read, the most specific first.
+func oomFiles() []string {
+	var out []string
+	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			// ID:CONTROLLERS:PATH
+			parts := strings.SplitN(sc.Text(), ":", 3)
+			if len(parts) != 3 || strings.Contains(parts[2], "..") {
+				continue
+			}
+			switch {
+			case parts[1] == "" && parts[0] == "0":
+				out = append(out, filepath.Join("/sys/fs/cgroup", parts[2], "memory.events"))
+			case slices.Contains(strings.Split(parts[1], ","), "memory"):
+				out = append(out, filepath.Join("/sys/fs/cgroup/memory", parts[2], "memory.oom_control"))
+			}
+		}
+	}
+	return append(out, "/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 }
 
 // fieldValue reads "NAME VALUE" lines.

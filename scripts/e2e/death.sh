@@ -133,12 +133,17 @@ stop_serving() {
 }
 
 oom_serving() {
-	local sock
+	local sock p cg limit out
 	sock=$(admin_sock "$1")
 	[[ -n "$sock" ]] || fail "no admin socket of pod $1 on the node"
+	p=$(serving_pid "$1")
+	cg=$(sed -n 's/^[0-9]*:memory:\(.*\)$/\1/p' "/proc/$p/cgroup" 2>/dev/null)
+	limit=$(cat "/sys/fs/cgroup/memory${cg}/memory.limit_in_bytes" 2>/dev/null || cat "/sys/fs/cgroup${cg}/memory.max" 2>/dev/null || echo unknown)
 	# More than the container's limit (256Mi): the kernel kills the
-	# serving process, the one that volunteered for it.
-	curl -sS --max-time 20 --unix-socket "$sock" -X POST 'http://agent/debug/alloc?mib=400' >/dev/null 2>&1 || true
+	# serving process, the one that volunteered for it. The reply is
+	# empty then (the process died answering).
+	out=$(curl -sS --max-time 20 --unix-socket "$sock" -X POST 'http://agent/debug/alloc?mib=400' 2>&1 || true)
+	log "oom: asked the serving process (pid ${p}, memory limit ${limit}) to hold 400 MiB more: ${out:-no reply}"
 }
 
 # set_config KEY VALUE...: a line of the agent's ConfigMap set (added when
