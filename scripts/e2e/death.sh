@@ -142,7 +142,10 @@ oom_serving() {
 	# More than the container's limit (256Mi): the kernel kills the
 	# serving process, the one that volunteered for it. The reply is
 	# empty then (the process died answering).
-	out=$(curl -sS --max-time 20 --unix-socket "$sock" -X POST 'http://agent/debug/alloc?mib=400' 2>&1 || true)
+	# The socket's path is longer than a unix address holds (108 bytes):
+	# reach it through a short link to its directory.
+	ln -sfn "$(dirname "$sock")" "${work}/admin-run"
+	out=$(curl -sS --max-time 20 --unix-socket "${work}/admin-run/admin.sock" -X POST 'http://agent/debug/alloc?mib=400' 2>&1 || true)
 	log "oom: asked the serving process (pid ${p}, memory limit ${limit}) to hold 400 MiB more: ${out:-no reply}"
 }
 
