@@ -19,6 +19,7 @@ import (
 // upstreams, the kube-dns ConfigMap, and the Corefile's defaults where
 // nodedns's differ.
 func (m *migrator) finish(blocks []*block) {
+	m.exceptServfailZones()
 	// Loopback and unspecified binds cannot be intercepted (a link and
 	// NOTRACK rules for them make no sense): they become listen addresses
 	// beside the intercepted ones.

@@ -239,7 +239,6 @@ func TestDirectiveNotes(t *testing.T) {
 		{".:53 {\n  forward . 1.1.1.1 {\n    failover NOERROR\n  }\n}\n", "error rcode names", 3},
 		{".:53 {\n  forward . 1.1.1.1 {\n    next 1.2.3.4\n  }\n}\n", "rcode names", 3},
 		{".:53 {\n  forward . 1.1.1.1 {\n    next NXDOMAIN\n  }\n  forward . /etc/resolv.conf\n}\n", "the node's resolvers as the servers a reply goes on to", 5},
-		{"corp.example {\n  forward . 10.0.0.1 {\n    except x.corp.example\n  }\n}\n", "CoreDNS answers them SERVFAIL", 2},
 		{".:53 {\n  forward . /etc/other.conf\n}\n", "/etc/other.conf", 2},
 		{".:53 {\n  cache 30 example.org\n}\n", "caching only example.org", 2},
 		{".:53 {\n  cache {\n    serve_stale 1h verify 1s 1.5s\n  }\n}\n", "whole seconds", 3},
