@@ -103,7 +103,13 @@ func (m *migrator) finish(blocks []*block) {
 			set(m, &m.cfg.ServeStale, 0, 0, "no serve_stale in the Corefile's cache (nodedns's default serves an answer up to 1h stale when every upstream fails)")
 		}
 	} else {
-		m.header = append(m.header, "The Corefile has no cache for external names; nodedns always keeps one (cache-size).")
+		// What CoreDNS without a cache cannot do is turned off: no
+		// stale answers, no refreshes, no remembered failures. Answers
+		// and denials are still cached for their TTL.
+		m.header = append(m.header, "The Corefile has no cache for external names; nodedns always keeps one (cache-size): answers and denials are kept for their TTL, where CoreDNS asks again.")
+		set(m, &m.cfg.ServeStale, 0, 0, "no cache in the Corefile (nodedns's default serves an answer up to 1h stale when every upstream fails)")
+		set(m, &m.cfg.Prefetch, 0, 0, "no cache in the Corefile (nodedns's default refreshes entries hit twice before they expire)")
+		set(m, &m.cfg.ServfailTTL, 0, 0, "no cache in the Corefile (nodedns's default remembers a SERVFAIL, or a failure of every upstream, 5s)")
 	}
 	if !m.seen["kubernetes"] && !m.clusterFwd {
 		m.header = append(m.header, "The Corefile neither answers nor forwards the cluster zone; nodedns answers it from the API server when it has a kubeconfig (or runs in a pod).")

@@ -299,6 +299,8 @@ func TestCarried(t *testing.T) {
 				"prefetch-percent": float64(25), "serve-stale": "2h0m0s", "serve-stale-mode": "verify", "serve-stale-timeout": "300ms",
 				"serve-stale-ttl": "30s", "serve-stale-recheck": "5s", "serve-stale-policy": "prefer_positive",
 				"cache-disable-success": []any{"example.net"}, "cache-disable-denial": []any{"."}}},
+		{".:53 {\n  forward . 10.0.0.1\n}\n",
+			map[string]any{"serve-stale": "0s", "prefetch": float64(0), "servfail-ttl": "0s", "min-ttl": nil}},
 		{".:53 {\n  cache {\n    serve_stale 10m\n  }\n}\n",
 			map[string]any{"serve-stale": "10m0s", "serve-stale-mode": "immediate", "serve-stale-timeout": nil, "serve-stale-ttl": "0s", "serve-stale-recheck": "0s", "min-negative-ttl": "5s"}},
 		{".:53 {\n  kubernetes cluster.local\n  cache {\n    disable success cluster.local\n  }\n}\nexample.org {\n  forward . 10.0.0.1\n  cache {\n    disable denial\n  }\n}\n",
