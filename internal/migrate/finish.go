@@ -70,6 +70,7 @@ func (m *migrator) finish(blocks []*block) {
 		set(m, &m.cfg.ClusterTTL, config.Duration(m.clusterCache.ttl), m.clusterCache.line, m.clusterCache.comment)
 	}
 	m.defaultUpstreams()
+	m.ownGroupDefaults()
 	m.kubeDNSStubs()
 	if m.clusterFwd {
 		m.dropNamedServers()
@@ -268,6 +269,42 @@ func (m *migrator) dropNamedServers() {
 		} else {
 			m.cfg.Upstream = keep
 		}
+	}
+}
+
+// ownGroupDefaults writes CoreDNS's policy and transport into the stub
+// domains and next groups whose forward names none, where the root
+// forward set them: in a Corefile every forward has its own (random,
+// the client's transport), in nodedns a group without them takes the
+// default upstreams' (policy, force-tcp).
+func (m *migrator) ownGroupDefaults() {
+	policy := m.isSet(&m.cfg.Policy) && m.cfg.Policy != "random"
+	tcp := m.isSet(&m.cfg.ForceTCP) && m.cfg.ForceTCP
+	if !policy && !tcp {
+		return
+	}
+	var fix func(sd *config.StubDomain) bool
+	fix = func(sd *config.StubDomain) bool {
+		if sd == nil || len(sd.Servers) == 0 {
+			return false
+		}
+		changed := false
+		if policy && sd.Policy == "" {
+			sd.Policy, changed = "random", true
+		}
+		if tcp && !sd.ForceTCP && !sd.PreferUDP {
+			sd.PreferUDP, changed = true, true
+		}
+		return fix(sd.Next) || changed
+	}
+	why := "policy random / prefer-udp: its forward names no policy / force_tcp, so CoreDNS's defaults, not the default upstreams' that a stub domain would otherwise take"
+	for _, z := range sortedStubZones(m.stubs) {
+		if st := m.stubs[z]; st.file == "" && fix(&st.StubDomain) {
+			st.comments = append(st.comments, why)
+		}
+	}
+	if fix(m.cfg.UpstreamNext) {
+		m.comment(&m.cfg.UpstreamNext, why)
 	}
 }
 
