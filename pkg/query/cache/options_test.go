@@ -88,8 +88,9 @@ func (f *failing) Exchange(context.Context, stage.Origin, *dns.Msg) (*dns.Msg, e
 
 // TestFailureRemembered: when every upstream fails to answer, the failure
 // is kept as a SERVFAIL for ServfailTTL (CoreDNS 1.15), so the next
-// queries do not wait out the upstream again; a query shed by a bound, or
-// abandoned by its caller, is not a failure of the name.
+// queries do not wait out the upstream again, and so is failfast's (every
+// server marked down); a query shed by a bound, a name without servers,
+// or one abandoned by its caller, is not a failure of the name.
 func TestFailureRemembered(t *testing.T) {
 	failed := errors.New("upstream: every attempt failed: i/o timeout")
 	for _, tc := range []struct {
@@ -104,6 +105,7 @@ func TestFailureRemembered(t *testing.T) {
 		{"denial disabled", failed, cache.Config{DisableDenial: []string{"example.test."}}, false, false},
 		{"shed", fmt.Errorf("upstream: too many exchanges in flight: %w", stage.ErrOverloaded), cache.Config{}, false, false},
 		{"no server", fmt.Errorf("upstream: no server: %w", stage.ErrNoServer), cache.Config{}, false, false},
+		{"every server down (failfast)", fmt.Errorf("upstream: every server is down: %w", stage.ErrAllDown), cache.Config{}, false, true},
 		{"caller gone", failed, cache.Config{}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

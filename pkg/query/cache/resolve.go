@@ -146,8 +146,9 @@ func (c *Cache) verifyStale(ctx context.Context, o stage.Origin, k Key, e *entry
 // rememberFailure keeps a SERVFAIL for k, for ServfailTTL, after every
 // upstream failed to answer it (CoreDNS 1.15 does so too): the queries
 // that follow are answered at once instead of each waiting out the
-// upstream's timeouts. A query shed by a bound, or a name no server is
-// configured for, is no such failure (nor, the caller checks, a query
+// upstream's timeouts. Every server marked down (failfast) is such a
+// failure too, as in CoreDNS. A query shed by a bound, or a name no
+// server is configured for, is none (nor, the caller checks, a query
 // whose client stopped waiting).
 func (c *Cache) rememberFailure(k Key, err error) {
 	if errors.Is(err, stage.ErrOverloaded) || errors.Is(err, stage.ErrNoServer) || errors.Is(err, errTruncated) {
