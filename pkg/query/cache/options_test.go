@@ -174,6 +174,32 @@ func TestDisable(t *testing.T) {
 	}
 }
 
+// TestDisableClampsTTL: a reply of a zone whose answers (or denials) are
+// not cached still carries the TTL it would have been kept for, clamped
+// by MinTTL/MaxTTL (MinNegativeTTL/MaxNegativeTTL), as CoreDNS's cache
+// writes every reply it passes on.
+func TestDisableClampsTTL(t *testing.T) {
+	c, up, _ := setup(t, cache.Config{MinTTL: 5 * time.Second, MinNegativeTTL: 7 * time.Second,
+		DisableSuccess: []string{"example.net."}, DisableDenial: []string{"example.net."}}, dnstest.Zone(2))
+	for _, tc := range []struct {
+		name string
+		ttl  uint32
+	}{{"www.example.net.", 5}, {"nx.example.net.", 7}} {
+		before := up.Count()
+		for range 2 {
+			r, _, _ := resolve(t, c, tc.name, dns.TypeA)
+			for _, rr := range append(r.Answer, r.Ns...) {
+				if rr.Header().Ttl != tc.ttl {
+					t.Errorf("%s: %s, want TTL %d", tc.name, rr, tc.ttl)
+				}
+			}
+		}
+		if n := up.Count() - before; n != 2 {
+			t.Errorf("%s: asked %d times, want 2 (not cached)", tc.name, n)
+		}
+	}
+}
+
 // TestPrefetchWindow: hits count toward popularity only while each comes
 // within the window of the previous one (CoreDNS's prefetch DURATION).
 func TestPrefetchWindow(t *testing.T) {

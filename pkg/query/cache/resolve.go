@@ -216,6 +216,13 @@ func (c *Cache) fetch(ctx context.Context, o stage.Origin, k Key, id uint16) (r 
 		setTTLs(r, ttlSeconds(int64(life)))
 		return r, true, nil
 	}
+	// Not kept (its zone is not cached, an entry is kept over it, it is
+	// too large): it still carries the TTL it would have been kept for,
+	// clamped as CoreDNS's cache writes every reply it passes on.
+	if life, kd, ok := lifetime(c.conf(), k, r); ok && life > 0 && kd != kindServfail {
+		setTTLs(r, ttlSeconds(int64(life)))
+		return r, false, nil
+	}
 	zeroHugeTTLs(r)
 	return r, false, nil
 }

@@ -56,38 +56,10 @@ func (c *Cache) keepsAnswer(old *entry, now int64) bool {
 //
 // It returns the entry's lifetime and whether r was stored.
 func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
-	if r.Truncated || len(r.Question) != 1 {
-		return 0, false
-	}
-	if q := r.Question[0]; q.Qtype != k.Type || q.Qclass != k.Class || !strings.EqualFold(q.Name, k.Name) {
-		return 0, false
-	}
 	cfg := c.conf()
 	now := c.now()
-	var life time.Duration
-	var kd kind
-	switch {
-	case r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0:
-		kd = kindPositive
-		if !answers(k, r) {
-			kd = kindPartial
-		}
-		life = clamp(minTTL(r), cfg.MinTTL, cfg.MaxTTL)
-	case r.Rcode == dns.RcodeNameError || r.Rcode == dns.RcodeSuccess:
-		soa := findSOA(r)
-		if soa == nil {
-			return 0, false
-		}
-		kd = kindNegative
-		ttl := min(ttlOf(soa.Hdr.Ttl), ttlOf(soa.Minttl))
-		life = clamp(time.Duration(ttl)*time.Second, cfg.MinNegativeTTL, cfg.MaxNegativeTTL)
-	case r.Rcode == dns.RcodeServerFailure || r.Rcode == dns.RcodeNotImplemented:
-		kd = kindServfail
-		life = cfg.ServfailTTL
-	default:
-		return 0, false
-	}
-	if life <= 0 {
+	life, kd, ok := lifetime(cfg, k, r)
+	if !ok || life <= 0 {
 		return 0, false
 	}
 	disabled := cfg.DisableDenial
@@ -114,6 +86,36 @@ func (c *Cache) store(k Key, r *dns.Msg) (time.Duration, bool) {
 	sh, h := c.slot(&k)
 	sh.add(h, e)
 	return life, true
+}
+
+// lifetime is how long r would be kept for k, and as what: the rules of
+// store but the zones not cached, the entries kept over it and the size
+// bound. ok is false for a reply that is never kept.
+func lifetime(cfg *Config, k Key, r *dns.Msg) (time.Duration, kind, bool) {
+	if r.Truncated || len(r.Question) != 1 {
+		return 0, 0, false
+	}
+	if q := r.Question[0]; q.Qtype != k.Type || q.Qclass != k.Class || !strings.EqualFold(q.Name, k.Name) {
+		return 0, 0, false
+	}
+	switch {
+	case r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0:
+		kd := kindPositive
+		if !answers(k, r) {
+			kd = kindPartial
+		}
+		return clamp(minTTL(r), cfg.MinTTL, cfg.MaxTTL), kd, true
+	case r.Rcode == dns.RcodeNameError || r.Rcode == dns.RcodeSuccess:
+		soa := findSOA(r)
+		if soa == nil {
+			return 0, 0, false
+		}
+		ttl := min(ttlOf(soa.Hdr.Ttl), ttlOf(soa.Minttl))
+		return clamp(time.Duration(ttl)*time.Second, cfg.MinNegativeTTL, cfg.MaxNegativeTTL), kindNegative, true
+	case r.Rcode == dns.RcodeServerFailure || r.Rcode == dns.RcodeNotImplemented:
+		return cfg.ServfailTTL, kindServfail, true
+	}
+	return 0, 0, false
 }
 
 // answers reports whether r's answer section answers k's question: a
