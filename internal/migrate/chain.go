@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/config"
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 )
 
 // The forward directives of a server block, as CoreDNS 1.15 runs them: in
@@ -249,20 +251,38 @@ func (m *migrator) zoneForwards(b *block, root string, fs []*fwd, used []bool, b
 		case z == root:
 		case ok && got.equal(want):
 			continue
-		case g != nil:
+		case g != nil && len(want.steps) > 0:
 			// Excepting z from the group that would take it sends its
 			// names further up: enough when that is where CoreDNS sends
-			// them too (nowhere: SERVFAIL, from the default group).
+			// them too.
 			g.except = append(g.except, z)
-			if got2, _, ok2 := effective(z); (ok2 && got2.equal(want)) || (!ok2 && root == "." && len(want.steps) == 0) {
+			if got2, _, ok2 := effective(z); ok2 && got2.equal(want) {
 				continue
 			}
 			g.except = g.except[:len(g.except)-1]
 		}
 		if len(want.steps) == 0 {
-			if z != root {
-				m.drop(want0Line(fs, z, fromOf), "names under %s: CoreDNS answers them SERVFAIL (no forward of the block takes them); nodedns cannot say so for a zone inside a stub domain, and sends them to the stub domain's servers or the default upstreams", trimDot(z))
+			// CoreDNS answers these names SERVFAIL: no forward of the
+			// block takes them. Every group of nodedns that would take
+			// them excepts them: this block's groups above z here, the
+			// other blocks' stub zones and the default upstreams once
+			// every block is read (exceptServfailZones). None of those
+			// gets such a name from CoreDNS: its block is this one. The
+			// root block's own zone keeps the default upstreams (the
+			// header says so), a cluster or reverse zone's the agent's
+			// own answers.
+			if z == root && (root == "." || m.isClusterZone(root) || isReverseZone(root)) {
+				continue
 			}
+			for a := parentZone(z); z != root; a = parentZone(a) {
+				if w := groups[a]; w != nil && !slices.Contains(w.except, z) {
+					w.except = append(w.except, z)
+				}
+				if a == root || a == "." {
+					break
+				}
+			}
+			m.servfailZones = append(m.servfailZones, servfailZone{zone: z, line: want0Line(fs, z, fromOf)})
 			continue
 		}
 		groups[z] = &written{c: want}
@@ -276,6 +296,34 @@ func (m *migrator) zoneForwards(b *block, root string, fs []*fwd, used []bool, b
 	}
 }
 
+// servfailZone is a zone whose names CoreDNS answers SERVFAIL: no
+// forward of their block takes them.
+type servfailZone struct {
+	zone string // lower-case FQDN
+	line int
+}
+
+// exceptServfailZones makes the zones of servfailZones SERVFAIL: every
+// group that would take their names (the stub zones above them, the
+// default upstreams) excepts them.
+func (m *migrator) exceptServfailZones() {
+	keys := slices.Sorted(maps.Keys(m.stubs))
+	for _, sz := range m.servfailZones {
+		for _, k := range keys {
+			st := m.stubs[k]
+			key := dnsname.Canonical(k)
+			if key != sz.zone && dns.IsSubDomain(key, sz.zone) && !slices.Contains(st.Except, trimDot(sz.zone)) {
+				st.Except = append(st.Except, trimDot(sz.zone))
+			}
+		}
+		if m.isSet(&m.cfg.UpstreamExcept) && slices.Contains(m.cfg.UpstreamExcept, trimDot(sz.zone)) {
+			continue // the root block's own group excepts it
+		}
+		m.addZones(&m.cfg.UpstreamExcept, config.List{trimDot(sz.zone)}, sz.line)
+		m.comment(&m.cfg.UpstreamExcept, fmt.Sprintf("line %d: names under %s are SERVFAIL in CoreDNS (no forward of their block takes them): no group of nodedns takes them either", sz.line, trimDot(sz.zone)))
+	}
+}
+
 // want0Line is the line of the first forward of the block that names z.
 func want0Line(fs []*fwd, z string, fromOf func(*fwd) string) int {
 	for _, f := range fs {
@@ -284,6 +332,12 @@ func want0Line(fs []*fwd, z string, fromOf func(*fwd) string) int {
 		}
 	}
 	return fs[0].d.Line
+}
+
+// isReverseZone reports whether z (lower-case FQDN) is at or under
+// in-addr.arpa or ip6.arpa.
+func isReverseZone(z string) bool {
+	return dns.IsSubDomain("in-addr.arpa.", z) || dns.IsSubDomain("ip6.arpa.", z)
 }
 
 func parentZone(z string) string {
@@ -307,7 +361,8 @@ func (m *migrator) writeRegion(b *block, z string, c chain, except []string) {
 		m.rootServers = first.srv
 		m.upstreamOptions(first.d, first.o)
 		if len(except) > 0 {
-			set(m, &m.cfg.UpstreamExcept, trimAll(except), first.d.Line, fmt.Sprintf("line %d: names under these zones are not sent to the default upstreams, as CoreDNS's forwards of that block do not send them", first.d.Line))
+			m.addZones(&m.cfg.UpstreamExcept, trimAll(except), first.d.Line)
+			m.comment(&m.cfg.UpstreamExcept, fmt.Sprintf("line %d: names under %s are not sent to the default upstreams, as CoreDNS's forwards of that block do not send them", first.d.Line, strings.Join(trimAll(except), ", ")))
 		}
 		if next != nil {
 			set(m, &m.cfg.UpstreamNext, next, first.d.Line, m.chainComment(c))

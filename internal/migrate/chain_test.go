@@ -39,6 +39,23 @@ func TestForwardChains(t *testing.T) {
 		{"three chained", ".:53 {\n  forward . 10.0.0.1 {\n    next NXDOMAIN\n  }\n  forward . 10.0.0.2 {\n    next SERVFAIL\n    failover REFUSED\n  }\n  forward . 10.0.0.3\n}\n",
 			map[string]any{"upstream": []any{"10.0.0.1"}, "upstream-next": map[string]any{"when": []any{"NXDOMAIN"}, "servers": []any{"10.0.0.2"}, "failover": []any{"REFUSED"},
 				"next": map[string]any{"when": []any{"SERVFAIL"}, "servers": []any{"10.0.0.3"}, "failover": none}}}, ""},
+		{"a zone block's except is SERVFAIL", "corp.example {\n  forward . 10.0.0.1 {\n    except x.corp.example\n  }\n}\n.:53 {\n  forward . 10.0.0.9\n}\n",
+			map[string]any{"upstream": []any{"10.0.0.9"}, "upstream-except": []any{"x.corp.example"},
+				"stub-domains": map[string]any{"corp.example": map[string]any{"servers": []any{"10.0.0.1"}, "failover": none, "except": []any{"x.corp.example"}}}}, ""},
+		{"a zone block without a forward for its apex", "corp.example {\n  forward sub.corp.example 10.0.0.1\n}\nexample {\n  forward . 10.0.0.2\n}\n",
+			map[string]any{"upstream-except": []any{"corp.example"}, "stub-domains": map[string]any{
+				"sub.corp.example": map[string]any{"servers": []any{"10.0.0.1"}, "failover": none},
+				"example":          map[string]any{"servers": []any{"10.0.0.2"}, "failover": none, "except": []any{"corp.example"}}}}, ""},
+		{"the root block's except with nothing after", ".:53 {\n  forward corp.example 10.0.0.2 {\n    except x.corp.example\n  }\n}\n",
+			map[string]any{"upstream-except": []any{"x.corp.example"},
+				"stub-domains": map[string]any{"corp.example": map[string]any{"servers": []any{"10.0.0.2"}, "failover": none, "except": []any{"x.corp.example"}}}}, ""},
+		{"the root forward's policy and force_tcp stay its own", ".:53 {\n  forward . 10.0.0.1 {\n    policy sequential\n    force_tcp\n    next NXDOMAIN\n  }\n  forward . 10.0.0.2\n}\n" +
+			"corp.example {\n  forward . 10.0.0.3 10.0.0.4\n}\nother.example {\n  forward . 10.0.0.5 {\n    policy round_robin\n    prefer_udp\n  }\n}\n",
+			map[string]any{"policy": "sequential", "force-tcp": true,
+				"upstream-next": map[string]any{"when": []any{"NXDOMAIN"}, "servers": []any{"10.0.0.2"}, "failover": none, "policy": "random", "prefer-udp": true},
+				"stub-domains": map[string]any{
+					"corp.example":  map[string]any{"servers": []any{"10.0.0.3", "10.0.0.4"}, "failover": none, "policy": "random", "prefer-udp": true},
+					"other.example": map[string]any{"servers": []any{"10.0.0.5"}, "failover": none, "policy": "round_robin", "prefer-udp": true}}}, ""},
 		{"a zone block's chain", "corp.example {\n  forward . 10.0.0.1 {\n    next NXDOMAIN\n  }\n  forward . 10.0.0.2\n}\n",
 			map[string]any{"stub-domains": map[string]any{"corp.example": map[string]any{"servers": []any{"10.0.0.1"}, "failover": none,
 				"next": map[string]any{"when": []any{"NXDOMAIN"}, "servers": []any{"10.0.0.2"}, "failover": none}}}}, ""},

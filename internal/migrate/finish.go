@@ -19,6 +19,7 @@ import (
 // upstreams, the kube-dns ConfigMap, and the Corefile's defaults where
 // nodedns's differ.
 func (m *migrator) finish(blocks []*block) {
+	m.exceptServfailZones()
 	// Loopback and unspecified binds cannot be intercepted (a link and
 	// NOTRACK rules for them make no sense): they become listen addresses
 	// beside the intercepted ones.
@@ -69,6 +70,7 @@ func (m *migrator) finish(blocks []*block) {
 		set(m, &m.cfg.ClusterTTL, config.Duration(m.clusterCache.ttl), m.clusterCache.line, m.clusterCache.comment)
 	}
 	m.defaultUpstreams()
+	m.ownGroupDefaults()
 	m.kubeDNSStubs()
 	if m.clusterFwd {
 		m.dropNamedServers()
@@ -102,7 +104,13 @@ func (m *migrator) finish(blocks []*block) {
 			set(m, &m.cfg.ServeStale, 0, 0, "no serve_stale in the Corefile's cache (nodedns's default serves an answer up to 1h stale when every upstream fails)")
 		}
 	} else {
-		m.header = append(m.header, "The Corefile has no cache for external names; nodedns always keeps one (cache-size).")
+		// What CoreDNS without a cache cannot do is turned off: no
+		// stale answers, no refreshes, no remembered failures. Answers
+		// and denials are still cached for their TTL.
+		m.header = append(m.header, "The Corefile has no cache for external names; nodedns always keeps one (cache-size): answers and denials are kept for their TTL, where CoreDNS asks again.")
+		set(m, &m.cfg.ServeStale, 0, 0, "no cache in the Corefile (nodedns's default serves an answer up to 1h stale when every upstream fails)")
+		set(m, &m.cfg.Prefetch, 0, 0, "no cache in the Corefile (nodedns's default refreshes entries hit twice before they expire)")
+		set(m, &m.cfg.ServfailTTL, 0, 0, "no cache in the Corefile (nodedns's default remembers a SERVFAIL, or a failure of every upstream, 5s)")
 	}
 	if !m.seen["kubernetes"] && !m.clusterFwd {
 		m.header = append(m.header, "The Corefile neither answers nor forwards the cluster zone; nodedns answers it from the API server when it has a kubeconfig (or runs in a pod).")
@@ -261,6 +269,42 @@ func (m *migrator) dropNamedServers() {
 		} else {
 			m.cfg.Upstream = keep
 		}
+	}
+}
+
+// ownGroupDefaults writes CoreDNS's policy and transport into the stub
+// domains and next groups whose forward names none, where the root
+// forward set them: in a Corefile every forward has its own (random,
+// the client's transport), in nodedns a group without them takes the
+// default upstreams' (policy, force-tcp).
+func (m *migrator) ownGroupDefaults() {
+	policy := m.isSet(&m.cfg.Policy) && m.cfg.Policy != "random"
+	tcp := m.isSet(&m.cfg.ForceTCP) && m.cfg.ForceTCP
+	if !policy && !tcp {
+		return
+	}
+	var fix func(sd *config.StubDomain) bool
+	fix = func(sd *config.StubDomain) bool {
+		if sd == nil || len(sd.Servers) == 0 {
+			return false
+		}
+		changed := false
+		if policy && sd.Policy == "" {
+			sd.Policy, changed = "random", true
+		}
+		if tcp && !sd.ForceTCP && !sd.PreferUDP {
+			sd.PreferUDP, changed = true, true
+		}
+		return fix(sd.Next) || changed
+	}
+	why := "policy random / prefer-udp: its forward names no policy / force_tcp, so CoreDNS's defaults, not the default upstreams' that a stub domain would otherwise take"
+	for _, z := range sortedStubZones(m.stubs) {
+		if st := m.stubs[z]; st.file == "" && fix(&st.StubDomain) {
+			st.comments = append(st.comments, why)
+		}
+	}
+	if fix(m.cfg.UpstreamNext) {
+		m.comment(&m.cfg.UpstreamNext, why)
 	}
 }
 

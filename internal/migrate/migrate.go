@@ -162,6 +162,9 @@ type migrator struct {
 	// forwards holds each block's forward directives until the block's
 	// directives have all been read (chain.go).
 	forwards map[*block][]*Directive
+	// servfailZones are excepted from every group once all blocks are
+	// read (chain.go).
+	servfailZones []servfailZone
 	// clusterCache is cluster-ttl from the cache of a forwarded cluster
 	// zone's block, set once that block's forward is carried.
 	clusterCache *pendingTTL

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -300,13 +301,10 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	if pcfg.Route != nil {
 		pcfg.PlainZones = append(pcfg.PlainZones, pcfg.Route.Zones...)
 	}
-	if a.ix == nil && config.HasNamedServers(cfg.Upstream) {
-		return nil, fmt.Errorf("--upstream names a server of the cluster zone, which needs the cluster index (--kubeconfig, or running in a pod)")
-	}
-	for _, z := range cfg.Stubs.SortedZones() {
-		if a.ix == nil && config.HasNamedServers(cfg.Stubs[z].Servers) {
-			return nil, fmt.Errorf("stub domain %q names a server of the cluster zone, which needs the cluster index (--kubeconfig, or running in a pod)", z)
-		}
+	// Names outside the cluster zone are resolved through the node's
+	// resolvers (or --upstream-resolver), index or not.
+	if named := cfg.ClusterNamedServers(cfg.ClusterZones()); a.ix == nil && len(named) > 0 {
+		return nil, fmt.Errorf("upstream %s names a server of the cluster zone, which needs the cluster index (--kubeconfig, or running in a pod)", strings.Join(named, ", "))
 	}
 	if a.pipe, err = pipeline.New(pcfg); err != nil {
 		return nil, err

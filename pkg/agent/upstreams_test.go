@@ -289,3 +289,67 @@ func TestForwarderConfig(t *testing.T) {
 		t.Errorf("options: %+v %+v", o, fc.Options)
 	}
 }
+
+// TestHostNameUpstreamWithoutIndex: an upstream given by a name outside
+// the cluster zone is resolved through --upstream-resolver, so an agent
+// without the cluster index (no kubeconfig, not in a pod) starts with it
+// and forwards to it; one given by a cluster-zone name cannot be
+// resolved without the index, and Build says which.
+func TestHostNameUpstreamWithoutIndex(t *testing.T) {
+	up := dnstest.Start(t, dnstest.Records(dns.RcodeSuccess, "www.example.com. 60 IN A 192.0.2.7"))
+	_, port, _ := strings.Cut(up.Addr, ":")
+	res := dnstest.Start(t, func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		if q := r.Question[0]; q.Qtype == dns.TypeA && strings.EqualFold(q.Name, "ns.upstreams.example.") {
+			rr, _ := dns.NewRR(q.Name + " 60 IN A 127.0.0.1")
+			m.Answer = []dns.RR{rr}
+		}
+		_ = w.WriteMsg(m)
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	args := []string{"--listen", addr, "--admin=", "--loop-check=false", "--lameduck=0s",
+		"--upstream", "ns.upstreams.example:" + port, "--upstream-resolver", res.Addr}
+	cfg, err := config.Load(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Build(cfg, Options{Log: quietLog(), Args: args})
+	if err != nil {
+		t.Fatalf("an upstream given by a host name, without the cluster index: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	c := &dns.Client{Timeout: time.Second}
+	m := new(dns.Msg)
+	m.SetQuestion("www.example.com.", dns.TypeA)
+	var r *dns.Msg
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if r, _, err = c.Exchange(m, addr); err == nil && len(r.Answer) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer through the upstream given by name: %v %v", r, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a, ok := r.Answer[0].(*dns.A); !ok || a.A.String() != "192.0.2.7" {
+		t.Errorf("answer %v, want 192.0.2.7", r.Answer[0])
+	}
+
+	args = []string{"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--admin=", "--loop-check=false",
+		"--upstream", "dns.tools.svc.cluster.local"}
+	if cfg, err = config.Load(args, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Build(cfg, Options{Log: quietLog(), Args: args}); err == nil || !strings.Contains(err.Error(), "dns.tools.svc.cluster.local names a server of the cluster zone") {
+		t.Errorf("a cluster-zone name without the index: got %v, want an error naming it", err)
+	}
+}

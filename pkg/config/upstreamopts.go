@@ -246,11 +246,18 @@ func (sd StubDomain) GroupOptions(policy string) upstream.GroupOptions {
 
 // NamedServers lists the servers of every group (stubs, chains, the
 // default upstreams) given by a name outside zones: they need resolvers.
-func (c *Config) NamedServers(zones []string) []string {
+func (c *Config) NamedServers(zones []string) []string { return c.namedServers(zones, false) }
+
+// ClusterNamedServers lists the servers of every group given by a name
+// inside zones (the cluster zones): they are resolved from the cluster
+// index, and need it.
+func (c *Config) ClusterNamedServers(zones []string) []string { return c.namedServers(zones, true) }
+
+func (c *Config) namedServers(zones []string, inZones bool) []string {
 	var out []string
 	add := func(servers []string) {
 		for _, s := range servers {
-			if sp, err := upstream.ParseServer(s); err == nil && sp.ByName() && !dnsname.InZones(sp.Name, zones) && !slices.Contains(out, s) {
+			if sp, err := upstream.ParseServer(s); err == nil && sp.ByName() && dnsname.InZones(sp.Name, zones) == inZones && !slices.Contains(out, s) {
 				out = append(out, s)
 			}
 		}

@@ -158,17 +158,6 @@ func checkServers(what string, servers []string, check func(what, s string) erro
 	return nil
 }
 
-// HasNamedServers reports whether any of servers is given by name (a
-// Service of the cluster zone), which needs the cluster index to resolve.
-func HasNamedServers(servers []string) bool {
-	for _, s := range servers {
-		if sp, err := upstream.ParseServer(s); err == nil && sp.ByName() {
-			return true
-		}
-	}
-	return false
-}
-
 // CheckKubeDNS validates the kube-dns ConfigMap's servers as the forwarder
 // will take them under c: names must be in the cluster zone.
 func (c *Config) CheckKubeDNS(kd kubedns.Config) error {

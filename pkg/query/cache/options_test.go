@@ -88,8 +88,9 @@ func (f *failing) Exchange(context.Context, stage.Origin, *dns.Msg) (*dns.Msg, e
 
 // TestFailureRemembered: when every upstream fails to answer, the failure
 // is kept as a SERVFAIL for ServfailTTL (CoreDNS 1.15), so the next
-// queries do not wait out the upstream again; a query shed by a bound, or
-// abandoned by its caller, is not a failure of the name.
+// queries do not wait out the upstream again, and so is failfast's (every
+// server marked down); a query shed by a bound, a name without servers,
+// or one abandoned by its caller, is not a failure of the name.
 func TestFailureRemembered(t *testing.T) {
 	failed := errors.New("upstream: every attempt failed: i/o timeout")
 	for _, tc := range []struct {
@@ -104,6 +105,7 @@ func TestFailureRemembered(t *testing.T) {
 		{"denial disabled", failed, cache.Config{DisableDenial: []string{"example.test."}}, false, false},
 		{"shed", fmt.Errorf("upstream: too many exchanges in flight: %w", stage.ErrOverloaded), cache.Config{}, false, false},
 		{"no server", fmt.Errorf("upstream: no server: %w", stage.ErrNoServer), cache.Config{}, false, false},
+		{"every server down (failfast)", fmt.Errorf("upstream: every server is down: %w", stage.ErrAllDown), cache.Config{}, false, true},
 		{"caller gone", failed, cache.Config{}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -168,6 +170,32 @@ func TestDisable(t *testing.T) {
 		resolve(t, c, tc.name, dns.TypeA)
 		if cached := up.Count() == before; cached != tc.cached {
 			t.Errorf("%s: cached %v, want %v", tc.name, cached, tc.cached)
+		}
+	}
+}
+
+// TestDisableClampsTTL: a reply of a zone whose answers (or denials) are
+// not cached still carries the TTL it would have been kept for, clamped
+// by MinTTL/MaxTTL (MinNegativeTTL/MaxNegativeTTL), as CoreDNS's cache
+// writes every reply it passes on.
+func TestDisableClampsTTL(t *testing.T) {
+	c, up, _ := setup(t, cache.Config{MinTTL: 5 * time.Second, MinNegativeTTL: 7 * time.Second,
+		DisableSuccess: []string{"example.net."}, DisableDenial: []string{"example.net."}}, dnstest.Zone(2))
+	for _, tc := range []struct {
+		name string
+		ttl  uint32
+	}{{"www.example.net.", 5}, {"nx.example.net.", 7}} {
+		before := up.Count()
+		for range 2 {
+			r, _, _ := resolve(t, c, tc.name, dns.TypeA)
+			for _, rr := range append(r.Answer, r.Ns...) {
+				if rr.Header().Ttl != tc.ttl {
+					t.Errorf("%s: %s, want TTL %d", tc.name, rr, tc.ttl)
+				}
+			}
+		}
+		if n := up.Count() - before; n != 2 {
+			t.Errorf("%s: asked %d times, want 2 (not cached)", tc.name, n)
 		}
 	}
 }

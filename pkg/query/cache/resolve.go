@@ -147,8 +147,9 @@ func (c *Cache) verifyStale(ctx context.Context, o stage.Origin, k Key, e *entry
 // rememberFailure keeps a SERVFAIL for k, for ServfailTTL, after every
 // upstream failed to answer it (CoreDNS 1.15 does so too): the queries
 // that follow are answered at once instead of each waiting out the
-// upstream's timeouts. A query shed by a bound, or a name no server is
-// configured for, is no such failure (nor, the caller checks, a query
+// upstream's timeouts. Every server marked down (failfast) is such a
+// failure too, as in CoreDNS. A query shed by a bound, or a name no
+// server is configured for, is none (nor, the caller checks, a query
 // whose client stopped waiting). gen is the generation the failed fetch
 // began under: an old upstream's failure is not remembered.
 func (c *Cache) rememberFailure(k Key, err error, gen uint64) {
@@ -222,6 +223,13 @@ func (c *Cache) fetchAt(ctx context.Context, o stage.Origin, k Key, id uint16, g
 	if life, ok := c.store(k, r, gen); ok {
 		setTTLs(r, ttlSeconds(int64(life)))
 		return r, true, nil
+	}
+	// Not kept (its zone is not cached, an entry is kept over it, it is
+	// too large): it still carries the TTL it would have been kept for,
+	// clamped as CoreDNS's cache writes every reply it passes on.
+	if life, kd, ok := lifetime(c.conf(), k, r); ok && life > 0 && kd != kindServfail {
+		setTTLs(r, ttlSeconds(int64(life)))
+		return r, false, nil
 	}
 	zeroHugeTTLs(r)
 	return r, false, nil

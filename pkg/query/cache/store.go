@@ -67,44 +67,10 @@ func (c *Cache) keepsAnswer(old *entry, now int64) bool {
 //
 // It returns the entry's lifetime and whether r was stored.
 func (c *Cache) store(k Key, r *dns.Msg, gen uint64) (time.Duration, bool) {
-	if r.Truncated || len(r.Question) != 1 {
-		return 0, false
-	}
-	if q := r.Question[0]; q.Qtype != k.Type || q.Qclass != k.Class || !strings.EqualFold(q.Name, k.Name) {
-		return 0, false
-	}
 	cfg := c.conf()
 	now := c.now()
-	var life time.Duration
-	var kd kind
-	switch {
-	case r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0:
-		kd = kindPositive
-		life = clamp(minTTL(r), cfg.MinTTL, cfg.MaxTTL)
-		if !answers(k, r) {
-			soa := findSOA(r)
-			if soa == nil {
-				return 0, false
-			}
-			kd = kindPartial
-			ttl := time.Duration(ttlOf(soa.Minttl)) * time.Second
-			life = clamp(min(minTTL(r), ttl), cfg.MinNegativeTTL, cfg.MaxNegativeTTL)
-		}
-	case r.Rcode == dns.RcodeNameError || r.Rcode == dns.RcodeSuccess:
-		soa := findSOA(r)
-		if soa == nil {
-			return 0, false
-		}
-		kd = kindNegative
-		ttl := min(ttlOf(soa.Hdr.Ttl), ttlOf(soa.Minttl))
-		life = clamp(time.Duration(ttl)*time.Second, cfg.MinNegativeTTL, cfg.MaxNegativeTTL)
-	case r.Rcode == dns.RcodeServerFailure || r.Rcode == dns.RcodeNotImplemented:
-		kd = kindServfail
-		life = cfg.ServfailTTL
-	default:
-		return 0, false
-	}
-	if life <= 0 {
+	life, kd, ok := lifetime(cfg, k, r)
+	if !ok || life <= 0 {
 		return 0, false
 	}
 	disabled := cfg.DisableDenial
@@ -133,6 +99,43 @@ func (c *Cache) store(k Key, r *dns.Msg, gen uint64) (time.Duration, bool) {
 		return 0, false
 	}
 	return life, true
+}
+
+// lifetime is how long r would be kept for k, and as what: the rules of
+// store but the zones not cached, the entries kept over it and the size
+// bound. ok is false for a reply that is never kept.
+func lifetime(cfg *Config, k Key, r *dns.Msg) (time.Duration, kind, bool) {
+	if r.Truncated || len(r.Question) != 1 {
+		return 0, 0, false
+	}
+	if q := r.Question[0]; q.Qtype != k.Type || q.Qclass != k.Class || !strings.EqualFold(q.Name, k.Name) {
+		return 0, 0, false
+	}
+	switch {
+	case r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0:
+		if answers(k, r) {
+			return clamp(minTTL(r), cfg.MinTTL, cfg.MaxTTL), kindPositive, true
+		}
+		// A CNAME chain that stops short of the type: NODATA at its end
+		// (RFC 2308 §2.2), kept as a denial is (with an SOA, within the
+		// negative bounds), not as an answer.
+		soa := findSOA(r)
+		if soa == nil {
+			return 0, 0, false
+		}
+		ttl := time.Duration(ttlOf(soa.Minttl)) * time.Second
+		return clamp(min(minTTL(r), ttl), cfg.MinNegativeTTL, cfg.MaxNegativeTTL), kindPartial, true
+	case r.Rcode == dns.RcodeNameError || r.Rcode == dns.RcodeSuccess:
+		soa := findSOA(r)
+		if soa == nil {
+			return 0, 0, false
+		}
+		ttl := min(ttlOf(soa.Hdr.Ttl), ttlOf(soa.Minttl))
+		return clamp(time.Duration(ttl)*time.Second, cfg.MinNegativeTTL, cfg.MaxNegativeTTL), kindNegative, true
+	case r.Rcode == dns.RcodeServerFailure || r.Rcode == dns.RcodeNotImplemented:
+		return cfg.ServfailTTL, kindServfail, true
+	}
+	return 0, 0, false
 }
 
 // answers reports whether r's answer section answers k's question: a

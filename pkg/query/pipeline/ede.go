@@ -52,6 +52,7 @@ const (
 	edeTextNotSynced  = "cluster index not synced"
 	edeTextTimeout    = "no upstream answered in time"
 	edeTextNoUpstream = "no upstream for the name"
+	edeTextAllDown    = "every upstream is down"
 	edeTextNetwork    = "upstream exchange failed"
 	edeTextTransfer   = "zone transfers are refused"
 	edeTextClass      = "only class IN is served"
@@ -140,6 +141,8 @@ func (e *edeSet) failed(err error) {
 		e.add(dns.ExtendedErrorCodeOther, edeTextUpInflight)
 	case errors.Is(err, stage.ErrNoServer):
 		e.add(dns.ExtendedErrorCodeNoReachableAuthority, edeTextNoUpstream)
+	case errors.Is(err, stage.ErrAllDown):
+		e.add(dns.ExtendedErrorCodeNoReachableAuthority, edeTextAllDown)
 	case onlyTimeouts(err):
 		e.add(dns.ExtendedErrorCodeNoReachableAuthority, edeTextTimeout)
 	default:

@@ -245,6 +245,9 @@ func TestExtendedDNSErrors(t *testing.T) {
 		{name: "no upstream for the name: 22", setup: func(t *testing.T, r *edeRig) {
 			r.up.set("nowhere.example.test.", fails(upstream.ErrNoUpstream))
 		}, query: q("nowhere.example.test.", dns.TypeA), rcode: dns.RcodeServerFailure, codes: []uint16{22}},
+		{name: "every upstream down (failfast): 22", setup: func(t *testing.T, r *edeRig) {
+			r.up.set("down.example.test.", fails(upstream.ErrAllDown))
+		}, query: q("down.example.test.", dns.TypeA), rcode: dns.RcodeServerFailure, codes: []uint16{22}},
 		{name: "upstream in-flight bound: 0", setup: func(t *testing.T, r *edeRig) {
 			r.up.set("busy.example.test.", fails(upstream.ErrOverloaded))
 		}, query: q("busy.example.test.", dns.TypeA), rcode: dns.RcodeServerFailure, codes: []uint16{0}},

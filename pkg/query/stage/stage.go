@@ -76,6 +76,11 @@ var (
 	ErrOverloaded = errors.New("bound on work in flight reached")
 	// ErrNoServer: no server is configured for the name.
 	ErrNoServer = errors.New("no server for the name")
+	// ErrAllDown: every server for the name is marked down and none was
+	// asked (failfast). Unlike ErrNoServer it is a failure of the
+	// upstreams, remembered as one (CoreDNS's cache keeps such a
+	// SERVFAIL too).
+	ErrAllDown = errors.New("every server for the name is down")
 )
 
 // Key is a question's identity for what is kept or shared per question:

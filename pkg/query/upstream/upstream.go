@@ -61,8 +61,8 @@ var (
 	ErrAllFailed = errors.New("upstream: every attempt failed")
 	// ErrAllDown means every server of the group was down and the group
 	// fails fast (GroupOptions.Failfast): no server was asked. It matches
-	// stage.ErrNoServer: no server could be asked.
-	ErrAllDown error = &classed{"upstream: every server is down (failfast)", stage.ErrNoServer}
+	// stage.ErrAllDown.
+	ErrAllDown error = &classed{"upstream: every server is down (failfast)", stage.ErrAllDown}
 )
 
 // classed is a sentinel error that also matches a class of failure of
