@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests, benchmarks and integration suite
 # need, once: `apt-get update` runs only when something is missing.
-# (iproute2: ip and ss -K; libcap2-bin: capsh, for the agent without NET_RAW.)
+# (iproute2: ip and ss -K; libcap2-bin: capsh, for the agent without NET_RAW;
+# musl-tools: musl-gcc, for the static musl resolver clients of
+# scripts/resolver-failover.sh and scripts/image.sh client.)
 set -euo pipefail
 
-pkgs=(iptables etcd-server dnsutils dnsperf conntrack iproute2 libcap2-bin procps unbound dnsmasq-base curl ca-certificates prometheus)
+pkgs=(iptables etcd-server dnsutils dnsperf conntrack iproute2 libcap2-bin procps unbound dnsmasq-base curl ca-certificates prometheus musl-tools)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
