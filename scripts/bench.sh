@@ -24,7 +24,10 @@
 #       `git worktree add /tmp/old REV && go build -o /tmp/nodedns-old
 #       ./cmd/nodedns` there): the server nodedns-b runs BINARY as nodedns
 #       runs this tree's, on every workload nodedns is on (pod workloads
-#       included), taking its turn in every round; add it to -s
+#       included), taking its turn in every round; add it to -s.
+#       NODEDNS_B_ARGS adds flags to nodedns-b only (e.g. -B of this tree's
+#       own build with NODEDNS_B_ARGS=--metrics-namespaces=0: a feature's
+#       cost, paired)
 #   -D  run on a dirty tree. Without it the run refuses to start when the
 #       tree has changes to tracked files or untracked files outside the
 #       ignored paths (git status; the -o FILE itself aside, which a
@@ -156,7 +159,7 @@ for s in $servers; do
     *) echo "bench: unknown server $s" >&2; usage ;; esac
 done
 [[ -z $nodedns_b ]] || nodedns_b=$(realpath "$nodedns_b")
-export NODEDNS_B=$nodedns_b
+export NODEDNS_B=$nodedns_b NODEDNS_B_ARGS=${NODEDNS_B_ARGS:-}
 for w in $workloads; do
   case $w in hit | nx | cluster | pod | pod-shortcut | pod-hit) ;; *) echo "bench: unknown workload $w" >&2; usage ;; esac
 done
@@ -485,8 +488,9 @@ start_nodedns() {
 }
 # nodedns-b: another build of nodedns (-B), for old-against-new figures.
 start_nodedns-b() {
+  # shellcheck disable=SC2086 # NODEDNS_B_ARGS: words on purpose
   "$NODEDNS_B" serve --listen "${addr[nodedns-b]}:$PORT" --upstream $UP --admin 127.0.0.1:9297 \
-    --cache-size 100000 --loop-check=false --lameduck 0s --log-level warn "${kube_args[@]}" >"$work/nodedns-b.log" 2>&1 &
+    --cache-size 100000 --loop-check=false --lameduck 0s --log-level warn "${kube_args[@]}" ${NODEDNS_B_ARGS:-} >"$work/nodedns-b.log" 2>&1 &
   pid[nodedns-b]=$!; pids+=($!)
 }
 # nodedns-poller: the same agent reading UDP through the Go netpoller
