@@ -119,17 +119,26 @@ func (a *Agent) awaitClusterSync(ctx context.Context) {
 		return
 	}
 	start := time.Now()
-	other, busy := server.Answering(ctx, a.cfg.ListenAddrs(), 300*time.Millisecond)
-	limit := time.Duration(a.cfg.ClusterSyncWait)
-	if busy {
-		a.log.Info("another DNS server answers on our address: waiting for the cluster index before sharing its traffic", "addr", other)
-		limit = 0
+	// Whether another server answers is asked alongside the sync: a sync
+	// that ends first needs no answer (a replaced supervised process syncs
+	// in well under the probe's timeout, which nobody answering takes
+	// whole).
+	type probed struct {
+		other string
+		busy  bool
 	}
+	probe := make(chan probed, 1)
+	go func() {
+		other, busy := server.Answering(ctx, a.cfg.ListenAddrs(), 300*time.Millisecond)
+		probe <- probed{other, busy}
+	}()
+	var p *probed
+	limit := time.Duration(a.cfg.ClusterSyncWait)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	nextLog := start.Add(10 * time.Second)
 	for !a.ix.Synced() {
-		if limit > 0 && time.Since(start) >= limit || limit == 0 && !busy {
+		if p != nil && (limit > 0 && time.Since(start) >= limit || limit == 0 && !p.busy) {
 			a.log.Warn("serving before the cluster index synced: cluster names get SERVFAIL (or the answer of --cluster-dns) until it does",
 				"waited", time.Since(start).Round(time.Millisecond).String())
 			return
@@ -141,6 +150,12 @@ func (a *Agent) awaitClusterSync(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case r := <-probe:
+			p = &r
+			if r.busy {
+				a.log.Info("another DNS server answers on our address: waiting for the cluster index before sharing its traffic", "addr", r.other)
+				limit = 0
+			}
 		case <-a.ix.SyncedCh():
 		case <-tick.C:
 		}

@@ -4,6 +4,8 @@ import (
 	"hash/maphash"
 	"net/netip"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Per-client fairness on the slow path. MaxInflight bounds the
@@ -26,10 +28,25 @@ import (
 // Entries exist only while a client has some, so its size is bounded by
 // MaxInflight, never by the number of clients seen.
 type clientLimiter struct {
-	max    int32
-	seed   maphash.Seed
+	max  int32
+	seed maphash.Seed
+	// open lifts the per-client bound (counts are still kept, so that
+	// release stays exact) while a backlog is read: see backlogGrace.
+	open   atomic.Bool
 	shards [32]limiterShard
 }
+
+// backlogGrace: sockets a Server is given (Config.Sockets) may hold a
+// backlog: the queries that queued while no process read them (a
+// supervised process replaced after a crash or a hang, pkg/supervisor; a
+// new one starting). A process reads that backlog in one burst with a cold
+// cache, so the queries of a busy client that were spread over the gap
+// arrive at once, and its share of the slow path would refuse most of them
+// (SERVFAIL) although it never flooded: seen in the e2e's SIGSTOP step,
+// 163 of a pod's 400 q/s stream of two names got SERVFAIL from the new
+// process. For this long after Serve, only MaxInflight bounds them; the
+// upstream side coalesces the repeated names and keeps its own shares.
+const backlogGrace = 3 * time.Second
 
 type limiterShard struct {
 	mu sync.Mutex
@@ -61,7 +78,7 @@ func (l *clientLimiter) acquire(a netip.Addr) bool {
 	sh := l.shard(a)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.n[a] >= l.max {
+	if sh.n[a] >= l.max && !l.open.Load() {
 		return false
 	}
 	sh.n[a]++

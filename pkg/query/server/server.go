@@ -91,6 +91,8 @@ type Config struct {
 	// test knob: a long one tells a wait cut short by a signal from one
 	// that ran to its timeout); zero: the default.
 	threadWake time.Duration
+	// backlogGrace replaces the default backlogGrace (negative: none).
+	backlogGrace time.Duration
 }
 
 func (c *Config) defaults() error {
@@ -129,6 +131,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Panics == nil {
 		c.Panics = new(recovery.Counter)
+	}
+	if c.backlogGrace == 0 {
+		c.backlogGrace = backlogGrace
 	}
 	if c.threadWake <= 0 {
 		c.threadWake = threadWake
@@ -283,6 +288,10 @@ func (s *Server) Bound() bool { return s.bound.Load() && !s.closing.Load() && !s
 
 // Serve starts the readers and acceptors and returns at once.
 func (s *Server) Serve() {
+	if s.cfg.Sockets != nil && s.fair != nil && s.cfg.backlogGrace > 0 {
+		s.fair.open.Store(true)
+		time.AfterFunc(s.cfg.backlogGrace, func() { s.fair.open.Store(false) })
+	}
 	for _, u := range s.udp {
 		if u.thread() {
 			s.startThreadReader(u)

@@ -1,0 +1,127 @@
+package server
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// bindingSockets is a socket holder that binds on demand, as the
+// supervisor does before it starts a serving process.
+type bindingSockets struct{}
+
+func (bindingSockets) UDP(addr netip.AddrPort, _ int, _ bool) (*os.File, error) {
+	return BindUDP(addr)
+}
+
+func (bindingSockets) TCP(addr netip.AddrPort) (*os.File, error) { return BindTCP(addr) }
+
+// TestBacklogGrace: a server given its sockets (a supervised process that
+// may find the queries queued while none read them) does not hold one
+// client to its share of the slow path for backlogGrace after Serve, only
+// to MaxInflight; after the grace the share applies again.
+func TestBacklogGrace(t *testing.T) {
+	release := make(chan struct{})
+	res := &fakeResolver{fn: func(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
+		if strings.HasPrefix(q.Question[0].Name, "slow") {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		m := new(dns.Msg)
+		m.SetReply(q)
+		return m, nil
+	}}
+	dial := func(t *testing.T, s *Server) *net.UDPConn {
+		c, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2)}, net.UDPAddrFromAddrPort(s.Addrs()[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	waitInflight := func(t *testing.T, s *Server, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); s.Stats().InFlight != n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("in flight %d, want %d (stats %+v)", s.Stats().InFlight, n, s.Stats())
+			}
+		}
+	}
+
+	t.Run("during", func(t *testing.T) {
+		s, _ := start(t, Config{Handler: res, MaxInflight: 64, MaxClientInflight: 2, Sockets: bindingSockets{}, backlogGrace: time.Hour})
+		c := dial(t, s)
+		for i := range 10 {
+			if _, err := c.Write(packTB(t, q(sprintf("slow%d.example.", i), dns.TypeA))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitInflight(t, s, 10)
+		if st := s.Stats(); st.ClientLimited != 0 {
+			t.Fatalf("stats %+v: refused at the client bound during the grace", st)
+		}
+		close(release)
+		buf := make([]byte, 1500)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		for i := range 10 {
+			n, err := c.Read(buf)
+			if err != nil {
+				t.Fatalf("answer %d: %v", i, err)
+			}
+			r := new(dns.Msg)
+			if err := r.Unpack(buf[:n]); err != nil || r.Rcode != dns.RcodeSuccess {
+				t.Fatalf("answer %d: %v (%v), want NOERROR", i, r, err)
+			}
+		}
+	})
+
+	t.Run("after", func(t *testing.T) {
+		hold := make(chan struct{})
+		defer close(hold)
+		slow := &fakeResolver{fn: func(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
+			select {
+			case <-hold:
+			case <-ctx.Done():
+			}
+			m := new(dns.Msg)
+			m.SetReply(q)
+			return m, nil
+		}}
+		s, _ := start(t, Config{Handler: slow, MaxInflight: 64, MaxClientInflight: 2, Sockets: bindingSockets{}, backlogGrace: 20 * time.Millisecond})
+		for deadline := time.Now().Add(5 * time.Second); s.fair.open.Load(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the grace did not end")
+			}
+		}
+		c := dial(t, s)
+		for i := range 5 {
+			if _, err := c.Write(packTB(t, q(sprintf("slow%d.example.", i), dns.TypeA))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		buf := make([]byte, 1500)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		for i := range 3 {
+			n, err := c.Read(buf)
+			if err != nil {
+				t.Fatalf("SERVFAIL %d of 3: %v", i, err)
+			}
+			r := new(dns.Msg)
+			if err := r.Unpack(buf[:n]); err != nil || r.Rcode != dns.RcodeServerFailure {
+				t.Fatalf("got %v (%v), want SERVFAIL past the share", r, err)
+			}
+		}
+		waitInflight(t, s, 2)
+		if st := s.Stats(); st.ClientLimited != 3 {
+			t.Fatalf("stats %+v, want 3 refused at the client bound", st)
+		}
+	})
+}
