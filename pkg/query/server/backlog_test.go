@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,18 +26,34 @@ func (bindingSockets) TCP(addr netip.AddrPort) (*os.File, error) { return BindTC
 // client to its share of the slow path for backlogGrace after Serve, only
 // to MaxInflight; after the grace the share applies again.
 func TestBacklogGrace(t *testing.T) {
-	release := make(chan struct{})
-	res := &fakeResolver{fn: func(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
-		if strings.HasPrefix(q.Question[0].Name, "slow") {
+	// blocked answers every query once release is closed.
+	blocked := func(release <-chan struct{}) *fakeResolver {
+		return &fakeResolver{fn: func(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
 			select {
 			case <-release:
 			case <-ctx.Done():
 			}
+			m := new(dns.Msg)
+			m.SetReply(q)
+			return m, nil
+		}}
+	}
+	// expect reads n answers of rcode from c.
+	expect := func(t *testing.T, c *net.UDPConn, n, rcode int) {
+		t.Helper()
+		buf := make([]byte, 1500)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		for i := range n {
+			k, err := c.Read(buf)
+			if err != nil {
+				t.Fatalf("answer %d of %d: %v", i+1, n, err)
+			}
+			r := new(dns.Msg)
+			if err := r.Unpack(buf[:k]); err != nil || r.Rcode != rcode {
+				t.Fatalf("answer %d: %v (%v), want %s", i+1, r, err, dns.RcodeToString[rcode])
+			}
 		}
-		m := new(dns.Msg)
-		m.SetReply(q)
-		return m, nil
-	}}
+	}
 	dial := func(t *testing.T, s *Server) *net.UDPConn {
 		c, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2)}, net.UDPAddrFromAddrPort(s.Addrs()[0]))
 		if err != nil {
@@ -57,7 +72,8 @@ func TestBacklogGrace(t *testing.T) {
 	}
 
 	t.Run("during", func(t *testing.T) {
-		s, _ := start(t, Config{Handler: res, MaxInflight: 64, MaxClientInflight: 2, Sockets: bindingSockets{}, backlogGrace: time.Hour})
+		release := make(chan struct{})
+		s, _ := start(t, Config{Handler: blocked(release), MaxInflight: 64, MaxClientInflight: 2, Sockets: bindingSockets{}, backlogGrace: time.Hour})
 		c := dial(t, s)
 		for i := range 10 {
 			if _, err := c.Write(packTB(t, q(sprintf("slow%d.example.", i), dns.TypeA))); err != nil {
@@ -69,33 +85,13 @@ func TestBacklogGrace(t *testing.T) {
 			t.Fatalf("stats %+v: refused at the client bound during the grace", st)
 		}
 		close(release)
-		buf := make([]byte, 1500)
-		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		for i := range 10 {
-			n, err := c.Read(buf)
-			if err != nil {
-				t.Fatalf("answer %d: %v", i, err)
-			}
-			r := new(dns.Msg)
-			if err := r.Unpack(buf[:n]); err != nil || r.Rcode != dns.RcodeSuccess {
-				t.Fatalf("answer %d: %v (%v), want NOERROR", i, r, err)
-			}
-		}
+		expect(t, c, 10, dns.RcodeSuccess)
 	})
 
 	t.Run("after", func(t *testing.T) {
 		hold := make(chan struct{})
 		defer close(hold)
-		slow := &fakeResolver{fn: func(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
-			select {
-			case <-hold:
-			case <-ctx.Done():
-			}
-			m := new(dns.Msg)
-			m.SetReply(q)
-			return m, nil
-		}}
-		s, _ := start(t, Config{Handler: slow, MaxInflight: 64, MaxClientInflight: 2, Sockets: bindingSockets{}, backlogGrace: 20 * time.Millisecond})
+		s, _ := start(t, Config{Handler: blocked(hold), MaxInflight: 64, MaxClientInflight: 2, Sockets: bindingSockets{}, backlogGrace: 20 * time.Millisecond})
 		for deadline := time.Now().Add(5 * time.Second); s.fair.open.Load(); time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatal("the grace did not end")
@@ -107,18 +103,7 @@ func TestBacklogGrace(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		buf := make([]byte, 1500)
-		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		for i := range 3 {
-			n, err := c.Read(buf)
-			if err != nil {
-				t.Fatalf("SERVFAIL %d of 3: %v", i, err)
-			}
-			r := new(dns.Msg)
-			if err := r.Unpack(buf[:n]); err != nil || r.Rcode != dns.RcodeServerFailure {
-				t.Fatalf("got %v (%v), want SERVFAIL past the share", r, err)
-			}
-		}
+		expect(t, c, 3, dns.RcodeServerFailure)
 		waitInflight(t, s, 2)
 		if st := s.Stats(); st.ClientLimited != 3 {
 			t.Fatalf("stats %+v, want 3 refused at the client bound", st)
