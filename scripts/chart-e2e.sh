@@ -101,6 +101,25 @@ ours_left() {
 	(iptables-nft-save; ip6tables-nft-save; iptables-legacy-save; ip6tables-legacy-save) 2>/dev/null | grep -c 'nodedns:' || true
 }
 
+# rules_ok: the agent's rules for each local IP exist once each: 16 for
+# 169.254.20.10 (NOTRACK and ACCEPT for udp and tcp, and the DNS fallback's
+# NAT jump, masquerade and FORWARD accept: scripts/e2e.sh, rules_once), 10
+# for the kube-dns ClusterIP (kube-proxy's DNAT is its fallback); no rule
+# twice, the IPv4 NODEDNS-FALLBACK chain once. Prints what is wrong.
+rules_ok() {
+	local ip want save got dups
+	for ip in 169.254.20.10=16 "${KUBE_DNS_IP}=10"; do
+		want=${ip#*=} ip=${ip%=*}
+		if [[ "$ip" == *:* ]]; then save=ip6tables-nft-save; else save=iptables-nft-save; fi
+		got=$("$save" | grep 'comment "nodedns:' | grep -cF -- " ${ip} " || true)
+		[[ "$got" == "$want" ]] || { echo "${save}: ${got} nodedns rules for ${ip}, want ${want}"; return 1; }
+		dups=$("$save" | grep 'comment "nodedns:' | sort | uniq -d)
+		[[ -z "$dups" ]] || { echo "${save}: duplicated rules: ${dups}"; return 1; }
+	done
+	got=$(iptables-nft-save | grep -c '^:NODEDNS-FALLBACK ' || true)
+	[[ "$got" == 1 ]] || { echo "iptables-nft-save: ${got} NODEDNS-FALLBACK chains, want 1"; return 1; }
+}
+
 agent_pod() {
 	k -n kube-system get pods -l app.kubernetes.io/name=nodedns,app.kubernetes.io/instance=nodedns \
 		-o jsonpath='{range .items[?(@.status.phase=="Running")]}{.metadata.name}{"\n"}{end}' | head -n 1
@@ -194,9 +213,8 @@ ok "agent runs with --cluster-dns=${upstream_ip}, the kube-dns-upstream Service 
 for ip in 169.254.20.10 "$KUBE_DNS_IP"; do
 	ip addr show dev nodelocaldns | grep -qF " ${ip}/" || fail "${ip} not on nodelocaldns"
 done
-[[ $(iptables-nft-save | grep -c 'nodedns:') == 10 && $(ip6tables-nft-save | grep -c 'nodedns:') == 10 ]] ||
-	fail "want 10 rules per local IP: $(iptables-nft-save | grep -c 'nodedns:') IPv4, $(ip6tables-nft-save | grep -c 'nodedns:') IPv6"
-ok "link nodelocaldns holds 169.254.20.10 and ${KUBE_DNS_IP}; 10 rules each"
+why=$(rules_ok) || fail "rules after the install: ${why}"
+ok "link nodelocaldns holds 169.254.20.10 and ${KUBE_DNS_IP}; their rules once each (16 and 10)"
 # Flows that began before the rules existed (pods started before the agent
 # query 169.254.20.10 too) stay tracked until they time out: forget them, so
 # that what is counted below is the queries sent now.
@@ -241,7 +259,7 @@ h upgrade nodedns deploy/helm/nodedns --namespace kube-system --reuse-values --s
 k -n kube-system rollout status ds/nodedns --timeout=120s >/dev/null || fail "rollout after the upgrade"
 new=$(agent_pod)
 [[ "$new" != "$pod" ]] || fail "the upgrade did not replace the pod"
-[[ $(iptables-nft-save | grep -c 'nodedns:') == 10 ]] || fail "rules after the rollout: $(iptables-nft-save | grep -c 'nodedns:')"
+why=$(rules_ok) || fail "rules after the rollout: ${why}"
 ok "new agent ${new}; rules exist once each"
 
 # ------------------------------------------------------------------ step 4
