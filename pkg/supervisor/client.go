@@ -95,7 +95,7 @@ func (c *Client) call(req request, rep *reply) (*os.File, error) {
 	defer c.mu.Unlock()
 	_ = c.conn.SetDeadline(time.Now().Add(5 * time.Second))
 	defer c.conn.SetDeadline(time.Time{})
-	if err := send(c.conn, req, nil); err != nil {
+	if err := send(c.conn, req, -1); err != nil {
 		return nil, fmt.Errorf("asking the supervisor (%s): %w", req.Op, err)
 	}
 	f, err := recv(c.conn, rep)
@@ -116,7 +116,7 @@ func (c *Client) tell(op string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_ = c.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	return send(c.conn, request{Op: op}, nil)
+	return send(c.conn, request{Op: op}, -1)
 }
 
 // Serving tells the supervisor that this process serves from now on:

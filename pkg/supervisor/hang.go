@@ -38,11 +38,11 @@ func (s *supervisor) checkHang() {
 			return
 		}
 	}
-	for key, f := range s.socks {
+	for key, fd := range s.socks {
 		if !strings.HasPrefix(key, opUDP+" ") {
 			continue
 		}
-		k, ok := peekHead(f)
+		k, ok := peekHead(fd)
 		if !ok {
 			delete(s.heads, key)
 			continue
@@ -79,22 +79,14 @@ func (s *supervisor) kill(c *child, why string) {
 	}
 }
 
-// peekHead names the datagram at the head of f's queue (its source, size
+// peekHead names the datagram at the head of fd's queue (its source, size
 // and first bytes, which hold the DNS ID) without taking it; false when
 // the queue is empty. MSG_DONTWAIT: the serving process may have made the
 // shared open file blocking.
-func peekHead(f *os.File) (string, bool) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return "", false
-	}
+func peekHead(fd int) (string, bool) {
 	var buf [16]byte
-	var n int
-	var from unix.Sockaddr
-	var rerr error
-	if err := rc.Control(func(fd uintptr) {
-		n, from, rerr = unix.Recvfrom(int(fd), buf[:], unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_TRUNC)
-	}); err != nil || rerr != nil {
+	n, from, err := unix.Recvfrom(fd, buf[:], unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_TRUNC)
+	if err != nil {
 		return "", false
 	}
 	var src string

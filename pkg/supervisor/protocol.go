@@ -101,32 +101,19 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// send writes one message with an optional descriptor.
-func send(c *net.UnixConn, v any, f *os.File) error {
+// send writes one message, with the descriptor fd when fd >= 0 (the
+// kernel copies it into the receiver: the sender keeps its own).
+func send(c *net.UnixConn, v any, fd int) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	if f == nil {
-		if _, _, err := c.WriteMsgUnix(b, nil, nil); err != nil {
-			return fmt.Errorf("control socket: %w", err)
-		}
-		return nil
+	var oob []byte
+	if fd >= 0 {
+		oob = syscall.UnixRights(fd)
 	}
-	// Not f.Fd(): it would put the open file, which the serving process
-	// shares, into blocking mode.
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("socket to send: %w", err)
-	}
-	var werr error
-	if err := rc.Control(func(fd uintptr) {
-		_, _, werr = c.WriteMsgUnix(b, syscall.UnixRights(int(fd)), nil)
-	}); err != nil {
-		return fmt.Errorf("socket to send: %w", err)
-	}
-	if werr != nil {
-		return fmt.Errorf("control socket: %w", werr)
+	if _, _, err := c.WriteMsgUnix(b, oob, nil); err != nil {
+		return fmt.Errorf("control socket: %w", err)
 	}
 	return nil
 }

@@ -93,9 +93,12 @@ type event struct {
 	exited *exitInfo
 }
 
+// answer is the loop's reply to a request; with withFD, fd is a duplicate
+// of a held socket for the requester to send and close.
 type answer struct {
-	rep reply
-	f   *os.File
+	rep    reply
+	fd     int
+	withFD bool
 }
 
 type exitInfo struct {
@@ -115,10 +118,16 @@ type supervisor struct {
 	cfg    Config
 	log    *slog.Logger
 	events chan event
-	socks  map[string]*os.File
-	heads  map[string]head
-	cur    *child
-	st     Status
+	// socks are the held sockets as bare descriptors, never *os.File:
+	// os.NewFile registers a non-blocking descriptor (the serving process
+	// makes the shared open file non-blocking) with this process's
+	// netpoller, whose epoll then woke the supervisor for every datagram
+	// the serving process read: measured, the CPU per cache hit went from
+	// 10 µs to 27-32 µs with the supervisor's share of it.
+	socks map[string]int
+	heads map[string]head
+	cur   *child
+	st    Status
 	// deadSince is when the last serving process ended with no other
 	// serving since (zero while one serves): the sockets are released
 	// HangTimeout after it.
@@ -166,7 +175,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.now = time.Now
 	}
 	s := &supervisor{cfg: cfg, log: cfg.Log.With("component", "supervisor"), events: make(chan event),
-		socks: map[string]*os.File{}, heads: map[string]head{}}
+		socks: map[string]int{}, heads: map[string]head{}}
 	s.st = Status{PID: os.Getpid(), Started: cfg.now(), Replaced: map[string]uint64{}, HangTimeout: Duration(cfg.HangTimeout)}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -338,9 +347,13 @@ func (s *supervisor) read(c *child, done <-chan struct{}) {
 		case <-done:
 			return
 		}
-		err = send(c.ctl, a.rep, a.f)
-		if a.f != nil {
-			_ = a.f.Close() // the loop's duplicate; the held copy stays
+		fd := -1
+		if a.withFD {
+			fd = a.fd
+		}
+		err = send(c.ctl, a.rep, fd)
+		if a.withFD {
+			_ = unix.Close(a.fd) // the loop's duplicate; the held copy stays
 		}
 		if err != nil {
 			s.log.Warn("answering the serving process", "pid", c.pid, "err", err)
@@ -404,13 +417,13 @@ func (s *supervisor) handle(ev event) {
 		st := s.status()
 		ev.reply <- answer{rep: reply{Status: &st}}
 	case opUDP, opTCP:
-		f, err := s.socket(ev.req)
+		fd, err := s.socket(ev.req)
 		if err != nil {
 			ev.reply <- answer{rep: reply{Err: err.Error()}}
 			return
 		}
 		c.asked = true
-		ev.reply <- answer{f: f}
+		ev.reply <- answer{fd: fd, withFD: true}
 	default:
 		if ev.reply != nil {
 			ev.reply <- answer{rep: reply{Err: fmt.Sprintf("unknown op %q", ev.req.Op)}}
@@ -432,22 +445,23 @@ func (s *supervisor) status() Status {
 
 // socket returns a duplicate of the socket asked for, binding it first
 // when none is held (or a new one in place of a failed one).
-func (s *supervisor) socket(req request) (*os.File, error) {
+func (s *supervisor) socket(req request) (int, error) {
 	if !req.Addr.IsValid() || req.Index < 0 || req.Index >= maxSockets {
-		return nil, fmt.Errorf("bad socket request %s %s #%d", req.Op, req.Addr, req.Index)
+		return -1, fmt.Errorf("bad socket request %s %s #%d", req.Op, req.Addr, req.Index)
 	}
 	key := fmt.Sprintf("%s %s %d", req.Op, req.Addr, req.Index)
-	f := s.socks[key]
-	if f != nil && req.Replace {
-		_ = f.Close()
+	fd, held := s.socks[key]
+	if held && req.Replace {
+		_ = unix.Close(fd)
 		delete(s.socks, key)
 		delete(s.heads, key)
-		f = nil
+		held = false
 	}
-	if f == nil {
+	if !held {
 		if len(s.socks) >= maxSockets {
-			return nil, fmt.Errorf("holding %d sockets already (at most %d)", len(s.socks), maxSockets)
+			return -1, fmt.Errorf("holding %d sockets already (at most %d)", len(s.socks), maxSockets)
 		}
+		var f *os.File
 		var err error
 		if req.Op == opUDP {
 			f, err = s.cfg.bindUDP(req.Addr)
@@ -455,29 +469,44 @@ func (s *supervisor) socket(req request) (*os.File, error) {
 			f, err = s.cfg.bindTCP(req.Addr)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("binding %s %s: %w", req.Op, req.Addr, err)
+			return -1, fmt.Errorf("binding %s %s: %w", req.Op, req.Addr, err)
 		}
-		s.socks[key] = f
+		if fd, err = bareFD(f); err != nil {
+			return -1, fmt.Errorf("holding %s %s: %w", req.Op, req.Addr, err)
+		}
+		s.socks[key] = fd
 	}
-	return dupFile(f)
+	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("duplicating socket %s: %w", key, err)
+	}
+	return nfd, nil
 }
 
-// dupFile duplicates f without changing its open file's blocking mode
-// (f.Fd() would).
-func dupFile(f *os.File) (*os.File, error) {
+// bareFD turns f into a bare descriptor of the same open file (see
+// supervisor.socks) and closes f, which takes it out of the netpoller.
+// Its blocking mode is left as it is.
+func bareFD(f *os.File) (int, error) {
 	rc, err := f.SyscallConn()
 	if err != nil {
-		return nil, err
+		_ = f.Close()
+		return -1, err
 	}
 	var nfd int
 	var derr error
 	if err := rc.Control(func(fd uintptr) { nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
-		return nil, err
+		_ = f.Close()
+		return -1, err
 	}
 	if derr != nil {
-		return nil, fmt.Errorf("duplicating a socket: %w", derr)
+		_ = f.Close()
+		return -1, fmt.Errorf("duplicating a socket: %w", derr)
 	}
-	return os.NewFile(uintptr(nfd), f.Name()), nil
+	if err := f.Close(); err != nil {
+		_ = unix.Close(nfd)
+		return -1, fmt.Errorf("closing the bound socket's file: %w", err)
+	}
+	return nfd, nil
 }
 
 // exited records how c ended. It reports whether c was the serving
@@ -611,8 +640,8 @@ func (s *supervisor) checkRelease() {
 }
 
 func (s *supervisor) closeSockets() {
-	for k, f := range s.socks {
-		if err := f.Close(); err != nil {
+	for k, fd := range s.socks {
+		if err := unix.Close(fd); err != nil {
 			s.log.Warn("closing a held socket", "socket", k, "err", err)
 		}
 	}
