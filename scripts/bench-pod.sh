@@ -14,8 +14,8 @@ netns_dir=/etc/netns/$pod_ns
 # Each server's address on the pod link (port 53, as a pod's resolver
 # needs); nodedns instances also listen on .+16, standing in for the
 # kube-dns ClusterIP a node agent binds too.
-declare -A paddr=([nodedns]=$POD_NET.1 [nodedns-b]=$POD_NET.2 [coredns]=$POD_NET.3 [node-cache]=$POD_NET.4 [nodedns-noautopath]=$POD_NET.5)
-k=6
+declare -A paddr=([nodedns]=$POD_NET.1 [coredns]=$POD_NET.3 [node-cache]=$POD_NET.4 [nodedns-noautopath]=$POD_NET.5 [nodedns-b]=$POD_NET.6)
+k=7
 for g in $gmp_variants; do paddr[nodedns-g$g]=$POD_NET.$k; k=$((k + 1)); done
 # Servers that walk the search list themselves get the first expansions.
 walks() { [[ $1 == nodedns || $1 == nodedns-b || $1 == nodedns-g* || $1 == coredns ]]; }
