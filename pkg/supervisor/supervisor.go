@@ -487,24 +487,25 @@ func (s *supervisor) socket(req request) (int, error) {
 // supervisor.socks) and closes f, which takes it out of the netpoller.
 // Its blocking mode is left as it is.
 func bareFD(f *os.File) (int, error) {
+	nfd := -1
 	rc, err := f.SyscallConn()
+	if err == nil {
+		var derr error
+		err = rc.Control(func(fd uintptr) {
+			if nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0); derr != nil {
+				nfd = -1
+			}
+		})
+		err = errors.Join(err, derr)
+	}
+	if cerr := f.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("closing the bound socket's file: %w", cerr)
+	}
 	if err != nil {
-		_ = f.Close()
-		return -1, err
-	}
-	var nfd int
-	var derr error
-	if err := rc.Control(func(fd uintptr) { nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
-		_ = f.Close()
-		return -1, err
-	}
-	if derr != nil {
-		_ = f.Close()
-		return -1, fmt.Errorf("duplicating a socket: %w", derr)
-	}
-	if err := f.Close(); err != nil {
-		_ = unix.Close(nfd)
-		return -1, fmt.Errorf("closing the bound socket's file: %w", err)
+		if nfd >= 0 {
+			_ = unix.Close(nfd)
+		}
+		return -1, fmt.Errorf("duplicating a socket: %w", err)
 	}
 	return nfd, nil
 }

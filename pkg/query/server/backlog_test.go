@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"net"
 	"net/netip"
 	"os"
@@ -26,18 +25,6 @@ func (bindingSockets) TCP(addr netip.AddrPort) (*os.File, error) { return BindTC
 // client to its share of the slow path for backlogGrace after Serve, only
 // to MaxInflight; after the grace the share applies again.
 func TestBacklogGrace(t *testing.T) {
-	// blocked answers every query once release is closed.
-	blocked := func(release <-chan struct{}) *fakeResolver {
-		return &fakeResolver{fn: func(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-			m := new(dns.Msg)
-			m.SetReply(q)
-			return m, nil
-		}}
-	}
 	// expect reads n answers of rcode from c.
 	expect := func(t *testing.T, c *net.UDPConn, n, rcode int) {
 		t.Helper()

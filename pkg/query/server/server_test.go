@@ -72,9 +72,9 @@ func TestTCPIdleTimeoutAndBound(t *testing.T) {
 	}
 }
 
-func TestInflightBound(t *testing.T) {
-	release := make(chan struct{})
-	res := &fakeResolver{fn: func(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
+// blocked answers every query (an empty NOERROR) once release is closed.
+func blocked(release <-chan struct{}) *fakeResolver {
+	return &fakeResolver{fn: func(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
 		select {
 		case <-release:
 		case <-ctx.Done():
@@ -83,7 +83,11 @@ func TestInflightBound(t *testing.T) {
 		m.SetReply(q)
 		return m, nil
 	}}
-	s, addr := start(t, Config{Handler: res, MaxInflight: 1})
+}
+
+func TestInflightBound(t *testing.T) {
+	release := make(chan struct{})
+	s, addr := start(t, Config{Handler: blocked(release), MaxInflight: 1})
 	defer close(release)
 	go func() {
 		c := &dns.Client{Timeout: 3 * time.Second}
