@@ -283,6 +283,25 @@ func BenchmarkObserveNamespaces(b *testing.B) {
 	}
 }
 
+// BenchmarkObserveNamespacesParallel is the serving path's shape: one
+// reader per CPU, all answering pods of one namespace, so the namespace's
+// counters move between the cores as the agent's own do.
+func BenchmarkObserveNamespacesParallel(b *testing.B) {
+	for _, k := range []int{0, DefaultNamespaces} {
+		b.Run("k="+strconv.Itoa(k), func(b *testing.B) {
+			r := newRecorder(b, Config{Namespaces: k})
+			e := nsEv("ns-7", "10.244.0.5", stage.SourceCache, 0, "www.example.com.")
+			r.Observe(e) // the first sighting admits the namespace
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					r.Observe(e)
+				}
+			})
+		})
+	}
+}
+
 // The per-namespace series pass the pedantic registry and the naming lint.
 func TestNamespaceCollectorConsistent(t *testing.T) {
 	r := newRecorder(t, Config{Namespaces: 3, Sources: fullSources()})
