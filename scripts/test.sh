@@ -21,6 +21,14 @@
 #   scripts/test.sh integration   the integration suite and the bench round
 #   scripts/test.sh e2e           e2e.sh in both kube-proxy modes, chart-e2e.sh
 #
+# A full run overlaps what computes with what waits: the Kubernetes and
+# CoreDNS builds (a fresh machine's longest steps) run in the background
+# beside vet, staticcheck and the unit tests, and the fuzzing beside the
+# integration suite and the end-to-end tests, which mostly wait on servers
+# and clusters; both at nice 19, so the steps in the foreground keep the
+# CPU they ask for. Their logs are printed when they are waited for, and a
+# run that ends early stops them.
+#
 # A missing prerequisite is a failure whatever the environment says (no
 # test reads CI): a test that lacks root, a program or a kernel feature
 # fails, and every `go test` stream goes through internal/tools/testsum,
@@ -91,6 +99,46 @@ locked() {
   return "$rc"
 }
 
+# Background jobs (a full run's builds and fuzzing): bg_start NAME CMD...
+# runs CMD at the lowest CPU priority (nice 19: it takes what the steps in
+# the foreground leave idle) in a process group of its own, its output in
+# $out/NAME.log; bg_wait NAME waits for it, prints its log and returns its
+# status, and adds its time to the phases. finish stops whatever still
+# runs, the group's children included, when the run ends early.
+declare -A bg_pid=() bg_t0=()
+bg_start() {
+  local name=$1
+  shift
+  echo "== [+$(($(date +%s) - T0))s] background: $name ($*), output in $out/$name.log"
+  setsid --wait nice -n 19 "$@" >"$out/$name.log" 2>&1 </dev/null &
+  bg_pid[$name]=$! bg_t0[$name]=$(date +%s)
+}
+bg_running() { [[ -n ${bg_pid[$1]:-} ]]; }
+bg_wait() {
+  local name=$1 rc=0 t0=${bg_t0[$1]}
+  wait "${bg_pid[$name]}" || rc=$?
+  unset "bg_pid[$name]"
+  phases+=("$(printf '%6ds  background: %s (from +%ds, exit %d)' $(($(date +%s) - t0)) "$name" $((t0 - T0)) "$rc")")
+  echo "-- $name (background, exit $rc): $out/$name.log"
+  if [[ $name == fuzz ]]; then
+    cat "$out/$name.log"
+  else
+    tail -n 30 "$out/$name.log"
+  fi
+  return "$rc"
+}
+# bg_stop: the background jobs still running, stopped (group and all).
+bg_stop() {
+  local name pid
+  for name in "${!bg_pid[@]}"; do
+    pid=${bg_pid[$name]}
+    echo "== stopping the background job $name (process group $pid)"
+    kill -TERM -- "-$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    unset "bg_pid[$name]"
+  done
+}
+
 testsum_bin="$out/testsum"
 allow_args=()
 for a in "${ALLOW_SKIPS[@]}"; do allow_args+=(-allow "$a"); done
@@ -117,6 +165,10 @@ gotest() {
 # and the phases with their times.
 finish() {
   local rc=$?
+  if ((${#bg_pid[@]})); then
+    bg_stop
+    rc=$((rc ? rc : 1))
+  fi
   step "end"
   local streams=("$out"/*.json)
   if [[ -e ${streams[0]} && -x $testsum_bin ]]; then
@@ -141,6 +193,14 @@ trap 'exit 143' TERM
 step "Debian packages (scripts/deps.sh)"
 scripts/deps.sh
 go build -o "$testsum_bin" ./internal/tools/testsum
+
+# In a full run, the Kubernetes binaries and CoreDNS (cached by version:
+# minutes to build on a fresh machine, nothing after) are built in the
+# background while vet, staticcheck and the unit tests run, and waited for
+# before the integration suite needs them.
+if [[ $what == all ]]; then
+  bg_start builds bash -c 'scripts/kube-apiserver.sh >/dev/null && scripts/coredns.sh >/dev/null'
+fi
 
 # helm at a pinned version (built with go install, cached): the chart's lint,
 # its rendering into deploy/daemonset.yaml and the chart tests (unit: deploy/;
@@ -174,13 +234,23 @@ fi
 
 # A fuzz failure fails the run at its end, not at once: the steps after it
 # test other things, and their results (and the run's time) are wanted too.
+# In a full run the fuzzing runs in the background (bg_start below) beside
+# the integration suite and the end-to-end tests, which wait on servers and
+# clusters far more than they compute.
 fuzz_rc=0
-if [[ $what == all || $what == fuzz ]]; then
+if [[ $what == fuzz ]]; then
   step "fuzz: every target ${FUZZ_SECONDS}s (scripts/fuzz.sh)"
   scripts/fuzz.sh "$FUZZ_SECONDS" || fuzz_rc=$?
 fi
 
 if [[ $what == all || $what == integration ]]; then
+  if bg_running builds; then
+    step "wait for the background builds (Kubernetes, CoreDNS)"
+    bg_wait builds || exit 1
+  fi
+  if [[ $what == all ]]; then
+    bg_start fuzz scripts/fuzz.sh "$FUZZ_SECONDS"
+  fi
   step "kube-apiserver (cached in $NODEDNS_CACHE)"
   NODEDNS_KUBE_APISERVER=$(scripts/kube-apiserver.sh | tail -n 1)
   export NODEDNS_KUBE_APISERVER
@@ -218,6 +288,11 @@ if [[ $what == all || $what == e2e ]]; then
   done
   step "the Helm chart on a real single-node cluster (scripts/chart-e2e.sh)"
   locked scripts/chart-e2e.sh
+fi
+
+if bg_running fuzz; then
+  step "wait for the background fuzzing (scripts/fuzz.sh)"
+  bg_wait fuzz || fuzz_rc=$?
 fi
 
 # scripts/fuzz.sh's status says what failed (its header).
