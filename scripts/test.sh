@@ -110,7 +110,13 @@ bg_start() {
   local name=$1
   shift
   echo "== [+$(($(date +%s) - T0))s] background: $name ($*), output in $out/$name.log"
-  setsid --wait nice -n 19 "$@" >"$out/$name.log" 2>&1 </dev/null &
+  # A session of its own is also a scheduler autogroup of its own (Linux
+  # with sched_autogroup_enabled), whose weight is its own setting, not
+  # its tasks' nice: the autogroup is set to 19 too, from inside it, or
+  # the background would take half of the CPU.
+  # shellcheck disable=SC2016 # expanded by the inner bash
+  setsid --wait bash -c 'if [[ -w /proc/self/autogroup ]]; then echo 19 >/proc/self/autogroup; fi; exec nice -n 19 "$@"' \
+    "bg-$name" "$@" >"$out/$name.log" 2>&1 </dev/null &
   bg_pid[$name]=$! bg_t0[$name]=$(date +%s)
 }
 bg_running() { [[ -n ${bg_pid[$1]:-} ]]; }
