@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints the path of a kube-apiserver for the integration tests, built by
-# scripts/kube-bin.sh with the other Kubernetes components (one build
-# module, cached by version), and makes sure etcd (Debian package
+# scripts/kube-bin.sh (the API server alone when it is not there yet; one
+# build module, cached by version), and makes sure etcd (Debian package
 # etcd-server) is installed, because every caller also needs etcd.
 #
 # Usage: scripts/kube-apiserver.sh            (last line of stdout: binary path)
@@ -16,5 +16,5 @@ if [[ "${SKIP_ETCD:-}" != 1 ]] && ! command -v etcd >/dev/null 2>&1; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get install -y etcd-server >&2 || { apt-get update >&2 && apt-get install -y etcd-server >&2; }
 fi
-dir=$(scripts/kube-bin.sh | tail -n 1)
+dir=$(scripts/kube-bin.sh kube-apiserver | tail -n 1)
 echo "${dir}/kube-apiserver"

@@ -17,14 +17,24 @@
 # ${NODEDNS_CACHE:-/var/cache/nodedns}/kubernetes-VERSION/; a second run only
 # prints the path. Concurrent callers wait on one build (flock).
 #
-# Usage: scripts/kube-bin.sh        (last line of stdout: the bin directory)
+# A caller that needs some of them names them (scripts/kube-apiserver.sh:
+# the API server alone, about three quarters of the set's packages, so a
+# fresh machine's integration suite need not wait for the rest); a later
+# call for the set builds only what is missing, reusing the build cache.
+#
+# Usage: scripts/kube-bin.sh [COMPONENT...]  (default: all of them; last
+#        line of stdout: the bin directory)
 # Env:   KUBE_VERSION (default v1.34.4), NODEDNS_CACHE
 set -euo pipefail
 
 KUBE_VERSION="${KUBE_VERSION:-v1.34.4}"
 CACHE="${NODEDNS_CACHE:-/var/cache/nodedns}"
 DIR="${CACHE}/kubernetes-${KUBE_VERSION}"
-COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)
+ALL=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)
+COMPONENTS=("${@:-${ALL[@]}}")
+for c in "${COMPONENTS[@]}"; do
+	[[ " ${ALL[*]} " == *" ${c} "* ]] || { printf 'kube-bin.sh: unknown component %q: want some of %s\n' "$c" "${ALL[*]}" >&2; exit 2; }
+done
 
 log() { printf 'kube-bin.sh: %s\n' "$*" >&2; }
 
@@ -83,7 +93,11 @@ build() {
 	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 		ldflags+=" -X ${p}.gitVersion=${KUBE_VERSION} -X ${p}.gitMajor=${major} -X ${p}.gitMinor=${minor} -X ${p}.gitTreeState=clean"
 	done
+	local missing=()
 	for c in "${COMPONENTS[@]}"; do
+		[[ -x "${DIR}/bin/${c}" ]] || missing+=("$c")
+	done
+	for c in "${missing[@]}"; do
 		pkgs+=("k8s.io/kubernetes/cmd/${c}")
 	done
 
@@ -93,11 +107,11 @@ build() {
 		export GOFLAGS="-mod=mod -buildvcs=false" GOTOOLCHAIN="${GOTOOLCHAIN:-local}" CGO_ENABLED=0
 		log "resolving dependencies"
 		go get "${pkgs[0]}@${KUBE_VERSION}" >&2
-		log "building ${COMPONENTS[*]} (about 5-10 minutes cold on 2 cores)"
+		log "building ${missing[*]} (all of them: about 5-10 minutes cold on 2 cores)"
 		go build -trimpath -ldflags "$ldflags" -o "${tmp}/out/" "${pkgs[@]}" >&2
 	)
 	mkdir -p "${DIR}/bin"
-	for c in "${COMPONENTS[@]}"; do
+	for c in "${missing[@]}"; do
 		mv -f "${tmp}/out/${c}" "${DIR}/bin/${c}"
 	done
 	log "built ${DIR}/bin"
@@ -111,7 +125,7 @@ main() {
 		complete || build
 		flock -u 9
 	fi
-	"${DIR}/bin/kube-apiserver" --version >&2
+	"${DIR}/bin/${COMPONENTS[0]}" --version >&2
 	echo "${DIR}/bin"
 }
 

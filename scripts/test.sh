@@ -16,18 +16,22 @@
 # uninstall hooks).
 #
 #   scripts/test.sh               everything
-#   scripts/test.sh unit          vet, staticcheck, unit tests, scale build
+#   scripts/test.sh unit          vet, staticcheck, scale build, unit tests
 #   scripts/test.sh fuzz          every fuzz target, NODEDNS_FUZZ_SECONDS each
 #   scripts/test.sh integration   the integration suite and the bench round
 #   scripts/test.sh e2e           e2e.sh in both kube-proxy modes, chart-e2e.sh
 #
-# A full run overlaps what computes with what waits: the Kubernetes and
-# CoreDNS builds (a fresh machine's longest steps) run in the background
-# beside vet, staticcheck and the unit tests, and the fuzzing beside the
-# integration suite and the end-to-end tests, which mostly wait on servers
-# and clusters; both at nice 19, so the steps in the foreground keep the
-# CPU they ask for. Their logs are printed when they are waited for, and a
-# run that ends early stops them.
+# A full run overlaps what computes with what waits. kube-apiserver and
+# CoreDNS (a fresh machine's longest builds) are built in the background
+# beside the unit tests, and waited for before the integration suite.
+# Beside the integration suite and the end-to-end tests, which mostly wait
+# on servers and clusters, the background then builds the other Kubernetes
+# components (waited for before the e2e), runs the static checks
+# (scripts/checks.sh: go vet, staticcheck, the scale tests' compile) and
+# fuzzes, one after the other. Background jobs run at nice 19, their
+# autogroup too, so the steps in the foreground keep the CPU they ask for;
+# their logs are printed when they are waited for, their failures fail the
+# run at its end, and a run that ends early stops them.
 #
 # A missing prerequisite is a failure whatever the environment says (no
 # test reads CI): a test that lacks root, a program or a kernel feature
@@ -58,7 +62,6 @@ case $what in all | unit | fuzz | integration | e2e) ;; *)
 esac
 export NODEDNS_CACHE=${NODEDNS_CACHE:-/var/cache/nodedns}
 export PATH="$(go env GOPATH)/bin:$PATH"
-STATICCHECK_VERSION=v0.8.2
 FUZZ_SECONDS=${NODEDNS_FUZZ_SECONDS:-20}
 out=${NODEDNS_TEST_OUT:-$(mktemp -d /tmp/nodedns-test.XXXXXX)}
 mkdir -p "$out"
@@ -115,8 +118,11 @@ bg_start() {
   # its tasks' nice: the autogroup is set to 19 too, from inside it, or
   # the background would take half of the CPU.
   # shellcheck disable=SC2016 # expanded by the inner bash
-  setsid --wait bash -c 'if [[ -w /proc/self/autogroup ]]; then echo 19 >/proc/self/autogroup; fi; exec nice -n 19 "$@"' \
-    "bg-$name" "$@" >"$out/$name.log" 2>&1 </dev/null &
+  # The job writes when it ended to $out/NAME.end.
+  # shellcheck disable=SC2016 # expanded by the inner bash
+  setsid --wait bash -c 'if [[ -w /proc/self/autogroup ]]; then echo 19 >/proc/self/autogroup; fi
+    nice -n 19 "${@:2}"; rc=$?; date +%s >"$1"; exit "$rc"' \
+    "bg-$name" "$out/$name.end" "$@" >"$out/$name.log" 2>&1 </dev/null &
   bg_pid[$name]=$! bg_t0[$name]=$(date +%s)
 }
 bg_running() { [[ -n ${bg_pid[$1]:-} ]]; }
@@ -124,9 +130,11 @@ bg_wait() {
   local name=$1 rc=0 t0=${bg_t0[$1]}
   wait "${bg_pid[$name]}" || rc=$?
   unset "bg_pid[$name]"
-  phases+=("$(printf '%6ds  background: %s (from +%ds, exit %d)' $(($(date +%s) - t0)) "$name" $((t0 - T0)) "$rc")")
+  local end
+  end=$(cat "$out/$name.end" 2>/dev/null || date +%s)
+  phases+=("$(printf '%6ds  background: %s (from +%ds to +%ds, exit %d)' $((end - t0)) "$name" $((t0 - T0)) $((end - T0)) "$rc")")
   echo "-- $name (background, exit $rc): $out/$name.log"
-  if [[ $name == fuzz ]]; then
+  if [[ $name == fuzz || $name == checks ]]; then
     cat "$out/$name.log"
   else
     tail -n 30 "$out/$name.log"
@@ -200,10 +208,10 @@ step "Debian packages (scripts/deps.sh)"
 scripts/deps.sh
 go build -o "$testsum_bin" ./internal/tools/testsum
 
-# In a full run, the Kubernetes binaries and CoreDNS (cached by version:
-# minutes to build on a fresh machine, nothing after) are built in the
-# background while vet, staticcheck and the unit tests run, and waited for
-# before the integration suite needs them.
+# In a full run, what the integration suite needs and takes minutes to
+# build on a fresh machine (kube-apiserver, CoreDNS; cached by version,
+# nothing to do after) is built in the background from here, taking the
+# CPU the unit tests leave, and waited for before the suite.
 if [[ $what == all ]]; then
   bg_start builds bash -c 'scripts/kube-apiserver.sh >/dev/null && scripts/coredns.sh >/dev/null'
 fi
@@ -216,26 +224,19 @@ NODEDNS_HELM=$(scripts/helm.sh | tail -n 1)
 export NODEDNS_HELM
 
 if [[ $what == all || $what == unit ]]; then
-  step "go vet (tags: none, integration, integration scale)"
-  go vet ./...
-  go vet -tags integration ./integration/
-  go vet -tags 'integration scale' ./integration/
-  step "staticcheck $STATICCHECK_VERSION"
-  if ! staticcheck -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
-    go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+  # go vet, staticcheck and the scale tests' compile (scripts/checks.sh):
+  # nothing waits for them, so a full run has them in the background
+  # beside the integration suite (below).
+  if [[ $what == unit ]]; then
+    step "go vet (tags: none, integration, integration scale), staticcheck, scale tests compile (scripts/checks.sh)"
+    scripts/checks.sh
   fi
-  staticcheck ./...
   step "deploy/daemonset.yaml is the chart's default rendering"
   scripts/render-manifest.sh --check
   step "unit tests (-race)"
   gotest unit -- -race -count=1 ./...
   step "alert rules (promtool check rules, promtool test rules)"
   scripts/check-rules.sh
-  # The scale tests (scripts/k8s-scale.sh) take a loaded API server and
-  # many minutes: CI compiles them, so that they still build when run.
-  step "scale tests compile (go test -c -tags 'integration scale')"
-  go test -c -tags 'integration scale' -o "$out/integration-scale.test" ./integration/
-  rm -f "$out/integration-scale.test"
 fi
 
 # A fuzz failure fails the run at its end, not at once: the steps after it
@@ -254,8 +255,16 @@ if [[ $what == all || $what == integration ]]; then
     step "wait for the background builds (Kubernetes, CoreDNS)"
     bg_wait builds || exit 1
   fi
+  # From here the host waits on servers and clusters more than it
+  # computes: the background builds the other Kubernetes components (the
+  # e2e's), then runs the static checks, then fuzzes, one after the other
+  # so that what the e2e needs comes first.
   if [[ $what == all ]]; then
-    bg_start fuzz scripts/fuzz.sh "$FUZZ_SECONDS"
+    bg_start k8s scripts/kube-bin.sh
+    # shellcheck disable=SC2016 # expanded by the inner bash
+    bg_start checks bash -c 'tail --pid="$1" -f /dev/null && exec scripts/checks.sh' _ "${bg_pid[k8s]}"
+    # shellcheck disable=SC2016 # expanded by the inner bash
+    bg_start fuzz bash -c 'tail --pid="$1" -f /dev/null && exec scripts/fuzz.sh "$2"' _ "${bg_pid[checks]}" "$FUZZ_SECONDS"
   fi
   step "kube-apiserver (cached in $NODEDNS_CACHE)"
   NODEDNS_KUBE_APISERVER=$(scripts/kube-apiserver.sh | tail -n 1)
@@ -288,6 +297,10 @@ if [[ $what == all || $what == integration ]]; then
 fi
 
 if [[ $what == all || $what == e2e ]]; then
+  if bg_running k8s; then
+    step "wait for the background build of the other Kubernetes components"
+    bg_wait k8s || exit 1
+  fi
   for mode in iptables nftables; do
     step "end-to-end on a real single-node cluster, kube-proxy in $mode mode (scripts/e2e.sh)"
     locked env KUBE_PROXY_MODE="$mode" scripts/e2e.sh
@@ -296,9 +309,19 @@ if [[ $what == all || $what == e2e ]]; then
   locked scripts/chart-e2e.sh
 fi
 
+checks_rc=0
+if bg_running checks; then
+  step "wait for the background static checks (scripts/checks.sh)"
+  bg_wait checks || checks_rc=$?
+fi
 if bg_running fuzz; then
   step "wait for the background fuzzing (scripts/fuzz.sh)"
   bg_wait fuzz || fuzz_rc=$?
+fi
+if ((checks_rc != 0)); then
+  echo "static checks: scripts/checks.sh failed (exit $checks_rc; its output above names the check)"
+  ((fuzz_rc == 0)) || echo "fuzz: scripts/fuzz.sh failed too (exit $fuzz_rc; its output above)"
+  exit 1
 fi
 
 # scripts/fuzz.sh's status says what failed (its header).
