@@ -93,8 +93,15 @@ func TestLookup(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { s.Lookup("www.example.com.", dns.TypeA, dns.ClassINET, client, 7) }); n != 0 {
 		t.Errorf("%v allocations for a name no template answers", n)
 	}
-	if n := testing.AllocsPerRun(100, func() { s.Lookup("www.example.com.", dns.TypeAAAA, dns.ClassINET, client, 7) }); n != 0 {
-		t.Errorf("%v allocations for a fixed answer", n)
+	// A fixed answer runs the template's regex: 0 allocations, but for the
+	// matchers -race's sync.Pool drops (raceEnabled): then at most one per
+	// call on average.
+	maxFixed := 0.0
+	if raceEnabled {
+		maxFixed = 1
+	}
+	if n := testing.AllocsPerRun(100, func() { s.Lookup("www.example.com.", dns.TypeAAAA, dns.ClassINET, client, 7) }); n > maxFixed {
+		t.Errorf("%v allocations for a fixed answer, want at most %v", n, maxFixed)
 	}
 	// Outside every zone: not even a regex is run.
 	z := mustNew(t, Config{Class: "IN", Type: "A", Zones: []string{"example.org"}, Match: []string{"x"}})

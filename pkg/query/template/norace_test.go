@@ -1,0 +1,5 @@
+//go:build !race
+
+package template
+
+const raceEnabled = false
