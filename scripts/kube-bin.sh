@@ -38,12 +38,15 @@ done
 
 log() { printf 'kube-bin.sh: %s\n' "$*" >&2; }
 
-complete() {
+# missing: the asked components not built yet, one per line.
+missing() {
 	local c
 	for c in "${COMPONENTS[@]}"; do
-		[[ -x "${DIR}/bin/${c}" ]] || return 1
+		[[ -x "${DIR}/bin/${c}" ]] || echo "$c"
 	done
 }
+
+complete() { [[ -z "$(missing)" ]]; }
 
 build() {
 	local tmp staging_version gomod staging pkgs=() c
@@ -93,10 +96,8 @@ build() {
 	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 		ldflags+=" -X ${p}.gitVersion=${KUBE_VERSION} -X ${p}.gitMajor=${major} -X ${p}.gitMinor=${minor} -X ${p}.gitTreeState=clean"
 	done
-	local missing=()
-	for c in "${COMPONENTS[@]}"; do
-		[[ -x "${DIR}/bin/${c}" ]] || missing+=("$c")
-	done
+	local missing
+	mapfile -t missing < <(missing)
 	for c in "${missing[@]}"; do
 		pkgs+=("k8s.io/kubernetes/cmd/${c}")
 	done
