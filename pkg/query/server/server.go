@@ -394,18 +394,28 @@ func (s *Server) Stats() Stats {
 // the group (the new agent's). Without another agent, queries get an ICMP
 // port unreachable, and clients fail over at once instead of timing out.
 //
-// TCP listeners close at once (new connections then go to the other
-// agent's listeners); open connections answer what their clients have
-// sent and close when idle.
+// TCP is handed over the same way: a classic BPF program on each
+// listener's group (handOver) sends new connections to the other agent's
+// listener, while this one goes on accepting, for wait, those the kernel
+// gave it already; then the listeners close. Closing them at once would
+// reset every connection still in their SYN or accept queues (the kernel
+// moves them to another listener only with net.ipv4.tcp_migrate_req=1,
+// which nodes do not set). Open connections answer what their clients
+// have sent and close when idle.
 func (s *Server) Drain(wait time.Duration) {
 	s.draining.Store(true)
-	s.stopAccepting()
+	for _, l := range s.tcp {
+		if err := handOver(l); err != nil {
+			s.log.Warn("drain: TCP connections queued at the close will be reset", "err", err)
+		}
+	}
 	for _, u := range s.udp {
 		if err := u.connectSelf(); err != nil {
 			s.log.Warn("drain: connecting socket to itself", "addr", u.local, "err", err)
 		}
 	}
 	time.Sleep(wait)
+	s.stopAccepting()
 }
 
 func sockaddr(ap netip.AddrPort) unix.Sockaddr {

@@ -48,16 +48,36 @@ func BindUDP(addr netip.AddrPort) (*os.File, error) {
 // BindTCP binds the listening TCP socket of addr (SO_REUSEPORT) and
 // returns it as a file.
 func BindTCP(addr netip.AddrPort) (*os.File, error) {
-	l, err := (&net.ListenConfig{Control: reusePort}).Listen(context.Background(), "tcp", addr.String())
+	l, err := bindTCP(addr)
 	if err != nil {
 		return nil, err
 	}
 	defer l.Close()
-	f, err := l.(*net.TCPListener).File()
+	f, err := l.File()
 	if err != nil {
 		return nil, fmt.Errorf("TCP listener on %s as a file: %w", addr, err)
 	}
 	return f, nil
+}
+
+// bindTCP listens on addr in its SO_REUSEPORT group and clears the
+// handover program a drained agent may have left on the group (Drain).
+// The listener is plain TCP, not the Multipath TCP that Go's listeners
+// are by default: DNS clients do not use MPTCP, and the kernel refuses
+// SO_ATTACH_REUSEPORT_CBPF on an MPTCP socket (EOPNOTSUPP).
+func bindTCP(addr netip.AddrPort) (*net.TCPListener, error) {
+	lc := net.ListenConfig{Control: reusePort}
+	lc.SetMultipathTCP(false)
+	l, err := lc.Listen(context.Background(), "tcp", addr.String())
+	if err != nil {
+		return nil, err
+	}
+	tl := l.(*net.TCPListener)
+	if err := clearHandOver(tl); err != nil {
+		_ = tl.Close()
+		return nil, err
+	}
+	return tl, nil
 }
 
 func bindUDP(addr netip.AddrPort) (*net.UDPConn, error) {
@@ -115,11 +135,7 @@ func (s *Server) listenUDP(addr netip.AddrPort, i int, replace bool) (*net.UDPCo
 // bound here.
 func (s *Server) listenTCP(addr netip.AddrPort) (*net.TCPListener, error) {
 	if s.cfg.Sockets == nil {
-		l, err := (&net.ListenConfig{Control: reusePort}).Listen(context.Background(), "tcp", addr.String())
-		if err != nil {
-			return nil, err
-		}
-		return l.(*net.TCPListener), nil
+		return bindTCP(addr)
 	}
 	f, err := s.cfg.Sockets.TCP(addr)
 	if err != nil {

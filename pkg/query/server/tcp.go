@@ -26,8 +26,9 @@ const tcpDrainIdle = 100 * time.Millisecond
 // stopAccepting closes the TCP listeners and shortens the idle deadline of
 // open connections (see Drain). With SO_REUSEPORT the kernel hands new
 // connections to the group's other listeners (the new agent's) from then
-// on; a connection still waiting in a closed listener's accept queue is
-// reset, unless net.ipv4.tcp_migrate_req moves it to another listener.
+// on; a connection still waiting in a closed listener's SYN or accept
+// queue is reset (unless net.ipv4.tcp_migrate_req moves it to another
+// listener), which is why Drain hands new connections over first.
 func (s *Server) stopAccepting() {
 	for _, l := range s.tcp {
 		_ = l.Close()
