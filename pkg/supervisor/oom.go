@@ -75,19 +75,61 @@ func fieldValue(b []byte, name string) (uint64, bool) {
 // would end the container).
 const oomPreference = 500
 
-// PreferOOMKill raises this process's oom_score_adj above the one it
-// inherited (raising needs no privilege). It returns the new value.
+// PreferOOMKill is the serving process's side of oomPreference: it raises
+// its own oom_score_adj to oomPreference above its parent's (the
+// supervisor's; its own inherited value when the parent's cannot be read)
+// unless it is there already (the supervisor sets it at the start,
+// preferOOMKill). Raising needs no privilege. It returns the value now.
 func PreferOOMKill() (int, error) {
-	const path = "/proc/self/oom_score_adj"
+	base, err := readOOMScoreAdj(strconv.Itoa(os.Getppid()))
+	if err != nil {
+		if base, err = readOOMScoreAdj("self"); err != nil {
+			return 0, err
+		}
+	}
+	return raiseOOMScoreAdj("self", base)
+}
+
+// preferOOMKill is the supervisor's side: it raises a serving process
+// just started to oomPreference above the supervisor, before that
+// process's runtime has started (a process that did it only itself would
+// spend its first milliseconds level with the supervisor, and a start
+// right after an OOM kill, the cgroup still at its limit while the killed
+// process's memory is released, then costs the supervisor: seen in the
+// e2e's OOM step).
+func preferOOMKill(pid int) (int, error) {
+	base, err := readOOMScoreAdj("self")
+	if err != nil {
+		return 0, err
+	}
+	return raiseOOMScoreAdj(strconv.Itoa(pid), base)
+}
+
+func readOOMScoreAdj(pid string) (int, error) {
+	path := "/proc/" + pid + "/oom_score_adj"
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
-	cur, err := strconv.Atoi(string(bytes.TrimSpace(b)))
+	v, err := strconv.Atoi(string(bytes.TrimSpace(b)))
 	if err != nil {
 		return 0, fmt.Errorf("%s: %q: %w", path, b, err)
 	}
-	v := min(cur+oomPreference, 1000)
+	return v, nil
+}
+
+// raiseOOMScoreAdj sets pid's oom_score_adj to oomPreference above base
+// (at most 1000) unless it is that high already.
+func raiseOOMScoreAdj(pid string, base int) (int, error) {
+	cur, err := readOOMScoreAdj(pid)
+	if err != nil {
+		return 0, err
+	}
+	v := min(base+oomPreference, 1000)
+	if cur >= v {
+		return cur, nil
+	}
+	path := "/proc/" + pid + "/oom_score_adj"
 	if err := os.WriteFile(path, []byte(strconv.Itoa(v)), 0); err != nil {
 		return cur, fmt.Errorf("raising %s to %d: %w", path, v, err)
 	}

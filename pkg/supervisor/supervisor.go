@@ -302,6 +302,9 @@ func (s *supervisor) start(done <-chan struct{}) error {
 		_ = ctl.Close()
 		return fmt.Errorf("starting %s: %w", s.cfg.Path, err)
 	}
+	if _, err := preferOOMKill(pid); err != nil {
+		s.log.Warn("could not make the serving process the OOM killer's first choice; at the memory limit the kernel may pick the supervisor", "pid", pid, "err", err)
+	}
 	now := s.cfg.now()
 	c := &child{pid: pid, started: now, ctl: ctl, oomAt: oom, oomOK: oomOK}
 	s.cur = c
