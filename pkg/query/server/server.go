@@ -5,7 +5,8 @@
 // the queries resolved off the readers, for everyone together and for each
 // client, and the TCP connections likewise; it recovers a panic on any of
 // its goroutines (counted in Config.Panics) and goes on serving; and it
-// drains and shuts down without dropping the answers under way.
+// drains, handing new queries and connections to another agent bound to
+// its addresses, and shuts down without dropping the answers under way.
 //
 // What a reply says is the Handler's business (pkg/query/pipeline): this
 // package knows DNS only as far as framing, the header and question it
