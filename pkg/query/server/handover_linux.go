@@ -25,37 +25,35 @@ var handOverProg = []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 1}}
 // already gave it (its SYN and accept queues): with the default
 // net.ipv4.tcp_migrate_req=0, closing l at once would reset them.
 func handOver(l *net.TCPListener) error {
-	return controlTCP(l, "handing new connections over", func(fd int) error {
-		prog := unix.SockFprog{Len: uint16(len(handOverProg)), Filter: &handOverProg[0]}
-		return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF, &prog)
-	})
+	return attachProg(l, "handing new connections over", handOverProg)
 }
 
 // clearHandOver undoes a handover a draining agent left on the group l
 // joins (the program stays with the group when that agent is gone), so
 // that the kernel shares new connections by its hash again and the next
 // agent to join does not take them all before it is asked to. It
-// attaches hashProg rather than detaching (SO_DETACH_REUSEPORT_BPF): not
-// every kernel offers the detach (EOPNOTSUPP), the attach is as old as
-// SO_REUSEPORT groups of TCP listeners are.
+// attaches hashProg rather than detaching: SO_DETACH_REUSEPORT_BPF came
+// with Linux 5.8 and fails (ENOENT) when no program is attached, the
+// attach is as old as classic BPF on SO_REUSEPORT groups (4.5).
 func clearHandOver(l *net.TCPListener) error {
-	return controlTCP(l, "clearing a handover program", func(fd int) error {
-		prog := unix.SockFprog{Len: uint16(len(hashProg)), Filter: &hashProg[0]}
-		return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF, &prog)
-	})
+	return attachProg(l, "clearing a handover program", hashProg)
 }
 
 // hashProg names no socket (an index no group has), so the kernel picks
 // one by its hash of the connection, as with no program.
 var hashProg = []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: ^uint32(0)}}
 
-func controlTCP(l *net.TCPListener, what string, fn func(fd int) error) error {
+// attachProg attaches prog to the SO_REUSEPORT group of l.
+func attachProg(l *net.TCPListener, what string, prog []unix.SockFilter) error {
 	rc, err := l.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("%s on %s: %w", what, l.Addr(), err)
 	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	var serr error
-	if err := rc.Control(func(fd uintptr) { serr = fn(int(fd)) }); err != nil {
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF, &fprog)
+	}); err != nil {
 		return fmt.Errorf("%s on %s: %w", what, l.Addr(), err)
 	}
 	if serr != nil {
