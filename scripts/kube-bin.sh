@@ -96,9 +96,9 @@ build() {
 	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 		ldflags+=" -X ${p}.gitVersion=${KUBE_VERSION} -X ${p}.gitMajor=${major} -X ${p}.gitMinor=${minor} -X ${p}.gitTreeState=clean"
 	done
-	local missing
-	mapfile -t missing < <(missing)
-	for c in "${missing[@]}"; do
+	local todo
+	mapfile -t todo < <(missing)
+	for c in "${todo[@]}"; do
 		pkgs+=("k8s.io/kubernetes/cmd/${c}")
 	done
 
@@ -108,11 +108,11 @@ build() {
 		export GOFLAGS="-mod=mod -buildvcs=false" GOTOOLCHAIN="${GOTOOLCHAIN:-local}" CGO_ENABLED=0
 		log "resolving dependencies"
 		go get "${pkgs[0]}@${KUBE_VERSION}" >&2
-		log "building ${missing[*]} (all of them: about 5-10 minutes cold on 2 cores)"
+		log "building ${todo[*]} (all of them: about 5-10 minutes cold on 2 cores)"
 		go build -trimpath -ldflags "$ldflags" -o "${tmp}/out/" "${pkgs[@]}" >&2
 	)
 	mkdir -p "${DIR}/bin"
-	for c in "${missing[@]}"; do
+	for c in "${todo[@]}"; do
 		mv -f "${tmp}/out/${c}" "${DIR}/bin/${c}"
 	done
 	log "built ${DIR}/bin"
