@@ -4,7 +4,7 @@ package integration
 
 // The cluster zone against a real kube-apiserver: objects are created
 // through the API, answers checked whole (rcode, AA, answer, authority,
-// additional), first straight from a pkg/cluster/k8s Index fed by a real clientset,
+// additional), first straight from a pkg/k8s Index fed by a real clientset,
 // then over the wire from the nodedns binary over UDP and TCP. Updates and
 // deletes must show within a second.
 
@@ -32,7 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
-	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/k8s"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
@@ -310,7 +310,7 @@ func clusterCases(o clusterObjects) []clusterCase {
 	}
 }
 
-// runIndex runs a pkg/cluster/k8s Index against the control plane until the test
+// runIndex runs a pkg/k8s Index against the control plane until the test
 // ends, and waits for it to sync.
 func runIndex(t *testing.T, cp *ControlPlane, cfg k8s.Config) *k8s.Index {
 	t.Helper()

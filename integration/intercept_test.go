@@ -8,7 +8,7 @@ package integration
 // the local IPs via the node side, real iptables in both the nft and the
 // legacy backend, dig as the client and conntrack as the witness.
 //
-// TestInterceptPackage drives pkg/node/intercept in-process (on a thread inside
+// TestInterceptPackage drives pkg/intercept in-process (on a thread inside
 // the node namespace) with a test DNS server standing in for the agent's
 // listeners; TestInterceptAgent runs the nodedns binary with its flags.
 
@@ -29,7 +29,7 @@ import (
 	"time"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
-	"github.com/nodedns/nodedns/pkg/node/intercept"
+	"github.com/nodedns/nodedns/pkg/intercept"
 )
 
 const (
@@ -173,7 +173,7 @@ func (e *interceptEnv) ourRules(backend string, v6 bool) ([]string, error) {
 	return rules, nil
 }
 
-// wantRules is the rule table the agent installs (pkg/node/intercept) as
+// wantRules is the rule table the agent installs (pkg/intercept) as
 // iptables-save prints it, for one local IP.
 func wantRules(ip string) []struct{ prefix, target string } {
 	host := ip + "/32"
@@ -411,7 +411,7 @@ func interceptConfig(t *testing.T) intercept.Config {
 	}
 }
 
-// TestInterceptPackage exercises pkg/node/intercept against the real kernel in
+// TestInterceptPackage exercises pkg/intercept against the real kernel in
 // the node namespace, once per iptables backend.
 func TestInterceptPackage(t *testing.T) {
 	for _, backend := range backends {

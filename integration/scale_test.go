@@ -35,7 +35,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
-	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/k8s"
 )
 
 func envInt(name string, def int) int {
@@ -344,7 +344,7 @@ func startScaleAgentArgs(t *testing.T, upstream string, env []string, extra ...s
 	return a
 }
 
-// indexHeap runs a pkg/cluster/k8s Index in this process until it has synced and
+// indexHeap runs a pkg/k8s Index in this process until it has synced and
 // returns the heap it holds (after a GC, before and after) and how long the
 // sync took. SCALE_HEAPPROFILE names a file for a heap profile.
 func indexHeap(t *testing.T, cp *ControlPlane) (uint64, time.Duration) {

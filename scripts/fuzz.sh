@@ -27,7 +27,7 @@
 # without keeping an input (it does not build, or a seed fails); 2 usage;
 # 4 fewer targets than expected.
 # The first run builds instrumented test binaries, which takes minutes for
-# pkg/cluster/k8s (client-go); later runs reuse the build cache.
+# pkg/k8s (client-go); later runs reuse the build cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -8,8 +8,8 @@ import (
 	"os"
 
 	"github.com/nodedns/nodedns/internal/migrate"
-	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
 	"github.com/nodedns/nodedns/pkg/config"
+	"github.com/nodedns/nodedns/pkg/k8s/kubedns"
 )
 
 // Exit statuses of `nodedns migrate`.

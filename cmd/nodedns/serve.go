@@ -13,7 +13,7 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/agent"
 	"github.com/nodedns/nodedns/pkg/config"
-	"github.com/nodedns/nodedns/pkg/node/intercept"
+	"github.com/nodedns/nodedns/pkg/intercept"
 	"github.com/nodedns/nodedns/pkg/supervisor"
 )
 

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodedns/nodedns/internal/uninstall"
-	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/k8s"
 )
 
 // uninstallCmd is `nodedns uninstall stop-agents|await-cleanup`: the

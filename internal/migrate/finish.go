@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
 	"github.com/nodedns/nodedns/pkg/config"
+	"github.com/nodedns/nodedns/pkg/k8s/kubedns"
 	"github.com/nodedns/nodedns/pkg/query/dnsname"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // finish decides what depends on the whole file: addresses, the default

@@ -26,8 +26,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
 	"github.com/nodedns/nodedns/pkg/config"
+	"github.com/nodedns/nodedns/pkg/k8s/kubedns"
 )
 
 // Note is one thing migrate says about a line of the Corefile (or, with

@@ -13,22 +13,22 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nodedns/nodedns/pkg/cluster/k8s"
-	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/config"
-	"github.com/nodedns/nodedns/pkg/node/intercept"
-	"github.com/nodedns/nodedns/pkg/node/peers"
+	"github.com/nodedns/nodedns/pkg/intercept"
+	"github.com/nodedns/nodedns/pkg/intercept/peers"
+	"github.com/nodedns/nodedns/pkg/k8s"
+	"github.com/nodedns/nodedns/pkg/k8s/kubedns"
 	"github.com/nodedns/nodedns/pkg/observe/admin"
 	"github.com/nodedns/nodedns/pkg/observe/dnstap"
 	"github.com/nodedns/nodedns/pkg/observe/errlog"
 	"github.com/nodedns/nodedns/pkg/observe/metrics"
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
-	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/hosts"
 	"github.com/nodedns/nodedns/pkg/query/pipeline"
 	"github.com/nodedns/nodedns/pkg/query/server"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
 	"github.com/nodedns/nodedns/pkg/supervisor"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // Options are what the agent takes besides its configuration.

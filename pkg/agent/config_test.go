@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/config"
-	"github.com/nodedns/nodedns/pkg/query/cache"
 )
 
 func TestCacheMaxBytesConfig(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/nodedns/nodedns/pkg/observe/dnstap"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // upstreamTap is the forwarders' tap: the agent's taps, or none (a nil

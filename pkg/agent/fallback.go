@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/nodedns/nodedns/pkg/config"
-	"github.com/nodedns/nodedns/pkg/node/intercept"
+	"github.com/nodedns/nodedns/pkg/intercept"
 )
 
 // The DNS fallback (fallback-dns): while no process holds the agent's
 // sockets, the kernel sends pods' queries to other DNS servers
-// (pkg/node/intercept, fallback.go there). This file decides whether it is
+// (pkg/intercept, fallback.go there). This file decides whether it is
 // on and keeps its targets current: the addresses of fallback-dns, and the
 // servers of the Services it names (by default the cluster DNS Service) as
 // the cluster index knows them. The targets are computed again whenever

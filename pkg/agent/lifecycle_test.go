@@ -25,7 +25,7 @@ import (
 
 	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/config"
-	"github.com/nodedns/nodedns/pkg/node/intercept"
+	"github.com/nodedns/nodedns/pkg/intercept"
 )
 
 // fakeInterceptor records what the agent asks of the interception.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodedns/nodedns/pkg/node/peers"
+	"github.com/nodedns/nodedns/pkg/intercept/peers"
 	"github.com/nodedns/nodedns/pkg/observe/admin"
 	"github.com/nodedns/nodedns/pkg/observe/metrics"
 )
@@ -21,7 +21,7 @@ import (
 const defaultPeersRecheck = 5 * time.Second
 
 // checkPeers looks for other processes serving our DNS addresses
-// (pkg/node/peers), keeps the report for /ready, /stats and metrics, and logs
+// (pkg/intercept/peers), keeps the report for /ready, /stats and metrics, and logs
 // what changed since the last check.
 func (a *Agent) checkPeers(ctx context.Context) {
 	var addrs []netip.AddrPort

@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
 	"github.com/nodedns/nodedns/pkg/config"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/k8s/kubedns"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // upstreamBudget outlasts any exchange a replaced forwarder still carries

@@ -4,7 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/nodedns/nodedns/pkg/config"
-	"github.com/nodedns/nodedns/pkg/node/intercept"
+	"github.com/nodedns/nodedns/pkg/intercept"
 	"github.com/nodedns/nodedns/pkg/observe/metrics"
 )
 

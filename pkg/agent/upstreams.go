@@ -9,14 +9,14 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/nodedns/nodedns/pkg/cluster/k8s"
-	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/config"
-	"github.com/nodedns/nodedns/pkg/node/resolvconf"
-	"github.com/nodedns/nodedns/pkg/query/autopath"
-	"github.com/nodedns/nodedns/pkg/query/cache"
+	"github.com/nodedns/nodedns/pkg/k8s"
+	"github.com/nodedns/nodedns/pkg/k8s/kubedns"
+	"github.com/nodedns/nodedns/pkg/ndots"
 	"github.com/nodedns/nodedns/pkg/query/dnsname"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/resolvconf"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // upstreams resolves the upstream list: --upstream, else the nameservers
@@ -101,13 +101,13 @@ func readResolvConf(path string, log *slog.Logger) (resolvconf.File, error) {
 // resolv.conf (those after the cluster's).
 func searchDomains(cfg config.Config, zone string) []string {
 	if cfg.IsGiven("search") {
-		return autopath.Search(cfg.Search, zone)
+		return ndots.Search(cfg.Search, zone)
 	}
 	rc, err := resolvconf.ReadFile(cfg.ResolvConf)
 	if err != nil {
 		return nil
 	}
-	return autopath.Search(rc.Search, zone)
+	return ndots.Search(rc.Search, zone)
 }
 
 // newForwarder builds the upstream forwarder of cfg, with the kube-dns

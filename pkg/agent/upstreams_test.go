@@ -19,11 +19,11 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
-	"github.com/nodedns/nodedns/pkg/cluster/k8s"
-	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
 	"github.com/nodedns/nodedns/pkg/config"
+	"github.com/nodedns/nodedns/pkg/k8s"
+	"github.com/nodedns/nodedns/pkg/k8s/kubedns"
 	"github.com/nodedns/nodedns/pkg/query/stage"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

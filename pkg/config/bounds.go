@@ -9,9 +9,9 @@ import (
 	"github.com/miekg/dns"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
-	"github.com/nodedns/nodedns/pkg/node/resolvconf"
+	"github.com/nodedns/nodedns/pkg/k8s/kubedns"
 	"github.com/nodedns/nodedns/pkg/query/dnsname"
+	"github.com/nodedns/nodedns/pkg/resolvconf"
 )
 
 // Bounds of the settings. Every numeric setting has an upper bound (and a
@@ -90,12 +90,12 @@ const (
 	maxLocalIPs = 8
 	// maxUpstreams: each server is tried up to twice per exchange, with
 	// its own health, pools and figures; CoreDNS's forward takes at most
-	// 15. Stub domains: kube-dns ConfigMap's bounds (pkg/cluster/kubedns),
+	// 15. Stub domains: kube-dns ConfigMap's bounds (pkg/k8s/kubedns),
 	// for the zones of the file and the ConfigMap together.
 	maxUpstreams   = 15
 	maxStubZones   = kubedns.MaxStubZones
 	maxStubServers = kubedns.MaxStubServers
-	// The search list: kubelet's bounds for a pod's (pkg/node/resolvconf):
+	// The search list: kubelet's bounds for a pod's (pkg/resolvconf):
 	// each domain is one step of the walk of every query that walks.
 	maxSearch      = resolvconf.MaxSearch
 	maxSearchChars = resolvconf.MaxSearchChars

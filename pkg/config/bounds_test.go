@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/k8s/kubedns"
 )
 
 // TestBoundsEdges: each bound is inclusive (the value at it is taken, the

@@ -13,7 +13,7 @@ import (
 // clamps (keepttl, servfail, the denial minimum, serve_stale's modes and
 // policy, prefetch's window and percentage, disable): their values and
 // checks. The settings table (keys.go) declares the keys; pkg/agent maps
-// them onto pkg/query/cache.
+// them onto pkg/cache.
 
 // Serve-stale modes (serve-stale-mode) and policies (serve-stale-policy).
 const (

@@ -5,9 +5,9 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/nodedns/nodedns/pkg/cluster/k8s"
+	"github.com/nodedns/nodedns/pkg/k8s"
 	"github.com/nodedns/nodedns/pkg/query/dnsname"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // Values of --cluster-zone and --cluster-dns-protocol.

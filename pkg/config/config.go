@@ -123,7 +123,7 @@ type Config struct {
 	ClusterSyncWait Duration
 	Search          List
 
-	// Cluster zone options of CoreDNS's kubernetes plugin (pkg/cluster/k8s.Config).
+	// Cluster zone options of CoreDNS's kubernetes plugin (pkg/k8s.Config).
 	EndpointPodNames   bool
 	IgnoreEmptyService bool
 	NoEndpoints        bool

@@ -10,7 +10,7 @@
 //
 // Precedence: built-in defaults, then the file, then the flags given on the
 // command line. Values are checked with the checks of the packages that
-// will take them (pkg/query/upstream, pkg/query/hosts, pkg/cluster/k8s,
+// will take them (pkg/upstream, pkg/query/hosts, pkg/k8s,
 // ...) and against the bounds of bounds.go (every number has a range,
 // every list a length), so that a bad value is one line naming it before
 // anything starts;

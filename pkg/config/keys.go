@@ -14,11 +14,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/nodedns/nodedns/pkg/node/intercept"
-	"github.com/nodedns/nodedns/pkg/node/resolvconf"
+	"github.com/nodedns/nodedns/pkg/intercept"
 	"github.com/nodedns/nodedns/pkg/observe/metrics"
 	"github.com/nodedns/nodedns/pkg/query/hosts"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/resolvconf"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // Setting declares one setting of `nodedns serve`, once: its key in the
@@ -641,7 +641,7 @@ var crossChecks = []func(c *Config) error{
 	},
 }
 
-// clusterCheck validates the cluster zone settings together, as pkg/cluster/k8s
+// clusterCheck validates the cluster zone settings together, as pkg/k8s
 // will; it runs only when every setting passed its own check, since it
 // would report some of them again.
 func clusterCheck(c *Config) error { return c.ClusterSettings().Validate() }

@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/nodedns/nodedns/pkg/query/dnsname"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // The options of CoreDNS's forward for a group of servers: the default
 // upstreams (the upstream-* keys, flags but for upstream-next) and each
 // stub domain (the same names without "upstream-" in its map form), and
 // the groups chained behind them (next). What each does:
-// docs/upstreams.md; the forwarder's side: pkg/query/upstream
+// docs/upstreams.md; the forwarder's side: pkg/upstream
 // (failover.go, health.go, doh.go, hostnames.go).
 
 // Bounds of the forward options.

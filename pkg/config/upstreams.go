@@ -10,9 +10,9 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/k8s/kubedns"
 	"github.com/nodedns/nodedns/pkg/query/dnsname"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // StubDomain is one entry of the stub-domains key: in the file a list of

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 func loadFile(t *testing.T, content string, args ...string) (Config, error) {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/query/dnsname"
 	"github.com/nodedns/nodedns/pkg/query/stage"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
 	"github.com/nodedns/nodedns/pkg/query/view"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // Bounds of the views key: each view holds a forwarder and a cache of

@@ -11,7 +11,7 @@ import (
 
 // TestClusterZoneOptions checks the cluster zone options (CoreDNS's
 // kubernetes plugin options, for clusters that configured them there) as
-// flags and as config keys, and what they become for pkg/cluster/k8s.
+// flags and as config keys, and what they become for pkg/k8s.
 func TestClusterZoneOptions(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {

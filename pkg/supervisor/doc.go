@@ -17,7 +17,7 @@
 // When no child can serve for HangTimeout after the last one died (a
 // crash loop of the serving code, a child that cannot start), the
 // supervisor closes its sockets. With no socket on the addresses the
-// node's fallback rules (pkg/node/intercept) send the queries to the
+// node's fallback rules (pkg/intercept) send the queries to the
 // central cluster DNS instead of into a queue nobody reads; the sockets
 // are bound again when a child asks for them. The supervisor itself is
 // the one single point left: if it dies the child dies with it

@@ -16,7 +16,7 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/observe/hist"
 	"github.com/nodedns/nodedns/pkg/query/pipeline"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // This file exports CoreDNS 1.15's series (names, label names and

@@ -38,7 +38,7 @@
 // upstream.ServerStats, upstream.ForwarderStats, server.Stats,
 // intercept.Status, k8s.Stats: one type each, whose JSON names are the
 // /stats document's). Only the peers report, a list the agent groups by
-// kind from pkg/node/peers, comes as a struct defined here (PeerFigures).
+// kind from pkg/intercept/peers, comes as a struct defined here (PeerFigures).
 //
 // Limits: a namespace's figures start when it is first counted apart (its
 // queries before count under "other"); the QPS windows count whole seconds

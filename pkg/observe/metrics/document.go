@@ -6,12 +6,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/nodedns/nodedns/pkg/cluster/k8s"
-	"github.com/nodedns/nodedns/pkg/node/intercept"
+	"github.com/nodedns/nodedns/pkg/cache"
+	"github.com/nodedns/nodedns/pkg/intercept"
+	"github.com/nodedns/nodedns/pkg/k8s"
 	"github.com/nodedns/nodedns/pkg/observe/dnstap"
-	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // Document is the /stats JSON document, read by `nodedns stats`. Sections

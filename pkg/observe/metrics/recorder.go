@@ -15,14 +15,14 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nodedns/nodedns/pkg/cluster/k8s"
-	"github.com/nodedns/nodedns/pkg/node/intercept"
+	"github.com/nodedns/nodedns/pkg/cache"
+	"github.com/nodedns/nodedns/pkg/intercept"
+	"github.com/nodedns/nodedns/pkg/k8s"
 	"github.com/nodedns/nodedns/pkg/observe/dnstap"
-	"github.com/nodedns/nodedns/pkg/query/cache"
 	"github.com/nodedns/nodedns/pkg/query/pipeline"
 	"github.com/nodedns/nodedns/pkg/query/server"
 	"github.com/nodedns/nodedns/pkg/query/stage"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // Config configures a Recorder. Zero values take the defaults named.
@@ -109,7 +109,7 @@ type PodInfo struct {
 }
 
 // PeerFigures are the other processes found serving the agent's DNS
-// addresses (pkg/node/peers): nodedns agents (a rolling update), foreign DNS
+// addresses (pkg/intercept/peers): nodedns agents (a rolling update), foreign DNS
 // servers (which keep the agent not ready), and sockets whose server could
 // not be identified. Each entry describes one address and protocol.
 type PeerFigures struct {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/nodedns/nodedns/internal/conformance"
 	"github.com/nodedns/nodedns/internal/dnstest"
-	"github.com/nodedns/nodedns/pkg/query/cache"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/cache"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // The protocol conformance table (internal/conformance: RFC 8906 sections

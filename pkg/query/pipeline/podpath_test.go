@@ -1,7 +1,7 @@
 package pipeline
 
-// The pod's path with the real pieces: the pkg/cluster/k8s index (over a fake
-// clientset, synced by its own informers), the pkg/query/cache cache in front of
+// The pod's path with the real pieces: the pkg/k8s index (over a fake
+// clientset, synced by its own informers), the pkg/cache cache in front of
 // a scripted upstream, and a client that is a pod on this node. These pin
 // what a pod's queries cost on the reader (search-path shortcuts, pod
 // records, PTR) and benchmark them next to a plain cache hit.
@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/nodedns/nodedns/pkg/cluster/k8s"
-	"github.com/nodedns/nodedns/pkg/query/cache"
+	"github.com/nodedns/nodedns/pkg/cache"
+	"github.com/nodedns/nodedns/pkg/k8s"
 	"github.com/nodedns/nodedns/pkg/query/server"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )

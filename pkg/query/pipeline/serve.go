@@ -9,7 +9,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/nodedns/nodedns/pkg/query/autopath"
+	"github.com/nodedns/nodedns/pkg/ndots"
 	"github.com/nodedns/nodedns/pkg/query/dnswire"
 	"github.com/nodedns/nodedns/pkg/query/server"
 	"github.com/nodedns/nodedns/pkg/query/stage"
@@ -241,7 +241,7 @@ func (p *Pipeline) searchPath(dst []byte, c *call, ns string) ([]byte, server.Ve
 			return out, server.Reply, true
 		}
 	}
-	base, ok := autopath.Split(c.name, ns, p.cfg.Cluster.Zone())
+	base, ok := ndots.Split(c.name, ns, p.cfg.Cluster.Zone())
 	switch {
 	case !ok:
 		return dst, 0, false

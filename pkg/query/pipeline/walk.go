@@ -7,7 +7,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/miekg/dns"
 
-	"github.com/nodedns/nodedns/pkg/query/autopath"
+	"github.com/nodedns/nodedns/pkg/ndots"
 	"github.com/nodedns/nodedns/pkg/query/dnsname"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
@@ -54,7 +54,7 @@ func (p *Pipeline) missedExpansion(c *call, ns string) {
 		zone := p.cfg.Cluster.Zone()
 		if name != zone && dnsname.InZone(name, zone) {
 			c.expansion = true
-			if base, ok := autopath.Split(name, ns, zone); ok {
+			if base, ok := ndots.Split(name, ns, zone); ok {
 				c.search, c.searchCut, c.searchWon = true, len(name)-len(base), -1
 				c.searchList = 4 + len(search)
 			}
@@ -90,7 +90,7 @@ func (p *Pipeline) missedExpansion(c *call, ns string) {
 // client no longer sends for this type.
 func (p *Pipeline) walk(c *call, ns, base string) (m *dns.Msg, steps, saved int, st walkStatus) {
 	set := p.walkConf()
-	names := autopath.Walk(base, ns, p.cfg.Cluster.Zone(), set.search)
+	names := ndots.Walk(base, ns, p.cfg.Cluster.Zone(), set.search)
 	c.searchList = len(names)
 	qtype := c.q.Type
 	// The key holds the namespace: one namespace's result is never

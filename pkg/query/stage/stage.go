@@ -6,9 +6,9 @@
 // the cluster's generation), so that no wrapper can silently take a slower
 // path by forgetting a method.
 //
-// It holds types only. The stages (pkg/query/cache, pkg/query/upstream,
+// It holds types only. The stages (pkg/cache, pkg/upstream,
 // pkg/query/hosts, pkg/query/rewrite, pkg/query/builtin, pkg/query/acl,
-// pkg/query/template, pkg/cluster/k8s) may import it; they
+// pkg/query/template, pkg/k8s) may import it; they
 // never import each other or the pipeline, and the agent wires them.
 //
 // Conventions shared by every stage:
@@ -132,7 +132,7 @@ type Hosts interface {
 }
 
 // Cluster is the local authority for the cluster zone and for the reverse
-// names of the cluster IPs it knows (pkg/cluster/k8s).
+// names of the cluster IPs it knows (pkg/k8s).
 type Cluster interface {
 	// Lookup answers (name, qtype), on the reader: a map lookup, never a
 	// scan. ok is false when the name is not one the cluster answers
@@ -159,7 +159,7 @@ type Pods interface {
 }
 
 // Resolver answers external names: a cache in front of the upstreams
-// (pkg/query/cache).
+// (pkg/cache).
 type Resolver interface {
 	// AppendHit appends the cached reply for the question to dst when a
 	// fresh one exists, on the reader: ID zero, lower-case question,
@@ -190,7 +190,7 @@ type StoredHit interface {
 	Hit() (ttl uint32, ok bool)
 }
 
-// Exchanger forwards a query as it is, for o (pkg/query/upstream): what
+// Exchanger forwards a query as it is, for o (pkg/upstream): what
 // the cache asks of the upstreams, and what the pipeline asks of the
 // cluster DNS before the cluster has synced.
 type Exchanger interface {

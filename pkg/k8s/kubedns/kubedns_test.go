@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodedns/nodedns/pkg/cluster/kubedns"
+	"github.com/nodedns/nodedns/pkg/k8s/kubedns"
 )
 
 // mount lays files out as kubelet mounts a ConfigMap: the data in a

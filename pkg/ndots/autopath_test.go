@@ -1,4 +1,4 @@
-package autopath
+package ndots
 
 import (
 	"reflect"

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 // TestMoved: which names a new forwarder sends elsewhere, or otherwise,

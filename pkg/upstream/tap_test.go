@@ -11,7 +11,7 @@ import (
 
 	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/query/stage"
-	"github.com/nodedns/nodedns/pkg/query/upstream"
+	"github.com/nodedns/nodedns/pkg/upstream"
 )
 
 type forwarded struct {

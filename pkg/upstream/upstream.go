@@ -17,7 +17,7 @@
 // is down, zones excepted, the read timeout, the health probes, the idle
 // lifetime of connections (failover.go, health.go).
 //
-// It does not cache: pkg/query/cache sits in front of it. A reply is only ever
+// It does not cache: pkg/cache sits in front of it. A reply is only ever
 // accepted when its ID and question match what was sent, so a spoofed or
 // stray datagram cannot poison the cache behind it, and it is cut down to
 // what answers the question (minimal.go) before anyone sees it.

@@ -7,7 +7,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
-	"github.com/nodedns/nodedns/pkg/query/cache"
+	"github.com/nodedns/nodedns/pkg/cache"
 )
 
 // TestCNAMEOnlyReply: a NOERROR reply whose CNAME chain does not reach the

@@ -5,7 +5,7 @@
 //
 // It is pure: it knows nothing of where answers come from. The pipeline owns
 // the walk itself (which answer wins, what the client gets back).
-package autopath
+package ndots
 
 import (
 	"strings"

@@ -8,7 +8,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/nodedns/nodedns/pkg/node/peers"
+	"github.com/nodedns/nodedns/pkg/intercept/peers"
 )
 
 // ShouldTeardown is the one place that decides whether an exiting agent
