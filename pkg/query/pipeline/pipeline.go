@@ -1,7 +1,7 @@
 // Package pipeline answers DNS queries. It decides, in one place
 // (lookup, serve.go), the order of the stages: name rewrites, then for a
-// pod of this node the search-path walk (or a shortcut kept from an
-// earlier one), static records, the cluster zone, cache and upstream, and
+// pod of this node the search path (pkg/ndots, called once a query:
+// search.go gives it the stage order and the access list), static records, the cluster zone, cache and upstream, and
 // where the CoreDNS plugins around them run (plugins.go: local and chaos
 // first, the access list after rewrites, templates before static records,
 // header rules and minimal answers on the stages' replies); and it turns
@@ -15,9 +15,9 @@
 // stage that could block (an upstream exchange, the cluster DNS before the
 // cluster synced) is where the no-wait run stops.
 //
-// It keeps what makes repeated answers cheap: cluster and static replies
-// packed (packed.go), the search-path walk's decisions (walk.go) and the
-// replies built from them in wire form (shortcut.go). It also owns the
+// It keeps cluster and static replies packed (packed.go), which makes
+// repeated answers cheap; the search path keeps its own decisions and
+// shortcut replies (pkg/ndots). It also owns the
 // failure log of SERVFAIL replies (failures.go), the forwarding-loop probe
 // (loop.go) and the routing of some zones to a resolver of their own
 // (route.go). The stages are the interfaces of pkg/query/stage; this
@@ -31,6 +31,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nodedns/nodedns/pkg/ndots"
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
@@ -142,16 +143,14 @@ type Pipeline struct {
 	log   *slog.Logger
 	route *router // nil: every name goes to cfg.Resolver
 	views *views  // nil: none
-	memo  *walkMemo
-	// shortcuts keeps search-path shortcut replies in wire form
-	// (shortcut.go).
-	shortcuts *shortcutTable
+	// search is the search path of this node's pods: the walk, its
+	// decisions and the shortcut replies (pkg/ndots; search.go).
+	search *ndots.SearchPath
 	// packed holds cluster and static replies in wire form (packed.go).
 	packed *packedCache
 	// epoch is when the pipeline was made; ages are measured from it on
 	// the monotonic clock (see mono).
-	epoch   time.Time
-	walkSet atomic.Pointer[walkSettings]
+	epoch time.Time
 	// rewriter rewrites query names first; nil: none.
 	rewriter atomic.Pointer[rewriterBox]
 	// plugins are the CoreDNS plugins around the stages; nil: none.
@@ -177,7 +176,8 @@ func New(cfg Config) (*Pipeline, error) {
 	// the request path (docs/logging.md), from before the transport and
 	// the pipeline were two packages.
 	p := &Pipeline{cfg: cfg, log: cfg.Logger.With("component", "server"),
-		memo: newWalkMemo(10000, cfg.AutopathMemo), packed: newPackedCache(16384, 8<<20), shortcuts: newShortcutTable(scEntries, scBytes)}
+		packed: newPackedCache(16384, 8<<20),
+		search: ndots.New(cfg.Cluster, cfg.AutopathMemo, ndots.Settings{Autopath: cfg.Autopath, Search: cfg.Search})}
 	var err error
 	if cfg.Route != nil {
 		r, err := newRouter(*cfg.Route)
@@ -191,7 +191,6 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	p.epoch = time.Now()
 	p.loop.name.Store("")
-	p.walkSet.Store(&walkSettings{autopath: cfg.Autopath, search: cfg.Search})
 	p.SetRewriter(cfg.Rewriter)
 	p.SetPlugins(cfg.Plugins)
 	p.loadBalance.Store(cfg.LoadBalance)
@@ -206,8 +205,7 @@ func New(cfg Config) (*Pipeline, error) {
 // replies stay: each is checked against its stage's message on every use.
 func (p *Pipeline) Invalidate() {
 	p.conf.Add(1)
-	p.memo.c.Purge()
-	p.shortcuts.purge()
+	p.search.Purge()
 }
 
 // confGeneration moves whenever a search-path decision or shortcut built

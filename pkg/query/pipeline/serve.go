@@ -60,13 +60,10 @@ type call struct {
 	// OPT record the stored reply ends with (a cache hit whose upstream
 	// sent EDE options): finish makes it the reply's own.
 	optAt int
-	// What the Event reports of the search path and the upstream
-	// (pipeline.Event): search is set for a first expansion; searchCut is
-	// the length of `.<ns>.svc.<zone>` at the end of c.name; searchList
-	// and searchWinner as the Event's.
-	upstream                         int
-	expansion, search                bool
-	searchCut, searchList, searchWon int
+	// What the Event reports of the upstream (how many exchanges) and of
+	// the search path (pkg/ndots's figures).
+	upstream int
+	sp       ndots.Figures
 }
 
 // Answer implements server.Handler: it answers req on the reader when no
@@ -219,49 +216,6 @@ func (p *Pipeline) rewrite(dst []byte, c *call) (out []byte, done bool) {
 		c.name, c.revert = to, revert
 	}
 	return dst, false
-}
-
-// searchPath answers c, from a pod of namespace ns, when it is the first
-// expansion of the pod's search list: from a shortcut kept from an
-// earlier query, the name itself where it exists as asked (asAsked), or
-// the walk. done is
-// false when c is no such expansion, or the walk cannot decide (an
-// expansion failed): c is then answered as asked and the client walks its
-// list itself, exactly as without autopath.
-func (p *Pipeline) searchPath(dst []byte, c *call, ns string) ([]byte, server.Verdict, bool) {
-	// The wire-form shortcuts and packed answers are kept for names as
-	// asked. A shortcut is looked for first: one kept for ns says c is an
-	// expansion of ns's list (it was built for one), which saves
-	// splitting the name (reading the namespace's bytes) on every
-	// shortcut.
-	// Shortcuts are kept per namespace, not per view: not taken when
-	// views are configured.
-	if c.revert == nil && p.views == nil {
-		if out, ok := p.shortcutHit(dst, c, ns); ok {
-			return out, server.Reply, true
-		}
-	}
-	base, ok := ndots.Split(c.name, ns, p.cfg.Cluster.Zone())
-	switch {
-	case !ok:
-		return dst, 0, false
-	case c.revert == nil:
-		if out, ok := p.asAsked(dst, c); ok {
-			return out, server.Reply, true
-		}
-	case !c.wait:
-		// A rewritten name: walked off the reader, its reply mapped back.
-		return dst, server.Wait, true
-	}
-	c.expansion, c.search, c.searchCut, c.searchWon = true, true, len(c.name)-len(base), -1
-	m, steps, saved, st := p.walk(c, ns, base)
-	switch st {
-	case walkWait:
-		return dst, server.Wait, true
-	case walkDone:
-		return p.send(dst, c, m, stage.SourceAutopath, steps, saved), server.Reply, true
-	}
-	return dst, 0, false
 }
 
 // answer answers c as asked, through the stage order.
@@ -589,13 +543,13 @@ func (p *Pipeline) observe(c *call, src stage.Source, rcode, steps, saved int, r
 		ev.Namespace = p.origin(c).Namespace
 	}
 	if ev.Namespace != "" {
-		if !c.expansion && rcode == dns.RcodeNameError {
-			p.missedExpansion(c, ev.Namespace)
+		if !c.sp.Expansion && rcode == dns.RcodeNameError {
+			c.sp = p.search.Missed(c.name, ev.Namespace)
 		}
-		ev.Expansion = c.expansion
-		if c.search {
-			ev.SearchBase = c.name[:len(c.name)-c.searchCut]
-			ev.SearchList, ev.SearchWinner = c.searchList, c.searchWon
+		ev.Expansion = c.sp.Expansion
+		if c.sp.First {
+			ev.SearchBase = c.sp.Base(c.name)
+			ev.SearchList, ev.SearchWinner = c.sp.List, c.sp.Won
 		}
 	}
 	p.cfg.Observer.Observe(ev)

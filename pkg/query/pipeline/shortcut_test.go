@@ -12,6 +12,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/pkg/cache"
+	"github.com/nodedns/nodedns/pkg/ndots"
 	"github.com/nodedns/nodedns/pkg/query/server"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
@@ -150,9 +151,8 @@ func (e *scEnv) askFrom(t *testing.T, client netip.Addr, name string, qtype uint
 	defer func() { e.s.cfg.Observer = nil }()
 	r := new(server.Request)
 	r.Read("udp", 0, client, time.Now(), packet(t, name, qtype, false))
-	k := scKey{name: strings.ToLower(name), qtype: qtype}
-	h := e.s.shortcuts.hash(k)
-	kept := e.s.shortcuts.get(h, k)
+	asked := strings.ToLower(name)
+	kept := e.s.search.Kept(asked, qtype, 0)
 	out, v := e.s.Answer(make([]byte, 0, 4096), r)
 	if v == server.Wait {
 		out = e.s.Resolve(context.Background(), nil, r)
@@ -163,7 +163,7 @@ func (e *scEnv) askFrom(t *testing.T, client netip.Addr, name string, qtype uint
 	}
 	// From the shortcut: answered on the reader by the entry that was
 	// kept before (a failed check removes it; a rebuild is another one).
-	return m, kept != nil && v == server.Reply && ev.last().Source == stage.SourceAutopath && e.s.shortcuts.get(h, k) == kept
+	return m, kept != nil && v == server.Reply && ev.last().Source == stage.SourceAutopath && e.s.search.Kept(asked, qtype, 0) == kept
 }
 
 // warm asks name until the reply comes from a kept shortcut (the first
@@ -281,7 +281,7 @@ func TestShortcutSearchPathChange(t *testing.T) {
 	const name = "api.example.com.team-a.svc.cluster.local."
 	e.warm(t, name, dns.TypeA)
 	e.s.SetSearchPath(true, nil)
-	if n := e.s.shortcuts.len(); n != 0 {
+	if n := e.s.search.Shortcuts(); n != 0 {
 		t.Fatalf("%d shortcuts kept across a new search list", n)
 	}
 	ev := &events{}
@@ -317,7 +317,7 @@ func TestShortcutAddressReused(t *testing.T) {
 // expires at once, every query is walked.
 func TestShortcutFollowsMemo(t *testing.T) {
 	e := newSCEnv(t, nil)
-	e.s.memo.ttl = time.Nanosecond
+	e.s.search = ndots.New(e.s.cfg.Cluster, time.Nanosecond, *e.s.search.Settings())
 	for i := 0; i < 3; i++ {
 		if m, sc := e.ask(t, "db.team-b.team-a.svc.cluster.local.", dns.TypeA); sc || cnameTarget(m) != "db.team-b.svc.cluster.local." {
 			t.Fatalf("query %d: shortcut %v, %v", i, sc, m)

@@ -29,8 +29,8 @@ func TestSplit(t *testing.T) {
 	}
 }
 
-func TestWalk(t *testing.T) {
-	got := Walk("api.example.com", "team-a", "cluster.local.", []string{"corp.example.", "", "."})
+func TestExpansions(t *testing.T) {
+	got := Expansions("api.example.com", "team-a", "cluster.local.", []string{"corp.example.", "", "."})
 	want := []string{
 		"api.example.com.team-a.svc.cluster.local.",
 		"api.example.com.svc.cluster.local.",
@@ -39,7 +39,7 @@ func TestWalk(t *testing.T) {
 		"api.example.com.",
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("Walk = %q, want %q", got, want)
+		t.Fatalf("Expansions = %q, want %q", got, want)
 	}
 }
 

@@ -1,13 +1,11 @@
-package pipeline
+package ndots
 
 import (
 	"hash/maphash"
-	"strings"
 	"sync/atomic"
 
 	"github.com/miekg/dns"
 
-	"github.com/nodedns/nodedns/pkg/query/dnswire"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
@@ -24,7 +22,7 @@ import (
 //
 // A kept reply is served only while everything it was built from still
 // holds:
-//   - the walk's decision (walkMemo entry): it dies when the memo forgets,
+//   - the walk's decision (Memo decision): it dies when the memo forgets,
 //     replaces, evicts or purges it, and when it expires, so A and AAAA
 //     keep following one decision;
 //   - the search-path settings (a reload changes the pointer);
@@ -68,12 +66,13 @@ type scKey struct {
 	flags uint8 // DO, CD: a cached winner depends on them
 }
 
-func scFlags(c *call) uint8 {
+// Flags are a query's DO and CD bits as the shortcut key holds them.
+func Flags(do, cd bool) uint8 {
 	var f uint8
-	if c.q.DO {
+	if do {
 		f |= 1
 	}
-	if c.q.CD() {
+	if cd {
 		f |= 2
 	}
 	return f
@@ -88,8 +87,8 @@ type scEntry struct {
 	// ns is the client's namespace, the string the Pods source gave (the
 	// same string on the next query, so comparing it reads no memory).
 	ns   string
-	set  *walkSettings
-	memo *memoEntry
+	set  *Settings
+	memo *Decision
 	// gen is the cluster Generation the entry was last checked at.
 	gen atomic.Uint64
 	// winHit is the cache's stored reply for a cached winner: a query
@@ -132,7 +131,7 @@ func (e *scEntry) cost() int64 {
 // A new entry takes its key's old slot, else an empty one, else one whose
 // decision has died, else the bucket's slots in turn; past the byte
 // budget, insertions clear slots across the table in turn until it fits.
-// So an entry goes when its decision dies (shortcutHit drops it then) or
+// So an entry goes when its decision dies (hit drops it then) or
 // when its bucket or the budget needs the room, not in LRU order.
 type shortcutTable struct {
 	seed    maphash.Seed
@@ -255,124 +254,3 @@ func (t *shortcutTable) len() int {
 	return n
 }
 
-// clusterGen returns the cluster's generation (0: it cannot tell, and
-// every check of a shortcut asks the cluster again).
-func (p *Pipeline) clusterGen() uint64 { return p.cfg.Cluster.Generation() }
-
-// shortcutHit appends the kept shortcut reply to c, from a pod in
-// namespace ns, when there is one for ns and it still holds. One kept for
-// another namespace is not c's (c is no expansion of ns's list) and stays.
-func (p *Pipeline) shortcutHit(dst []byte, c *call, ns string) ([]byte, bool) {
-	k := scKey{name: c.q.Name, qtype: c.q.Type, flags: scFlags(c)}
-	e := p.shortcuts.get(p.shortcuts.hash(k), k)
-	if e == nil {
-		return dst, false
-	}
-	if e.ns != ns {
-		return dst, false
-	}
-	if e.set != p.walkConf() || !e.memo.alive(c.req.Received.UnixNano()) || e.memo.conf != p.confGeneration() || !p.clusterStillHolds(e, c) {
-		p.shortcuts.remove(e)
-		return dst, false
-	}
-	if !p.aclSteps(c, e.steps, c.q.Type) {
-		// Another client of the namespace may still use it.
-		return dst, false
-	}
-	start := len(dst)
-	if e.cluster == nil {
-		// The winner's hit first: it is what may end the shortcut.
-		ttl, ok := e.winHit.Hit()
-		if !ok {
-			p.shortcuts.remove(e)
-			return dst, false
-		}
-		dst = append(dst, e.wire...)
-		dnswire.PutTTLs(dst[start:], e.ttls, ttl)
-	} else {
-		dst = append(dst, e.wire...)
-	}
-	if e.idx() > 0 {
-		c.ede.add(dns.ExtendedErrorCodeSynthesized, edeTextSearch)
-	}
-	c.expansion, c.search, c.searchList, c.searchWon = true, true, e.list, e.idx()
-	c.searchCut = 1 + len(ns) + len(".svc.") + len(p.cfg.Cluster.Zone())
-	dst = p.finish(dst, start, c, dns.RcodeSuccess)
-	p.observe(c, stage.SourceAutopath, dns.RcodeSuccess, 1, e.idx(), dst[start:])
-	return dst, true
-}
-
-// clusterStillHolds reports whether the cluster still answers as it did
-// when e was built: nothing changed since (the generation), or every
-// earlier step in the zone is still NXDOMAIN and a cluster winner still has
-// the same message. An earlier step that now exists ends the decision: the
-// name is walked again.
-func (p *Pipeline) clusterStillHolds(e *scEntry, c *call) bool {
-	gen := p.clusterGen()
-	if gen != 0 && e.gen.Load() == gen {
-		return true
-	}
-	if !p.stepsStillMissing(e.steps[:e.idx()], c.q.Type) {
-		p.memo.forget(e.memo)
-		return false
-	}
-	if e.cluster != nil {
-		res, ok := p.cfg.Cluster.Lookup(e.steps[e.idx()], c.q.Type)
-		if !ok || res.NotSynced || res.ExternalTarget != "" || res.Msg != e.cluster {
-			return false
-		}
-	}
-	e.gen.Store(gen)
-	return true
-}
-
-// keepShortcut keeps m, the reply walk built on the reader for c from the
-// memo entry me and the winner's answer a (steps: the walk's names up to
-// the winner), as a shortcut, when a is the cluster's or a cached one (a
-// static record is answered, not kept). gen is the cluster generation
-// read before any answer was.
-func (p *Pipeline) keepShortcut(c *call, ns string, set *walkSettings, me *memoEntry, steps []string, a answer, m *dns.Msg, gen uint64) {
-	if a.Source != stage.SourceCluster && a.stored == nil {
-		return
-	}
-	wire, err := p.pack(nil, c, m)
-	if err != nil {
-		return // answered all the same, packed again by send
-	}
-	ttls, err := dnswire.TTLOffsets(wire)
-	if err != nil {
-		return
-	}
-	k := scKey{name: strings.Clone(c.q.Name), qtype: c.q.Type, flags: scFlags(c)}
-	e := &scEntry{h: p.shortcuts.hash(k), key: k, ns: ns, set: set, memo: me, steps: steps, list: c.searchList, wire: wire, ttls: ttls}
-	if a.Source == stage.SourceCluster {
-		e.cluster = a.Msg
-	} else {
-		if len(ttls) == 0 {
-			return // nothing to count down
-		}
-		e.winHit = a.stored
-	}
-	e.gen.Store(gen)
-	p.shortcuts.add(e, c.req.Received.UnixNano())
-}
-
-// asAsked answers c, a walk candidate, when the name asked exists as it
-// is in a stage that holds its own records, asked in the stage order
-// (held: templates and static records before the cluster zone): the
-// walk's first step wins, whatever the type (a name exists or not for
-// every type alike), and the reply is that stage's answer itself, no
-// CNAME: what the client gets without autopath. This is a pod's short
-// name for a Service of its own namespace. What is not at hand (a cluster
-// name before the sync or an ExternalName, a template's CNAME targets on
-// the reader) and a name error are left to the walk.
-func (p *Pipeline) asAsked(dst []byte, c *call) ([]byte, bool) {
-	a, ok := p.held(c, c.name, c.q.Type)
-	if !ok || a.wait || a.NotSynced || a.ExternalTarget != "" || a.Msg.Rcode == dns.RcodeNameError {
-		return dst, false
-	}
-	if a.stable {
-		return p.sendPacked(dst, c, a.Msg, a.Source), true
-	}
-	return p.send(dst, c, a.Msg, a.Source, 0, 0), true
-}

@@ -1,10 +1,3 @@
-// Package autopath computes the server-side search-path walk ("autopath") for
-// a query from a pod: whether the query is the first expansion of a pod's
-// search list, and which names the walk visits, in the order a glibc or musl
-// client with `ndots:5` would have asked them.
-//
-// It is pure: it knows nothing of where answers come from. The pipeline owns
-// the walk itself (which answer wins, what the client gets back).
 package ndots
 
 import (
@@ -30,11 +23,11 @@ func Split(name, ns, zone string) (base string, ok bool) {
 	return name[:len(name)-n-1], true
 }
 
-// Walk returns the names the search list expands base to, in order:
+// Expansions returns the names the search list expands base to, in order:
 // `<base>.<ns>.svc.<zone>`, `<base>.svc.<zone>`, `<base>.<zone>`, then
 // `<base>.<d>` for each extra search domain d, and finally `<base>.`.
 // zone and every d are lower-case FQDNs; an empty or root d is skipped.
-func Walk(base, ns, zone string, search []string) []string {
+func Expansions(base, ns, zone string, search []string) []string {
 	out := make([]string, 0, 4+len(search))
 	out = append(out, base+"."+ns+".svc."+zone, base+".svc."+zone, base+"."+zone)
 	for _, d := range search {
@@ -67,4 +60,26 @@ func Search(resolvConfSearch []string, zone string) []string {
 		out = append(out, d)
 	}
 	return out
+}
+
+// Missed reports whether name, an NXDOMAIN a pod of namespace ns got for a
+// query the walk did not take up, is a search-path expansion: a name under
+// one of the pod's search domains, the cluster zone (the first three) or
+// the node's (search). first is set, with the length of the suffix
+// `.<ns>.svc.<zone>`, for the pod's first expansion `<base>.<ns>.svc.<zone>`
+// (which the pod then walks itself: autopath is off, or the walk could
+// not decide). zone is "" when there is no cluster zone.
+func Missed(name, ns, zone string, search []string) (expansion, first bool, cut int) {
+	if zone != "" && name != zone && dnsname.InZone(name, zone) {
+		if base, ok := Split(name, ns, zone); ok {
+			return true, true, len(name) - len(base)
+		}
+		return true, false, 0
+	}
+	for _, d := range search {
+		if name != d && dnsname.InZone(name, d) {
+			return true, false, 0
+		}
+	}
+	return false, false, 0
 }
