@@ -506,7 +506,7 @@ func (e *apEnv) startAgent(t *testing.T, autopath bool, addrs ...string) (*proc,
 	args = append(args, strings.Fields(os.Getenv("NODEDNS_AUTOPATH_AGENT_ARGS"))...)
 	args = append(args, e.agentArgs...)
 	label := fmt.Sprintf("nodedns (autopath=%v, %s)", autopath, strings.Join(addrs, ","))
-	p := &proc{Name: label, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{Name: label, out: &dnstest.SyncBuffer{}, done: make(chan struct{})}
 	p.Cmd = exec.Command(nodednsBin, args...)
 	p.Cmd.Stdout, p.Cmd.Stderr = p.out, p.out
 	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -534,7 +534,7 @@ func (e *apEnv) waitAgent(t *testing.T, agent *proc, adminAddr string, autopath 
 	t.Helper()
 	hc := &http.Client{Timeout: 2 * time.Second}
 	defer hc.CloseIdleConnections()
-	eventually(t, 30*time.Second, "agent ready", func() error {
+	dnstest.Eventually(t, 30*time.Second, "agent ready", func() error {
 		if agent.Exited() {
 			return fmt.Errorf("%s exited: %v\n%s", agent.Name, agent.err, agent.Output())
 		}
@@ -566,7 +566,7 @@ func (e *apEnv) waitAgent(t *testing.T, agent *proc, adminAddr string, autopath 
 		}{podB, "web." + e.nsA + "." + e.nsB + ".svc." + apZone + ".", "web." + e.nsA + ".svc." + apZone + "."})
 	}
 	for _, c := range probes {
-		eventually(t, 30*time.Second, "agent knows the pod in "+c.ns.Name, func() error {
+		dnstest.Eventually(t, 30*time.Second, "agent knows the pod in "+c.ns.Name, func() error {
 			r := apDigQuery(t, c.ns, false, c.name, "A")
 			if r.status != "NOERROR" || len(r.chain) == 0 || r.chain[0] != c.name+" CNAME "+c.to {
 				return fmt.Errorf("%s: %s", c.name, r)
@@ -927,7 +927,7 @@ func (e *apEnv) checkVanished(t *testing.T) {
 	name := fmt.Sprintf("gone%d", time.Now().UnixNano()%1e6)
 	ip := apCreateService(t, e.cp.Client, e.nsB, name)
 	fqdn := name + "." + e.nsB + ".svc." + apZone + "."
-	eventually(t, 15*time.Second, "the agent knows "+fqdn, func() error {
+	dnstest.Eventually(t, 15*time.Second, "the agent knows "+fqdn, func() error {
 		if r := apDigQuery(t, e.podA, false, fqdn, "A"); r.status != "NOERROR" || !slices.Equal(r.addrs, []string{ip}) {
 			return fmt.Errorf("%s A: %s", fqdn, r)
 		}
@@ -943,7 +943,7 @@ func (e *apEnv) checkVanished(t *testing.T) {
 	if err := c.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("deleting service %s: %v", name, err)
 	}
-	eventually(t, 15*time.Second, "the agent forgets "+fqdn, func() error {
+	dnstest.Eventually(t, 15*time.Second, "the agent forgets "+fqdn, func() error {
 		if r := apDigQuery(t, e.podA, false, fqdn, "A"); r.status != "NXDOMAIN" {
 			return fmt.Errorf("%s A: %s", fqdn, r)
 		}

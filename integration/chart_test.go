@@ -40,6 +40,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 const chartDir = "../deploy/helm/nodedns"
@@ -212,7 +214,7 @@ func installCRDFiles(t *testing.T, s *ssa, files []string) {
 	}
 	s.applyAll(crds)
 	for _, c := range crds {
-		eventually(t, 30*time.Second, "CRD "+c.GetName()+" established", func() error {
+		dnstest.Eventually(t, 30*time.Second, "CRD "+c.GetName()+" established", func() error {
 			r, _ := s.resource(c)
 			got, err := r.Get(s.ctx, c.GetName(), metav1.GetOptions{})
 			if err != nil {
@@ -270,7 +272,7 @@ func TestDeployChart(t *testing.T) {
 			t.Errorf("rendering holds %d %s, want at least %d: %v", kinds[k], k, n, kinds)
 		}
 	}
-	eventually(t, 30*time.Second, "namespace kube-system and PriorityClass system-node-critical", func() error {
+	dnstest.Eventually(t, 30*time.Second, "namespace kube-system and PriorityClass system-node-critical", func() error {
 		if _, err := cp.Client.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{}); apierrors.IsNotFound(err) {
 			_, err = cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-system"}}, metav1.CreateOptions{})
 			if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -371,7 +373,7 @@ func TestDeployChart(t *testing.T) {
 			}
 			return r.Status.Allowed
 		}
-		eventually(t, 10*time.Second, sa+" may delete daemonsets/nodedns", func() error {
+		dnstest.Eventually(t, 10*time.Second, sa+" may delete daemonsets/nodedns", func() error {
 			if !can("delete", "apps", "daemonsets", "nodedns") {
 				return errors.New("denied")
 			}

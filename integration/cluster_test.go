@@ -343,7 +343,7 @@ func runIndex(t *testing.T, cp *ControlPlane, cfg k8s.Config) *k8s.Index {
 			t.Errorf("index did not stop")
 		}
 	})
-	eventually(t, 30*time.Second, "index synced", func() error {
+	dnstest.Eventually(t, 30*time.Second, "index synced", func() error {
 		if !ix.Synced() {
 			return fmt.Errorf("not synced")
 		}
@@ -590,22 +590,6 @@ func startAgent(t *testing.T, cp *ControlPlane, upstream string, extra ...string
 	return addr
 }
 
-// exchange asks the agent one question over net ("udp" or "tcp").
-func exchange(t *testing.T, addr, network, name string, qtype uint16) (*dns.Msg, error) {
-	t.Helper()
-	m := new(dns.Msg)
-	m.SetQuestion(name, qtype)
-	cl := &dns.Client{Net: network, Timeout: 2 * time.Second}
-	r, _, err := cl.Exchange(m, addr)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s over %s: %w", name, dns.TypeToString[qtype], network, err)
-	}
-	if r.Id != m.Id || len(r.Question) != 1 || r.Question[0].Name != name || r.Question[0].Qtype != qtype {
-		return nil, fmt.Errorf("%s %s over %s: reply does not match the query: %v", name, dns.TypeToString[qtype], network, r.Question)
-	}
-	return r, nil
-}
-
 // TestClusterWire queries the nodedns binary over UDP and TCP for the same
 // objects, with an upstream on loopback for the ExternalName target.
 func TestClusterWire(t *testing.T) {
@@ -625,9 +609,9 @@ func TestClusterWire(t *testing.T) {
 		q := r.Question[0]
 		switch {
 		case q.Name == "example.com." && q.Qtype == dns.TypeA:
-			m.Answer = append(m.Answer, mustRR(t, "example.com. 300 IN A 192.0.2.10"))
+			m.Answer = append(m.Answer, dnstest.MustRR("example.com. 300 IN A 192.0.2.10"))
 		case q.Name == "1.1.1.1.in-addr.arpa." && q.Qtype == dns.TypePTR:
-			m.Answer = append(m.Answer, mustRR(t, "1.1.1.1.in-addr.arpa. 300 IN PTR upstream.example."))
+			m.Answer = append(m.Answer, dnstest.MustRR("1.1.1.1.in-addr.arpa. 300 IN PTR upstream.example."))
 		default:
 			m.Rcode = dns.RcodeNameError
 		}
@@ -645,7 +629,7 @@ func TestClusterWire(t *testing.T) {
 	for _, network := range []string{"udp", "tcp"} {
 		t.Run(network, func(t *testing.T) {
 			for _, cc := range cases {
-				r, err := exchange(t, addr, network, cc.name, cc.qtype)
+				r, err := dnstest.Query(addr, network, cc.name, cc.qtype)
 				if err != nil {
 					t.Error(err)
 					continue
@@ -667,7 +651,7 @@ func TestClusterWire(t *testing.T) {
 	t.Run("case", func(t *testing.T) {
 		// The client's spelling comes back in the question and owner names.
 		name := "Web." + strings.ToUpper(o.ns) + ".Svc.Cluster.Local."
-		r, err := exchange(t, addr, "udp", name, dns.TypeA)
+		r, err := dnstest.Query(addr, "udp", name, dns.TypeA)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -679,7 +663,7 @@ func TestClusterWire(t *testing.T) {
 	t.Run("updates", func(t *testing.T) {
 		name := "late." + o.ns + ".svc.cluster.local."
 		for _, network := range []string{"udp", "tcp"} {
-			if r, err := exchange(t, addr, network, name, dns.TypeA); err != nil || formatMsg(r) != itNXDOMAIN {
+			if r, err := dnstest.Query(addr, network, name, dns.TypeA); err != nil || formatMsg(r) != itNXDOMAIN {
 				t.Fatalf("before create over %s: %v %s", network, err, formatMsg(r))
 			}
 		}
@@ -708,21 +692,13 @@ func maskTTL(s string, owners ...string) string {
 	return strings.Join(lines, "\n")
 }
 
-func mustRR(t testing.TB, s string) dns.RR {
-	rr, err := dns.NewRR(s)
-	if err != nil {
-		t.Errorf("bad record %q: %v", s, err)
-	}
-	return rr
-}
-
 // wireEventually polls the agent over UDP and then TCP until name renders
 // as want, failing when that takes longer than visibleWithin after start.
 func wireEventually(t *testing.T, addr, name string, qtype uint16, want string, start time.Time) {
 	t.Helper()
 	for _, network := range []string{"udp", "tcp"} {
 		for {
-			r, err := exchange(t, addr, network, name, qtype)
+			r, err := dnstest.Query(addr, network, name, qtype)
 			got := ""
 			if err == nil {
 				got = formatMsg(r)
@@ -779,7 +755,7 @@ func TestClusterAPIOutage(t *testing.T) {
 	back := time.Now()
 	s2 := createSvc(t, c, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "after"},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{svcPort("http", 80)}}})
-	eventually(t, 60*time.Second, "a service created after the outage resolves", func() error {
+	dnstest.Eventually(t, 60*time.Second, "a service created after the outage resolves", func() error {
 		r, _ := ix.Lookup("after"+z, dns.TypeA)
 		if got, want := formatResult(r), "NOERROR aa\nan after"+z+" 5 A "+s2.Spec.ClusterIP; got != want {
 			return fmt.Errorf("got\n%s", got)

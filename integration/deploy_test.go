@@ -42,6 +42,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 const (
@@ -115,7 +117,7 @@ func TestDeployManifest(t *testing.T) {
 	// admission plugin for pods, not for their templates — but its pods
 	// would be rejected, so its presence is asserted here, and a pod of the
 	// template is put through admission below.
-	eventually(t, 30*time.Second, "PriorityClass system-node-critical (created by the API server)", func() error {
+	dnstest.Eventually(t, 30*time.Second, "PriorityClass system-node-critical (created by the API server)", func() error {
 		pc, err := cp.Client.SchedulingV1().PriorityClasses().Get(ctx, "system-node-critical", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -312,7 +314,7 @@ func TestDeployManifest(t *testing.T) {
 		for _, w := range want {
 			group, res, _ := strings.Cut(w, "/")
 			for _, verb := range []string{"list", "watch"} {
-				eventually(t, 10*time.Second, fmt.Sprintf("%s may %s %s", sa, verb, w), func() error {
+				dnstest.Eventually(t, 10*time.Second, fmt.Sprintf("%s may %s %s", sa, verb, w), func() error {
 					ok, err := can(verb, group, res)
 					if err == nil && !ok {
 						err = errors.New("denied")

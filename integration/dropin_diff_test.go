@@ -11,14 +11,11 @@ package integration
 
 import (
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/miekg/dns"
 
@@ -116,11 +113,11 @@ func diffUpstream(t *testing.T) *dnstest.Server {
 		name := strings.ToLower(q.Name)
 		switch {
 		case (name == "www.example.com." || name == "cdn.example.com.") && q.Qtype == dns.TypeA:
-			m.Answer = []dns.RR{mustRR(t, q.Name+" 300 IN A 192.0.2.1")}
+			m.Answer = []dns.RR{dnstest.MustRR(q.Name + " 300 IN A 192.0.2.1")}
 		case name == "alias.new.example." && q.Qtype == dns.TypeA:
-			m.Answer = []dns.RR{mustRR(t, q.Name+" 300 IN CNAME www.new.example."), mustRR(t, "www.new.example. 300 IN A 192.0.2.77")}
+			m.Answer = []dns.RR{dnstest.MustRR(q.Name + " 300 IN CNAME www.new.example."), dnstest.MustRR("www.new.example. 300 IN A 192.0.2.77")}
 		case strings.HasSuffix(name, ".new.example.") && q.Qtype == dns.TypeA:
-			m.Answer = []dns.RR{mustRR(t, q.Name+" 300 IN A 192.0.2.77")}
+			m.Answer = []dns.RR{dnstest.MustRR(q.Name + " 300 IN A 192.0.2.77")}
 		default:
 			// Reverse names get their reverse zone's SOA: an SOA that is
 			// not an ancestor of the name is not the denial's zone, and
@@ -134,7 +131,7 @@ func diffUpstream(t *testing.T) *dnstest.Server {
 				}
 			}
 			m.Rcode = dns.RcodeNameError
-			m.Ns = []dns.RR{mustRR(t, zone+" 300 IN SOA ns."+zone+" h."+zone+" 1 7200 1800 86400 300")}
+			m.Ns = []dns.RR{dnstest.MustRR(zone + " 300 IN SOA ns." + zone + " h." + zone + " 1 7200 1800 86400 300")}
 		}
 		_ = w.WriteMsg(m)
 	})
@@ -144,34 +141,10 @@ func diffUpstream(t *testing.T) *dnstest.Server {
 // and forward to upstream; it waits for the ready plugin.
 func startCoreDNSPlugins(t *testing.T, bin, plugins, upstream string) string {
 	t.Helper()
-	for attempt := 0; ; attempt++ {
-		dnsPort, readyPort := agentPorts(t)
-		corefile := fmt.Sprintf(".:%d {\n  bind 127.0.0.1\n  ready 127.0.0.1:%d\n%s\n  forward . %s\n}\n", dnsPort, readyPort, plugins, upstream)
-		dir := t.TempDir()
-		path := filepath.Join(dir, "Corefile")
-		if err := os.WriteFile(path, []byte(corefile), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		logPath := filepath.Join(dir, "coredns.log")
-		p, err := startCPProc("coredns", logPath, bin, "-conf", path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			p.stop(10 * time.Second)
-			if t.Failed() {
-				t.Logf("Corefile:\n%s\nCoreDNS log (last 30 lines):\n%s", corefile, tailFile(logPath, 30))
-			}
-		})
-		hc := &http.Client{Timeout: 2 * time.Second}
-		err = waitHTTP(p, hc, "http://127.0.0.1:"+strconv.Itoa(readyPort)+"/ready", "", 60*time.Second, func([]byte) bool { return true })
-		if err == nil {
-			return "127.0.0.1:" + strconv.Itoa(dnsPort)
-		}
-		if attempt >= 3 || !strings.Contains(tailFile(logPath, 30), "address already in use") {
-			t.Fatalf("CoreDNS not ready: %v\n%s", err, tailFile(logPath, 30))
-		}
-	}
+	addr, _ := startCoreDNSCorefile(t, bin, func(dnsPort, readyPort int) string {
+		return fmt.Sprintf(".:%d {\n  bind 127.0.0.1\n  ready 127.0.0.1:%d\n%s\n  forward . %s\n}\n", dnsPort, readyPort, plugins, upstream)
+	})
+	return addr
 }
 
 // diffRender is zoNormalize with the TTLs of authoritative replies kept:

@@ -41,16 +41,16 @@ func dropinUpstream(t *testing.T) (*dnstest.Server, *atomic.Int64) {
 		switch {
 		case name == "pool.example.com." && q.Qtype == dns.TypeA:
 			for _, ip := range []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"} {
-				m.Answer = append(m.Answer, mustRR(t, q.Name+" 300 IN A "+ip))
+				m.Answer = append(m.Answer, dnstest.MustRR(q.Name+" 300 IN A "+ip))
 			}
 		case strings.HasPrefix(name, "broken"):
 			broken.Add(1)
 			m.Rcode = dns.RcodeServerFailure
 		case strings.HasSuffix(name, ".new.example."):
-			m.Answer = []dns.RR{mustRR(t, q.Name+" 300 IN A 192.0.2.77")}
+			m.Answer = []dns.RR{dnstest.MustRR(q.Name + " 300 IN A 192.0.2.77")}
 		default:
 			m.Rcode = dns.RcodeNameError
-			m.Ns = []dns.RR{mustRR(t, "example.com. 300 IN SOA ns.example.com. h.example.com. 1 7200 1800 86400 300")}
+			m.Ns = []dns.RR{dnstest.MustRR("example.com. 300 IN SOA ns.example.com. h.example.com. 1 7200 1800 86400 300")}
 		}
 		_ = w.WriteMsg(m)
 	})
@@ -113,7 +113,7 @@ loadbalance: round_robin
 
 	ask := func(name string, qtype uint16) *dns.Msg {
 		t.Helper()
-		r, err := exchange(t, addr, "udp", name, qtype)
+		r, err := dnstest.Query(addr, "udp", name, qtype)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +164,7 @@ loadbalance: round_robin
 	if err := os.WriteFile(hostsFile, []byte("192.0.2.61 files.corp.example\n192.0.2.62 new.corp.example\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the hosts file re-read", func() error {
+	dnstest.Eventually(t, 10*time.Second, "the hosts file re-read", func() error {
 		if got := addrs(ask("new.corp.example.", dns.TypeA)); strings.Join(got, ",") != "192.0.2.62" {
 			return fmt.Errorf("new.corp.example: %v", got)
 		}
@@ -244,7 +244,7 @@ loadbalance: round_robin
 	// One more after the bucket refilled carries the suppressed count.
 	time.Sleep(1100 * time.Millisecond)
 	ask("broken-late.example.com.", dns.TypeA)
-	eventually(t, 5*time.Second, "the suppressed count", func() error {
+	dnstest.Eventually(t, 5*time.Second, "the suppressed count", func() error {
 		logs, _ := os.ReadFile(logPath)
 		if !regexp.MustCompile(`msg="SERVFAIL sent".*name=broken-late\.example\.com\..*suppressed=[1-9]`).Match(logs) {
 			return fmt.Errorf("no line for broken-late with suppressed=N")

@@ -229,7 +229,7 @@ func TestKubeDNSConfigStubDomain(t *testing.T) {
 	stubA := dnstest.Start(t, fixedA("192.0.2.2"))
 	stubB := dnstest.Start(t, fixedA("192.0.2.3"))
 	dir := t.TempDir()
-	mountConfigMap(t, dir, map[string]string{
+	dnstest.MountConfigMap(t, dir, map[string]string{
 		"stubDomains":         fmt.Sprintf(`{"stub.test": [%q]}`, stubA.Addr),
 		"upstreamNameservers": fmt.Sprintf(`[%q]`, up.Addr),
 	})
@@ -237,7 +237,7 @@ func TestKubeDNSConfigStubDomain(t *testing.T) {
 	a.waitA(t, "192.0.2.2", func(i int) string { return fmt.Sprintf("a%d.stub.test.", i) })
 	a.waitA(t, "192.0.2.1", func(i int) string { return fmt.Sprintf("a%d.example.", i) })
 
-	mountConfigMap(t, dir, map[string]string{
+	dnstest.MountConfigMap(t, dir, map[string]string{
 		"stubDomains":         fmt.Sprintf(`{"stub.test": [%q]}`, stubB.Addr),
 		"upstreamNameservers": fmt.Sprintf(`[%q]`, up.Addr),
 	})
@@ -245,7 +245,7 @@ func TestKubeDNSConfigStubDomain(t *testing.T) {
 	a.waitA(t, "192.0.2.3", func(i int) string { return fmt.Sprintf("b%d.stub.test.", i) })
 	t.Logf("ConfigMap update applied in %v", time.Since(start).Round(time.Millisecond))
 
-	mountConfigMap(t, dir, map[string]string{"stubDomains": `{"stub.test": ["192.0.2.9"`})
+	dnstest.MountConfigMap(t, dir, map[string]string{"stubDomains": `{"stub.test": ["192.0.2.9"`})
 	file := filepath.Join(dir, "stubDomains")
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(tailFile(a.log, 200), file) {
@@ -341,33 +341,5 @@ func TestStubDomainByServiceName(t *testing.T) {
 	t.Logf("stub server followed the EndpointSlice in %v", time.Since(start).Round(time.Millisecond))
 	if n := first.Count(); n == 0 {
 		t.Error("the first server was never asked")
-	}
-}
-
-// mountConfigMap lays files out as kubelet mounts a ConfigMap (keys linked
-// through ..data, swapped atomically).
-func mountConfigMap(t *testing.T, dir string, files map[string]string) {
-	t.Helper()
-	ts := filepath.Join(dir, fmt.Sprintf("..%d", time.Now().UnixNano()))
-	if err := os.Mkdir(ts, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range files {
-		if err := os.WriteFile(filepath.Join(ts, k), []byte(v), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := os.Lstat(filepath.Join(dir, k)); err != nil {
-			if err := os.Symlink(filepath.Join("..data", k), filepath.Join(dir, k)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	tmp := filepath.Join(dir, "..data_tmp")
-	_ = os.Remove(tmp)
-	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -210,7 +210,7 @@ func (e *fallbackEnv) checkNothingLeft() error {
 func (e *fallbackEnv) startAgent(t *testing.T, label string) *proc {
 	t.Helper()
 	a := e.node.Start(t, label, nodednsBin, e.agentArgs()...)
-	eventually(t, 15*time.Second, label+" serving with the fallback's rules in place", func() error {
+	dnstest.Eventually(t, 15*time.Second, label+" serving with the fallback's rules in place", func() error {
 		if a.Exited() {
 			return fmt.Errorf("%s exited: %v", label, a.err)
 		}
@@ -269,7 +269,7 @@ func testFallback(t *testing.T, backend string) {
 		// and bounded.
 		start := time.Now()
 		tries := 0
-		eventually(t, fallbackGap, "the central DNS answering over UDP", func() error {
+		dnstest.Eventually(t, fallbackGap, "the central DNS answering over UDP", func() error {
 			tries++
 			got, err := dig(e.pod, localV4, false, fmt.Sprintf("k%d.example.test.", time.Now().UnixNano()), "+time=1")
 			if err != nil || got != centralA {

@@ -48,18 +48,18 @@ func newCentralDNS(t *testing.T, e *apEnv) *centralDNS {
 		c.mu.Lock()
 		c.seen = append(c.seen, name+" "+dns.TypeToString[q.Qtype])
 		c.mu.Unlock()
-		soa := mustRR(t, apZone+". 30 IN SOA ns.dns."+apZone+". hostmaster."+apZone+". 1 7200 1800 86400 30")
+		soa := dnstest.MustRR(apZone + ". 30 IN SOA ns.dns." + apZone + ". hostmaster." + apZone + ". 1 7200 1800 86400 30")
 		switch {
 		case name == web && q.Qtype == dns.TypeA:
-			m.Answer = []dns.RR{mustRR(t, q.Name+" 5 IN A "+e.webIP)}
+			m.Answer = []dns.RR{dnstest.MustRR(q.Name + " 5 IN A " + e.webIP)}
 		case name == db && q.Qtype == dns.TypeA:
-			m.Answer = []dns.RR{mustRR(t, q.Name+" 5 IN A "+e.dbIP)}
+			m.Answer = []dns.RR{dnstest.MustRR(q.Name + " 5 IN A " + e.dbIP)}
 		case name == custom && q.Qtype == dns.TypeA:
-			m.Answer = []dns.RR{mustRR(t, q.Name+" 5 IN A "+centralOnlyIP)}
+			m.Answer = []dns.RR{dnstest.MustRR(q.Name + " 5 IN A " + centralOnlyIP)}
 		case name == web || name == db || name == custom:
 			m.Ns = []dns.RR{soa}
 		case name == webPTR && q.Qtype == dns.TypePTR:
-			m.Answer = []dns.RR{mustRR(t, q.Name+" 5 IN PTR "+web)}
+			m.Answer = []dns.RR{dnstest.MustRR(q.Name + " 5 IN PTR " + web)}
 		default:
 			m.Rcode = dns.RcodeNameError
 			m.Ns = []dns.RR{soa}

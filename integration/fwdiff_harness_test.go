@@ -587,13 +587,31 @@ func (e *fdEnv) startUps(t *testing.T, cfg fdConfig) ([]*fdUp, *strings.Replacer
 			m.SetReply(r)
 			q := r.Question[0]
 			if strings.EqualFold(q.Name, fdHostName+".") && q.Qtype == dns.TypeA {
-				m.Answer = []dns.RR{mustRR(t, q.Name+" 60 IN A 127.0.0.1"), mustRR(t, q.Name+" 60 IN A 127.0.0.2")}
+				m.Answer = []dns.RR{dnstest.MustRR(q.Name + " 60 IN A 127.0.0.1"), dnstest.MustRR(q.Name + " 60 IN A 127.0.0.2")}
 			}
 			_ = w.WriteMsg(m)
 		})
 		kv = append(kv, "{HP}", port, "{R}", res.Addr)
 	}
 	return ups, strings.NewReplacer(kv...)
+}
+
+// startCoreDNSCorefile runs CoreDNS on the Corefile corefile(dnsPort,
+// readyPort) makes, once ready, and returns its address and process. A
+// CoreDNS that lost its ports to another process is started again on
+// others (three times at the most).
+func startCoreDNSCorefile(t *testing.T, bin string, corefile func(dnsPort, readyPort int) string) (string, *cpProc) {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		dnsPort, readyPort := agentPorts(t)
+		p, err := startCoreDNSFile(t, bin, corefile(dnsPort, readyPort), readyPort)
+		if err == nil {
+			return "127.0.0.1:" + strconv.Itoa(dnsPort), p
+		}
+		if attempt >= 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+	}
 }
 
 // startCoreDNSFile runs CoreDNS on corefile (which binds port and serves
@@ -690,17 +708,9 @@ func (e *fdEnv) startSides(t *testing.T, cfg fdConfig) (c, n *fdSide) {
 	cups, crepl := e.startUps(t, cfg)
 	nups, nrepl := e.startUps(t, cfg)
 	c = &fdSide{name: "CoreDNS", ups: cups}
-	for attempt := 0; ; attempt++ {
-		port, ready := agentPorts(t)
-		p, err := startCoreDNSFile(t, e.coredns, fdCorefile(cfg, port, ready, crepl), ready)
-		if err == nil {
-			c.addr, c.stop = "127.0.0.1:"+strconv.Itoa(port), func() { p.stop(10 * time.Second) }
-			break
-		}
-		if attempt >= 3 || !strings.Contains(err.Error(), "address already in use") {
-			t.Fatal(err)
-		}
-	}
+	var cp *cpProc
+	c.addr, cp = startCoreDNSCorefile(t, e.coredns, func(port, ready int) string { return fdCorefile(cfg, port, ready, crepl) })
+	c.stop = func() { cp.stop(10 * time.Second) }
 	// The port in nodedns's Corefile does not matter: its listen is set.
 	ncfg, migrated := migrateCorefile(t, fdCorefile(cfg, 53, 8181, nrepl))
 	n = &fdSide{name: "nodedns", ups: nups}

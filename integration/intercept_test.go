@@ -135,7 +135,7 @@ func (e *interceptEnv) expectAnswers(t *testing.T, ns *netNS) {
 // its listeners are bound) and the node namespace gets answers.
 func (e *interceptEnv) waitServing(t *testing.T, agent *proc) {
 	t.Helper()
-	eventually(t, 15*time.Second, "agent serving with rules in place", func() error {
+	dnstest.Eventually(t, 15*time.Second, "agent serving with rules in place", func() error {
 		if agent != nil && agent.Exited() {
 			return fmt.Errorf("%s exited: %v", agent.Name, agent.err)
 		}
@@ -494,8 +494,8 @@ func testInterceptPackage(t *testing.T, backend string) {
 		before := ic.Status().Repairs
 		// Nothing reports a rule's removal: the next pass puts it back.
 		e.deleteFirstRule(t)
-		eventually(t, syncEvery+passBudget, "rule back within one sync interval", e.checkRulesOnce)
-		eventually(t, time.Second, "repair counted", func() error {
+		dnstest.Eventually(t, syncEvery+passBudget, "rule back within one sync interval", e.checkRulesOnce)
+		dnstest.Eventually(t, time.Second, "repair counted", func() error {
 			if st := ic.Status(); st.Repairs < before+1 || st.LastRepair.IsZero() {
 				return fmt.Errorf("status: %+v", st)
 			}
@@ -536,10 +536,10 @@ func testInterceptPackage(t *testing.T, backend string) {
 		time.Sleep(200 * time.Millisecond)
 
 		e.node.MustRun(t, "ip", "addr", "del", localV4+"/32", "dev", linkName)
-		eventually(t, 5*time.Second, "address back", func() error { return e.checkLink(t) })
+		dnstest.Eventually(t, 5*time.Second, "address back", func() error { return e.checkLink(t) })
 		e.node.MustRun(t, "ip", "link", "del", linkName)
-		eventually(t, 5*time.Second, "link back", func() error { return e.checkLink(t) })
-		eventually(t, 2*time.Second, "repairs counted", func() error {
+		dnstest.Eventually(t, 5*time.Second, "link back", func() error { return e.checkLink(t) })
+		dnstest.Eventually(t, 2*time.Second, "repairs counted", func() error {
 			if st := ev.Status(); st.Repairs < 1+4 {
 				return fmt.Errorf("repairs = %d, want at least 5 (an address; a link, two addresses, up)", st.Repairs)
 			}
@@ -581,7 +581,7 @@ func testInterceptPackage(t *testing.T, backend string) {
 		closeServers()
 		other := node.Start(t, "other agent", nodednsBin, "serve", "--listen", localV4+":53",
 			"--upstream", e.upstream.Addr, "--admin", "", "--lameduck", "0s", "--loop-check=false")
-		eventually(t, 10*time.Second, "other agent answering", func() error {
+		dnstest.Eventually(t, 10*time.Second, "other agent answering", func() error {
 			if other.Exited() {
 				return fmt.Errorf("exited: %v", other.err)
 			}
@@ -721,7 +721,7 @@ func interceptPasses(sock string) (uint64, error) {
 func waitPasses(t *testing.T, p *proc, sock string, n uint64) {
 	t.Helper()
 	var p0 uint64
-	eventually(t, 15*time.Second, p.Name+"'s /stats", func() error {
+	dnstest.Eventually(t, 15*time.Second, p.Name+"'s /stats", func() error {
 		if p.Exited() {
 			return fmt.Errorf("%s exited: %v", p.Name, p.err)
 		}
@@ -729,7 +729,7 @@ func waitPasses(t *testing.T, p *proc, sock string, n uint64) {
 		p0, err = interceptPasses(sock)
 		return err
 	})
-	eventually(t, time.Duration(n)*(syncEvery+passBudget)+5*time.Second, fmt.Sprintf("%d reconcile passes of %s", n, p.Name), func() error {
+	dnstest.Eventually(t, time.Duration(n)*(syncEvery+passBudget)+5*time.Second, fmt.Sprintf("%d reconcile passes of %s", n, p.Name), func() error {
 		if p.Exited() {
 			return fmt.Errorf("%s exited: %v", p.Name, p.err)
 		}
@@ -772,11 +772,11 @@ func testInterceptAgent(t *testing.T, backend string) {
 		// TestInterceptPackage proves the netlink path; here each repair
 		// just has to land within one sync interval.
 		e.deleteFirstRule(t)
-		eventually(t, syncEvery+passBudget, "rule back within one sync interval", e.checkRulesOnce)
+		dnstest.Eventually(t, syncEvery+passBudget, "rule back within one sync interval", e.checkRulesOnce)
 		e.node.MustRun(t, "ip", "addr", "del", localV6+"/128", "dev", linkName)
-		eventually(t, syncEvery+passBudget, "address back", func() error { return e.checkLink(t) })
+		dnstest.Eventually(t, syncEvery+passBudget, "address back", func() error { return e.checkLink(t) })
 		e.node.MustRun(t, "ip", "link", "del", linkName)
-		eventually(t, syncEvery+passBudget, "link back", func() error { return e.checkLink(t) })
+		dnstest.Eventually(t, syncEvery+passBudget, "link back", func() error { return e.checkLink(t) })
 		e.expectAnswers(t, e.pod)
 	})
 

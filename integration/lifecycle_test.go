@@ -22,6 +22,8 @@ import (
 
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // TestStartFailureRemovesInterception: the agent creates the link, then
@@ -178,14 +180,14 @@ func TestForeignDNSServer(t *testing.T) {
 	dir := t.TempDir()
 	a := e.startRolloutAgent(t, dir, 0)
 	e.waitServing(t, a.p)
-	eventually(t, 10*time.Second, "agent ready", a.ready)
+	dnstest.Eventually(t, 10*time.Second, "agent ready", a.ready)
 
 	stop := reusePortServer(t, e.node, net.JoinHostPort(localV4, "53"), func(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetRcode(r, dns.RcodeServerFailure)
 		_ = w.WriteMsg(m)
 	})
-	eventually(t, syncEvery+5*time.Second, "not ready with a foreign server sharing "+localV4, func() error {
+	dnstest.Eventually(t, syncEvery+5*time.Second, "not ready with a foreign server sharing "+localV4, func() error {
 		err := a.ready()
 		if err == nil {
 			return fmt.Errorf("still ready")
@@ -203,7 +205,7 @@ func TestForeignDNSServer(t *testing.T) {
 		t.Errorf("not logged:\n%s", a.p.Output())
 	}
 	stop()
-	eventually(t, 15*time.Second, "ready again once the foreign server is gone", a.ready)
+	dnstest.Eventually(t, 15*time.Second, "ready again once the foreign server is gone", a.ready)
 	if err := a.p.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
 		t.Fatalf("agent exit: %v", err)
 	}
@@ -226,7 +228,7 @@ func TestForeignDNSServer(t *testing.T) {
 		e.node.MustRun(t, "ip", "addr", "add", localV4+"/32", "dev", linkName)
 		e.node.MustRun(t, "ip", "link", "set", linkName, "up")
 		cd := e.node.Start(t, "coredns", coredns, "-conf", corefile, "-dns.port", "53")
-		eventually(t, 10*time.Second, "CoreDNS answering", func() error {
+		dnstest.Eventually(t, 10*time.Second, "CoreDNS answering", func() error {
 			if cd.Exited() {
 				return fmt.Errorf("coredns exited: %v\n%s", cd.err, cd.Output())
 			}
@@ -260,7 +262,7 @@ func TestForeignDNSServer(t *testing.T) {
 		if err := cd.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
 			t.Logf("coredns exit: %v", err)
 		}
-		eventually(t, 15*time.Second, "ready once CoreDNS is gone", b.ready)
+		dnstest.Eventually(t, 15*time.Second, "ready once CoreDNS is gone", b.ready)
 		if err := b.p.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
 			t.Fatalf("agent exit: %v", err)
 		}
@@ -287,7 +289,7 @@ func TestWithoutNetRaw(t *testing.T) {
 			e := newInterceptEnv(t, backend)
 			script := "exec " + nodednsBin + " '" + strings.Join(e.agentArgs(), "' '") + "'"
 			a := e.node.Start(t, "agent without NET_RAW", capsh, "--drop=cap_net_raw", "--", "-c", script)
-			eventually(t, 15*time.Second, "serving with rules in nft", func() error {
+			dnstest.Eventually(t, 15*time.Second, "serving with rules in nft", func() error {
 				if a.Exited() {
 					return fmt.Errorf("agent exited: %v", a.err)
 				}

@@ -206,7 +206,7 @@ func TestNamespaceFigures(t *testing.T) {
 	e.waitAgent(t, agent, admin, false, nil)
 	// No DNS probe (it would be counted): the agent knows the pods when
 	// its index holds them.
-	eventually(t, 30*time.Second, "the agent holds the 3 pods", func() error {
+	dnstest.Eventually(t, 30*time.Second, "the agent holds the 3 pods", func() error {
 		var st struct {
 			Informers struct {
 				Objects map[string]int `json:"objects"`
@@ -375,7 +375,7 @@ current-context: c
 	listen := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	args := []string{"serve", "--listen", listen, "--kubeconfig", kc, "--upstream", upstream, "--loop-check=false",
 		"--admin", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--lameduck", "0s", "--cluster-sync-wait", "0s", "--max-inflight", "1"}
-	p := &proc{Name: "nodedns (no API server, max-inflight 1)", out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{Name: "nodedns (no API server, max-inflight 1)", out: &dnstest.SyncBuffer{}, done: make(chan struct{})}
 	p.Cmd = exec.Command(nodednsBin, args...)
 	p.Cmd.Stdout, p.Cmd.Stderr = p.out, p.out
 	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -390,7 +390,7 @@ current-context: c
 		}
 	})
 	at := []string{"@127.0.0.1", "-p", strconv.Itoa(ports[0])}
-	eventually(t, 20*time.Second, "the second agent answers", func() error {
+	dnstest.Eventually(t, 20*time.Second, "the second agent answers", func() error {
 		if p.Exited() {
 			return fmt.Errorf("exited: %v\n%s", p.err, p.Output())
 		}
@@ -418,7 +418,7 @@ current-context: c
 	}()
 	defer wg.Wait()
 	n := 0
-	eventually(t, 10*time.Second, "the in-flight bound refuses", func() error {
+	dnstest.Eventually(t, 10*time.Second, "the in-flight bound refuses", func() error {
 		n++ // a name never asked: it must wait for an exchange
 		out, err := nsDigErr(nil, append(at, "+time=3", fmt.Sprintf("probe%d.example.org.", n), "A")...)
 		if err != nil {

@@ -17,13 +17,14 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // netNS is a named network namespace (ip netns add) owned by one test.
@@ -147,28 +148,9 @@ func vethPair(t testing.TB, a *netNS, aIf string, aAddrs []netip.Prefix, b *netN
 type proc struct {
 	Name string
 	Cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *dnstest.SyncBuffer
 	done chan struct{}
 	err  error // valid after done
-}
-
-// syncBuffer is a bytes.Buffer safe for a process writing while the test
-// reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Start starts name in the namespace with stdout and stderr captured. At
@@ -176,7 +158,7 @@ func (s *syncBuffer) String() string {
 // 10 s; its output is logged if the test failed.
 func (ns *netNS) Start(t testing.TB, label, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{Name: label, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{Name: label, out: &dnstest.SyncBuffer{}, done: make(chan struct{})}
 	p.Cmd = ns.Command(context.Background(), name, args...)
 	p.Cmd.Stdout, p.Cmd.Stderr = p.out, p.out
 	if err := p.Cmd.Start(); err != nil {
@@ -230,21 +212,4 @@ func (p *proc) Kill() {
 		_ = p.Cmd.Process.Kill()
 	}
 	<-p.done
-}
-
-// eventually polls cond every 50 ms until it returns nil or timeout
-// passes, then fails the test with cond's last error.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

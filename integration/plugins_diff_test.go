@@ -77,16 +77,16 @@ func plUpstream(t *testing.T) *dnstest.Server {
 				zone = z
 			}
 		}
-		soa := mustRR(t, zone+" 300 IN SOA ns."+zone+" h."+zone+" 1 7200 1800 86400 300")
+		soa := dnstest.MustRR(zone + " 300 IN SOA ns." + zone + " h." + zone + " 1 7200 1800 86400 300")
 		switch {
 		case strings.HasPrefix(name, "www.") && q.Qtype == dns.TypeA && !strings.HasSuffix(name, ".example.org."):
-			m.Answer = []dns.RR{mustRR(t, q.Name+" 300 IN A 192.0.2.1")}
+			m.Answer = []dns.RR{dnstest.MustRR(q.Name + " 300 IN A 192.0.2.1")}
 		case strings.HasPrefix(name, "www.") && q.Qtype == dns.TypeAAAA:
-			m.Answer = []dns.RR{mustRR(t, q.Name+" 300 IN AAAA 2001:db8::1")}
+			m.Answer = []dns.RR{dnstest.MustRR(q.Name + " 300 IN AAAA 2001:db8::1")}
 		case name == "full.example.com." && q.Qtype == dns.TypeA:
-			m.Answer = []dns.RR{mustRR(t, q.Name+" 300 IN A 192.0.2.2")}
-			m.Ns = []dns.RR{mustRR(t, "example.com. 300 IN NS ns.example.com.")}
-			m.Extra = []dns.RR{mustRR(t, "ns.example.com. 300 IN A 192.0.2.53")}
+			m.Answer = []dns.RR{dnstest.MustRR(q.Name + " 300 IN A 192.0.2.2")}
+			m.Ns = []dns.RR{dnstest.MustRR("example.com. 300 IN NS ns.example.com.")}
+			m.Extra = []dns.RR{dnstest.MustRR("ns.example.com. 300 IN A 192.0.2.53")}
 		case strings.HasPrefix(name, "www.") || name == "full.example.com.":
 			m.Ns = []dns.RR{soa}
 		default:

@@ -77,7 +77,7 @@ func TestPrometheusScrapesNodePort(t *testing.T) {
 		return resp.StatusCode, string(b), err
 	}
 	base := "http://" + nodeIP + ":9253"
-	eventually(t, 30*time.Second, "the agent ready on the node's address", func() error {
+	dnstest.Eventually(t, 30*time.Second, "the agent ready on the node's address", func() error {
 		if agent.Exited() {
 			t.Fatalf("agent exited:\n%s", agent.Output())
 		}
@@ -147,7 +147,7 @@ scrape_configs:
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+web,
 		"--storage.tsdb.retention.time=1h")
 	api := promAPI{base: "http://" + web, hc: hc}
-	eventually(t, 60*time.Second, "Prometheus scraping "+nodeIP+":9253", func() error {
+	dnstest.Eventually(t, 60*time.Second, "Prometheus scraping "+nodeIP+":9253", func() error {
 		if prom.Exited() {
 			t.Fatalf("prometheus exited:\n%s", prom.Output())
 		}
@@ -168,7 +168,7 @@ scrape_configs:
 		}
 		return fmt.Errorf("targets: %+v", targets.ActiveTargets)
 	})
-	eventually(t, 30*time.Second, "the agent's series in Prometheus", func() error {
+	dnstest.Eventually(t, 30*time.Second, "the agent's series in Prometheus", func() error {
 		for _, q := range []string{
 			`up{job="nodedns",instance="` + nodeIP + `:9253"} == 1`,
 			`sum(coredns_dns_requests_total{job="nodedns",node="node-a"}) >= 1`,

@@ -162,7 +162,7 @@ scrape_configs:
 			{"www.example.test.", dns.TypeA}, {"www.example.test.", dns.TypeAAAA}, {"nx.example.test.", dns.TypeA},
 		} {
 			for _, network := range []string{"udp", "tcp"} {
-				if _, err := exchange(t, addr, network, q.name, q.qtype); err != nil {
+				if _, err := dnstest.Query(addr, network, q.name, q.qtype); err != nil {
 					return err
 				}
 			}
@@ -193,7 +193,7 @@ scrape_configs:
 
 	// The target is up and the CoreDNS-compatible series are in
 	// Prometheus, with two scrapes at least (so that rates exist).
-	eventually(t, 60*time.Second, "the nodedns target to be up", func() error {
+	dnstest.Eventually(t, 60*time.Second, "the nodedns target to be up", func() error {
 		var targets struct {
 			ActiveTargets []struct {
 				Health     string `json:"health"`
@@ -212,7 +212,7 @@ scrape_configs:
 		}
 		return fmt.Errorf("targets: %+v", targets.ActiveTargets)
 	})
-	eventually(t, 60*time.Second, "coredns_dns_requests_total samples", func() error {
+	dnstest.Eventually(t, 60*time.Second, "coredns_dns_requests_total samples", func() error {
 		v, err := api.query(`count_over_time(coredns_dns_requests_total{job="nodedns",zone="cluster.local.",type="A"}[1m])`)
 		if err != nil {
 			return err
@@ -273,7 +273,7 @@ scrape_configs:
 	}
 
 	// Every rule was evaluated, without error.
-	eventually(t, 30*time.Second, "the rules to be evaluated", func() error {
+	dnstest.Eventually(t, 30*time.Second, "the rules to be evaluated", func() error {
 		var rs struct {
 			Groups []struct {
 				Name  string `json:"name"`

@@ -9,7 +9,6 @@ package integration
 // DaemonSet sets it.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -18,7 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/k8s"
 )
 
@@ -111,24 +110,6 @@ current-context: test
 	return kc
 }
 
-// lockedBuf collects a logger's output for a test to read.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestRBACPodModes runs the index as the manifest's ServiceAccount would,
 // in each pod mode: with the manifest's ClusterRole every mode syncs and
 // answers (this node's pods for the search-path walk, every pod for
@@ -182,7 +163,7 @@ func TestRBACPodModes(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var logs lockedBuf
+				var logs dnstest.SyncBuffer
 				ix, err := k8s.New(client, k8s.Config{Zone: "cluster.local", TTL: 5, Pods: mode, NodeName: "node-a",
 					Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 				if err != nil {
@@ -207,14 +188,14 @@ func TestRBACPodModes(t *testing.T) {
 					// informer synced, has weighed it: only then does "not
 					// synced" say that the missing grant keeps the zone
 					// from syncing.
-					eventually(t, 30*time.Second, "the error naming the missing grant", func() error {
+					dnstest.Eventually(t, 30*time.Second, "the error naming the missing grant", func() error {
 						if !strings.Contains(logs.String(), "pods verified needs list and watch on pods") {
 							return fmt.Errorf("not logged")
 						}
 						return nil
 					})
 					p0 := ix.Stats().SyncPasses
-					eventually(t, 30*time.Second, "a sync look with only the pods pending", func() error {
+					dnstest.Eventually(t, 30*time.Second, "a sync look with only the pods pending", func() error {
 						if st := ix.Stats(); !st.Synced && (st.SyncPasses < p0+2 || st.SyncPending != 1) {
 							return fmt.Errorf("%d looks since the error, %d informers pending", st.SyncPasses-p0, st.SyncPending)
 						}
@@ -225,7 +206,7 @@ func TestRBACPodModes(t *testing.T) {
 					}
 					return
 				}
-				eventually(t, 30*time.Second, "index synced", func() error {
+				dnstest.Eventually(t, 30*time.Second, "index synced", func() error {
 					if !ix.Synced() {
 						return fmt.Errorf("not synced")
 					}
@@ -237,7 +218,7 @@ func TestRBACPodModes(t *testing.T) {
 				ip := netip.MustParseAddr("10.244.77.7")
 				switch role {
 				case "manifest":
-					eventually(t, 10*time.Second, "this node's pod known", func() error {
+					dnstest.Eventually(t, 10*time.Second, "this node's pod known", func() error {
 						if got, _ := ix.PodNamespace(ip); got != ns {
 							return fmt.Errorf("PodNamespace = %q", got)
 						}
@@ -249,14 +230,14 @@ func TestRBACPodModes(t *testing.T) {
 					// refused lists of pods (the client's count) show
 					// it is said once, not per retry, and that the pods
 					// stay unknown because they cannot be listed.
-					eventually(t, 30*time.Second, "the refused pods list logged", func() error {
+					dnstest.Eventually(t, 30*time.Second, "the refused pods list logged", func() error {
 						if !strings.Contains(logs.String(), "listing this node's pods is forbidden") {
 							return fmt.Errorf("not logged")
 						}
 						return nil
 					})
 					r0 := refused.Load()
-					eventually(t, 60*time.Second, "two more refused pods lists", func() error {
+					dnstest.Eventually(t, 60*time.Second, "two more refused pods lists", func() error {
 						if n := refused.Load() - r0; n < 2 {
 							return fmt.Errorf("%d refused since the log line", n)
 						}

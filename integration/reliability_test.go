@@ -42,6 +42,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // apiProxy is a TCP proxy to the API server that the test can cut: Cut
@@ -242,7 +244,7 @@ func TestAPIServerOutage(t *testing.T) {
 	agent := startRootAgent(t, "agent", "serve", "--listen", dnsAddr, "--kubeconfig", kubeconfig,
 		"--upstream", up, "--admin", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--loop-check=false",
 		"--lameduck", "0s", "--log-level", "info")
-	eventually(t, 60*time.Second, "agent answering cluster names and ready", func() error {
+	dnstest.Eventually(t, 60*time.Second, "agent answering cluster names and ready", func() error {
 		if agent.Exited() {
 			return fmt.Errorf("agent exited: %v", agent.err)
 		}
@@ -290,7 +292,7 @@ func TestAPIServerOutage(t *testing.T) {
 	restarted = true
 	back := time.Now()
 	gammaIP := relSvc(t, cp, ns, "gamma")
-	eventually(t, 60*time.Second, "a Service created after the restart answers", func() error {
+	dnstest.Eventually(t, 60*time.Second, "a Service created after the restart answers", func() error {
 		if rc, got, err := lookA(dnsAddr, "gamma"+zone); err != nil || rc != dns.RcodeSuccess || got != gammaIP {
 			return fmt.Errorf("rcode %d A %q err %v", rc, got, err)
 		}
@@ -310,7 +312,7 @@ func TestAPIServerOutage(t *testing.T) {
 	time.Sleep(5 * time.Second) // the partition lasts; answers are checked throughout
 	// The agent has tried to reach the API since the changes were made,
 	// and was refused: it is cut off, not merely slow to see them.
-	eventually(t, 30*time.Second, "the agent's reconnection refused by the cut proxy", func() error {
+	dnstest.Eventually(t, 30*time.Second, "the agent's reconnection refused by the cut proxy", func() error {
 		if n := proxy.refused.Load() - refused; n < 1 {
 			return fmt.Errorf("%d connections refused since the changes", n)
 		}
@@ -326,7 +328,7 @@ func TestAPIServerOutage(t *testing.T) {
 	}
 	proxy.Restore()
 	back = time.Now()
-	eventually(t, 60*time.Second, "changes made during the partition visible", func() error {
+	dnstest.Eventually(t, 60*time.Second, "changes made during the partition visible", func() error {
 		if rc, got, err := lookA(dnsAddr, "delta"+zone); err != nil || rc != dns.RcodeSuccess || got != deltaIP {
 			return fmt.Errorf("delta: rcode %d A %q err %v", rc, got, err)
 		}
@@ -365,7 +367,7 @@ func startTestUpstream(t *testing.T) string {
 // startRootAgent starts the agent in the test's own network namespace.
 func startRootAgent(t *testing.T, label string, args ...string) *proc {
 	t.Helper()
-	p := &proc{Name: label, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{Name: label, out: &dnstest.SyncBuffer{}, done: make(chan struct{})}
 	p.Cmd = exec.Command(nodednsBin, args...)
 	p.Cmd.Stdout, p.Cmd.Stderr = p.out, p.out
 	if err := p.Cmd.Start(); err != nil {
@@ -464,7 +466,7 @@ func TestSIGKILLUnderLoad(t *testing.T) {
 			if time.Since(started) > 10*time.Second {
 				t.Fatalf("kill %d: no answer within 10s of the restart", k)
 			}
-			if err := relAnswerOnce(e.pod, net.JoinHostPort(localV4, "53"), fmt.Sprintf("kill%d-%d.example.test.", k, i), 100*time.Millisecond); err == nil {
+			if err := answerOnce(e.pod, net.JoinHostPort(localV4, "53"), fmt.Sprintf("kill%d-%d.example.test.", k, i), 100*time.Millisecond); err == nil {
 				first = time.Since(started)
 				break
 			}
@@ -472,7 +474,7 @@ func TestSIGKILLUnderLoad(t *testing.T) {
 		}
 		firsts = append(firsts, first)
 		// Rules in place once, nothing in the other backend; the link.
-		eventually(t, 5*time.Second, fmt.Sprintf("kill %d: rules exactly once", k), e.checkRulesOnce)
+		dnstest.Eventually(t, 5*time.Second, fmt.Sprintf("kill %d: rules exactly once", k), e.checkRulesOnce)
 		if err := e.checkLink(t); err != nil {
 			t.Fatalf("kill %d: %v", k, err)
 		}
@@ -524,41 +526,4 @@ func roundAll(ds []time.Duration) []time.Duration {
 		out[i] = d.Round(time.Millisecond)
 	}
 	return out
-}
-
-// relAnswerOnce sends one A query from ns to server and waits up to
-// timeout for a NOERROR answer.
-func relAnswerOnce(ns *netNS, server, name string, timeout time.Duration) error {
-	var conn net.Conn
-	if err := ns.Do(func() error {
-		var err error
-		conn, err = net.Dial("udp", server)
-		return err
-	}); err != nil {
-		return err
-	}
-	defer conn.Close()
-	m := new(dns.Msg)
-	m.SetQuestion(name, dns.TypeA)
-	wire, err := m.Pack()
-	if err != nil {
-		return err
-	}
-	_ = conn.SetDeadline(time.Now().Add(timeout))
-	if _, err := conn.Write(wire); err != nil {
-		return err
-	}
-	buf := make([]byte, 1500)
-	n, err := conn.Read(buf)
-	if err != nil {
-		return err
-	}
-	r := new(dns.Msg)
-	if err := r.Unpack(buf[:n]); err != nil {
-		return err
-	}
-	if r.Id != m.Id || r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
-		return fmt.Errorf("answer: %v", r)
-	}
-	return nil
 }

@@ -614,7 +614,7 @@ func TestRolloutZeroDowntime(t *testing.T) {
 	dir := t.TempDir()
 	cur := e.startRolloutAgent(t, dir, 0)
 	e.waitServing(t, cur.p)
-	eventually(t, 10*time.Second, "agent 0 ready", cur.ready)
+	dnstest.Eventually(t, 10*time.Second, "agent 0 ready", cur.ready)
 
 	var total loadResult
 	for r := 1; r <= rollouts; r++ {
@@ -752,7 +752,7 @@ func TestRolloutSIGKILL(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		t.Logf("round %d: answering %v after the restart", round, first.Round(time.Millisecond))
-		eventually(t, 10*time.Second, "restarted agent ready", a.ready)
+		dnstest.Eventually(t, 10*time.Second, "restarted agent ready", a.ready)
 		// Sync passes too: still one copy of each rule.
 		waitPasses(t, a.p, a.socket, 2)
 		e.checkRuleCopies(t)

@@ -169,7 +169,7 @@ func TestClusterScale(t *testing.T) {
 	// A sample of names answers as it should.
 	for i := 0; i < nsvc; i += nsvc / 10 {
 		name := fmt.Sprintf("svc%d.%s.svc.cluster.local.", i, nss[i%namespaces])
-		r, err := exchange(t, addr, "udp", name, dns.TypeA)
+		r, err := dnstest.Query(addr, "udp", name, dns.TypeA)
 		if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
 			t.Errorf("%s: %v %s", name, err, formatMsg(r))
 		}
@@ -199,7 +199,7 @@ func TestClusterScale(t *testing.T) {
 			}
 			created := time.Now()
 			for {
-				r, err := exchange(t, addr, "udp", name, dns.TypeA)
+				r, err := dnstest.Query(addr, "udp", name, dns.TypeA)
 				if err == nil && r.Rcode == dns.RcodeSuccess && len(r.Answer) == 1 &&
 					r.Answer[0].(*dns.A).A.String() == s.Spec.ClusterIP {
 					lat[i], afterAPI[i] = time.Since(begin), time.Since(created)

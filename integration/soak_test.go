@@ -216,7 +216,7 @@ func TestSoak(t *testing.T) {
 	}
 	// Ready: synced, and the pods' namespaces known (a walked name answers).
 	probeName := fmt.Sprintf("svc-0.%s.%s.svc.%s.", stableNS, pods[0].k8sNS, soakZone)
-	eventually(t, 60*time.Second, "agent serving cluster names through autopath", func() error {
+	dnstest.Eventually(t, 60*time.Second, "agent serving cluster names through autopath", func() error {
 		if !alive() {
 			return errors.New("agent exited")
 		}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 func TestCleanupWaitsForAgent(t *testing.T) {
@@ -40,13 +42,13 @@ func TestCleanupWaitsForAgent(t *testing.T) {
 		t.Fatalf("after SIGKILL: %v", err)
 	}
 	c := e.node.Start(t, "cleanup", nodednsBin, "cleanup", "--local-ip", ips, "--interface", linkName, "--wait-for-agent", "10s", "--hold")
-	eventually(t, 15*time.Second, "cleanup done", func() error {
+	dnstest.Eventually(t, 15*time.Second, "cleanup done", func() error {
 		if err := e.checkNoRules(); err != nil {
 			return err
 		}
 		return e.checkNoLink()
 	})
-	eventually(t, 5*time.Second, "cleanup reports done and holds", func() error {
+	dnstest.Eventually(t, 5*time.Second, "cleanup reports done and holds", func() error {
 		if !strings.Contains(c.Output(), "cleanup done") {
 			return errString("no 'cleanup done' yet")
 		}

@@ -13,13 +13,8 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/miekg/dns"
 
@@ -41,7 +36,7 @@ func viewUpstream(t *testing.T, id int) *dnstest.Server {
 			// no other).
 			_, zone, _ := strings.Cut(strings.ToLower(q.Name), ".")
 			m.Rcode = dns.RcodeNameError
-			m.Ns = []dns.RR{mustRR(t, fmt.Sprintf("%s 300 IN SOA ns.%s h.%s %d 60 60 60 60", zone, zone, zone, id))}
+			m.Ns = []dns.RR{dnstest.MustRRf("%s 300 IN SOA ns.%s h.%s %d 60 60 60 60", zone, zone, zone, id)}
 			_ = w.WriteMsg(m)
 			return
 		}
@@ -56,43 +51,9 @@ func viewUpstream(t *testing.T, id int) *dnstest.Server {
 		default:
 			rr = fmt.Sprintf("\"%d\"", id)
 		}
-		m.Answer = []dns.RR{mustRR(t, fmt.Sprintf("%s 300 IN %s %s", q.Name, dns.TypeToString[q.Qtype], rr))}
+		m.Answer = []dns.RR{dnstest.MustRRf("%s 300 IN %s %s", q.Name, dns.TypeToString[q.Qtype], rr)}
 		_ = w.WriteMsg(m)
 	})
-}
-
-// startCoreDNSCorefile runs CoreDNS on the Corefile corefile(dnsPort,
-// readyPort) makes, once ready, and returns its address.
-func startCoreDNSCorefile(t *testing.T, bin string, corefile func(dnsPort, readyPort int) string) string {
-	t.Helper()
-	for attempt := 0; ; attempt++ {
-		dnsPort, readyPort := agentPorts(t)
-		text := corefile(dnsPort, readyPort)
-		dir := t.TempDir()
-		path := filepath.Join(dir, "Corefile")
-		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		logPath := filepath.Join(dir, "coredns.log")
-		p, err := startCPProc("coredns", logPath, bin, "-conf", path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			p.stop(10 * time.Second)
-			if t.Failed() {
-				t.Logf("Corefile:\n%s\nCoreDNS log (last 30 lines):\n%s", text, tailFile(logPath, 30))
-			}
-		})
-		hc := &http.Client{Timeout: 2 * time.Second}
-		err = waitHTTP(p, hc, "http://127.0.0.1:"+strconv.Itoa(readyPort)+"/ready", "", 60*time.Second, func([]byte) bool { return true })
-		if err == nil {
-			return "127.0.0.1:" + strconv.Itoa(dnsPort)
-		}
-		if attempt >= 3 || !strings.Contains(tailFile(logPath, 30), "address already in use") {
-			t.Fatalf("CoreDNS not ready: %v\n%s", err, tailFile(logPath, 30))
-		}
-	}
 }
 
 // splitCorefile is the split-horizon Corefile: the VPN's clients
@@ -136,7 +97,7 @@ func TestViewDifferential(t *testing.T) {
 		ups[who] = [4]*dnstest.Server{viewUpstream(t, 1), viewUpstream(t, 2), viewUpstream(t, 3), viewUpstream(t, 4)}
 	}
 	cu := ups["coredns"]
-	cdns := startCoreDNSCorefile(t, coredns, func(port, ready int) string {
+	cdns, _ := startCoreDNSCorefile(t, coredns, func(port, ready int) string {
 		return splitCorefile(port, ready, cu[0].Addr, cu[1].Addr, cu[2].Addr, cu[3].Addr)
 	})
 

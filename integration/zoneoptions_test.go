@@ -474,14 +474,14 @@ func zoUpstream(t *testing.T, f zoFixture) *dnstest.Server {
 		q := r.Question[0]
 		switch {
 		case q.Name == "example.com." && q.Qtype == dns.TypeA:
-			m.Answer = append(m.Answer, mustRR(t, "example.com. 300 IN A 192.0.2.10"))
+			m.Answer = append(m.Answer, dnstest.MustRR("example.com. 300 IN A 192.0.2.10"))
 		case q.Name == "1.1.1.1.in-addr.arpa." && q.Qtype == dns.TypePTR:
-			m.Answer = append(m.Answer, mustRR(t, "1.1.1.1.in-addr.arpa. 300 IN PTR one.example."))
+			m.Answer = append(m.Answer, dnstest.MustRR("1.1.1.1.in-addr.arpa. 300 IN PTR one.example."))
 		case strings.EqualFold(q.Name, f.upstreamMissed) && q.Qtype == dns.TypeA:
-			m.Answer = append(m.Answer, mustRR(t, q.Name+" 300 IN A 192.0.2.99"))
+			m.Answer = append(m.Answer, dnstest.MustRR(q.Name+" 300 IN A 192.0.2.99"))
 		default:
 			m.Rcode = dns.RcodeNameError
-			m.Ns = append(m.Ns, mustRR(t, ". 300 IN SOA a.root.example. hostmaster.example. 1 1800 900 604800 300"))
+			m.Ns = append(m.Ns, dnstest.MustRR(". 300 IN SOA a.root.example. hostmaster.example. 1 1800 900 604800 300"))
 		}
 		_ = w.WriteMsg(m)
 	})

@@ -36,24 +36,6 @@ var buildAgent = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
-// lockedBuffer is an io.Writer safe to read while a process writes to it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // forbiddingAPIServer is an API server that refuses every request with 403
 // Forbidden, as a real one does for a service account without RBAC:
 // client-go's reflectors then report list failures through klog.
@@ -113,7 +95,7 @@ func TestJSONLogsOneFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	kc := forbiddingAPIServer(t)
-	var stderr lockedBuffer
+	var stderr dnstest.SyncBuffer
 	cmd := exec.Command(bin, "serve", "--log-format=json", "--listen=127.0.0.1:0", "--upstream=127.0.0.1:9",
 		"--admin=", "--kubeconfig="+kc, "--node-name=node-a", "--cluster-sync-wait=0s", "--lameduck=0s", "--loop-check=false")
 	cmd.Stderr = &stderr
@@ -216,8 +198,8 @@ func TestQueryLogByClass(t *testing.T) {
 	}
 	up := dnstest.Start(t, dnstest.Zone(60))
 	// Free for UDP and TCP both: the agent binds both.
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	var stderr lockedBuffer
+	listen := fmt.Sprintf("127.0.0.1:%d", dnstest.FreePort(t))
+	var stderr dnstest.SyncBuffer
 	cmd := exec.Command(bin, "serve", "--log-format=json", "--log-queries-class=denial,error", "--listen="+listen,
 		"--upstream="+up.Addr, "--admin=", "--loop-check=false", "--lameduck=0s")
 	cmd.Stderr = &stderr

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,24 +29,4 @@ func writeFile(t *testing.T, body string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	// A port free for both UDP and TCP: the agent binds both.
-	for range 50 {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := pc.LocalAddr().(*net.UDPAddr).Port
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		pc.Close()
-		if err == nil {
-			l.Close()
-			return port
-		}
-	}
-	t.Fatal("no port free for both UDP and TCP")
-	return 0
 }

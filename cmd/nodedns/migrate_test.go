@@ -2,14 +2,12 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/config"
@@ -79,12 +77,12 @@ func TestMigrateCommand(t *testing.T) {
 	if err := os.Mkdir(kd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	kubeDNSMount(t, kd, map[string]string{"stubDomains": `{"acme.local": ["1.2.3.4"]}`, "upstreamNameservers": `["8.8.8.8"]`})
+	dnstest.MountConfigMap(t, kd, map[string]string{"stubDomains": `{"acme.local": ["1.2.3.4"]}`, "upstreamNameservers": `["8.8.8.8"]`})
 	code, out, errs = runMigrate(t, "--corefile", filepath.Join(fixtures, "nodelocaldns.corefile"), "--kube-dns-config", kd)
 	if code != 0 || !strings.Contains(out, "\n  acme.local:\n    failover: []\n    servers:\n    - 1.2.3.4\n") || !strings.Contains(out, "\nupstream:\n- 8.8.8.8\n") {
 		t.Errorf("with the kube-dns ConfigMap: exit %d, stderr %q\n%s", code, errs, out)
 	}
-	kubeDNSMount(t, kd, map[string]string{"stubDomains": `{"acme.local": [`})
+	dnstest.MountConfigMap(t, kd, map[string]string{"stubDomains": `{"acme.local": [`})
 	if code, _, errs := runMigrate(t, "--corefile", filepath.Join(fixtures, "nodelocaldns.corefile"), "--kube-dns-config", kd); code != 2 || !strings.Contains(errs, filepath.Join(kd, "stubDomains")) {
 		t.Errorf("bad kube-dns ConfigMap: exit %d, %q", code, errs)
 	}
@@ -118,34 +116,5 @@ func TestMigrateOutputLoads(t *testing.T) {
 		if code := run([]string{"config", "validate", p}, &stdout, &stderr); code != 0 {
 			t.Errorf("%s: config validate: exit %d: %s", filepath.Base(cf), code, stderr.String())
 		}
-	}
-}
-
-// kubeDNSMount writes files as a ConfigMap volume: the data in a fresh
-// directory, ..data swapped to it, each key a link through ..data.
-func kubeDNSMount(t *testing.T, dir string, files map[string]string) {
-	t.Helper()
-	ts := filepath.Join(dir, fmt.Sprintf("..%d", time.Now().UnixNano()))
-	if err := os.Mkdir(ts, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range files {
-		if err := os.WriteFile(filepath.Join(ts, k), []byte(v), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		link := filepath.Join(dir, k)
-		if _, err := os.Lstat(link); err != nil {
-			if err := os.Symlink(filepath.Join("..data", k), link); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	tmp := filepath.Join(dir, "..data_tmp")
-	_ = os.Remove(tmp)
-	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // TestPprofFlag: the real agent with --pprof answers /debug/pprof on its
@@ -33,7 +35,7 @@ func TestPprofFlag(t *testing.T) {
 	admin := l.Addr().String()
 	l.Close()
 	sock := filepath.Join(t.TempDir(), "admin.sock")
-	var stderr lockedBuffer
+	var stderr dnstest.SyncBuffer
 	cmd := exec.Command(bin, "serve", "--listen=127.0.0.1:0", "--upstream=127.0.0.1:9", "--loop-check=false", "--lameduck=0s",
 		"--admin="+admin, "--admin-socket="+sock, "--pprof")
 	cmd.Stderr = &stderr

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/intercept"
 	"github.com/nodedns/nodedns/pkg/k8s"
@@ -233,7 +234,7 @@ func TestStatsWatch(t *testing.T) {
 	_, addr = statsServer(t, sampleDocument())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var stdout lockedBuffer
+	var stdout dnstest.SyncBuffer
 	go func() {
 		done <- runStats(ctx, []string{"--admin", addr, "--watch", "--interval", "1h"}, &stdout, &bytes.Buffer{})
 	}()

@@ -7,7 +7,11 @@
 // bytes for upstreams that misbehave on purpose (wrong IDs, garbage,
 // silence), and Gate, which holds answers back until a test lets them go.
 // Collector (dnstap.go) is a dnstap collector, decoding with the
-// reference types of github.com/dnstap/golang-dnstap.
+// reference types of github.com/dnstap/golang-dnstap. helpers.go holds
+// the small helpers the tests of every package share (WaitFor,
+// Eventually, MustRR, Exchange, FreePort, SyncBuffer, ...), so that none
+// writes its own copy. The package imports no package of this module:
+// any package's in-package tests may import it.
 package dnstest
 
 import (

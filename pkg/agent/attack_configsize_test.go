@@ -13,22 +13,11 @@ import (
 	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
-// bigConfig is a valid configuration padded with comments to n bytes.
-func bigConfig(head string, n int) string {
-	var b strings.Builder
-	b.WriteString(head)
-	line := "# " + strings.Repeat("x", 98) + "\n"
-	for b.Len() < n {
-		b.WriteString(line)
-	}
-	return b.String()
-}
-
 func TestAttackConfigFileSizeOnReload(t *testing.T) {
 	up := dnstest.Start(t, answerWith("192.0.2.1"))
 	ta := startTestAgent(t, "lameduck: 0s\nupstream: ["+up.Addr+"]\n")
 	ta.waitAnswer("192.0.2.1")
-	ta.write(bigConfig("lameduck: 0s\nupstream: ["+up.Addr+"]\ncache-size: 50\n", 2<<20))
+	ta.write(dnstest.BigConfig("lameduck: 0s\nupstream: ["+up.Addr+"]\ncache-size: 50\n", 2<<20))
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		logs := ta.logs.String()

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/config"
 )
 
@@ -52,7 +53,7 @@ func TestAttackLameduckIgnoresSignals(t *testing.T) {
 }
 
 func secondSignalEndsLameduck(t *testing.T, second syscall.Signal) {
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", dnstest.FreePort(t))
 	args := fmt.Sprintf("--listen=%s --upstream=127.0.0.1:9 --admin= --loop-check=false --lameduck=5m --log-level=info", addr)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), serveChildEnv+"="+args)

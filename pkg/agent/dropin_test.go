@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,7 +27,7 @@ func TestDropInLiveReload(t *testing.T) {
 		}
 		_ = w.WriteMsg(m)
 	})
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", dnstest.FreePort(t))
 	dir := t.TempDir()
 	base := fmt.Sprintf("listen: [%s]\nadmin: \"\"\nloop-check: false\nlameduck: 0s\nupstream: [%s]\n", addr, up.Addr)
 	writeConfigMap(t, dir, base+"hosts:\n  entries: [192.0.2.50 static.example]\n  fallthrough: []\n")
@@ -41,15 +40,7 @@ func TestDropInLiveReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
+	dnstest.RunUntilCleanup(t, "run", a.Run)
 	c := &dns.Client{Timeout: time.Second}
 	ask := func(name string) string {
 		m := new(dns.Msg)
@@ -107,7 +98,7 @@ loadbalance: round_robin
 // the config file, without a restart.
 func TestPluginsLiveReload(t *testing.T) {
 	up := dnstest.Start(t, dnstest.Zone(60))
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", dnstest.FreePort(t))
 	dir := t.TempDir()
 	base := fmt.Sprintf("listen: [%s]\nadmin: \"\"\nloop-check: false\nlameduck: 0s\nupstream: [%s]\n", addr, up.Addr)
 	writeConfigMap(t, dir, base)
@@ -120,15 +111,7 @@ func TestPluginsLiveReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
+	dnstest.RunUntilCleanup(t, "run", a.Run)
 	c := &dns.Client{Timeout: time.Second}
 	ask := func(name string, qtype, qclass uint16) string {
 		m := new(dns.Msg)

@@ -212,8 +212,8 @@ func runMixedTraffic(t *testing.T) (*scrape, error) {
 		zone(w, r)
 	})
 	dead := dnstest.Start(t, dnstest.Drop)
-	v4 := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	v6 := fmt.Sprintf("[::1]:%d", freePort(t))
+	v4 := fmt.Sprintf("127.0.0.1:%d", dnstest.FreePort(t))
+	v6 := fmt.Sprintf("[::1]:%d", dnstest.FreePort(t))
 	admin := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
 	args := []string{"--listen", v4 + "," + v6, "--upstream", up.Addr, "--stub-domain", "dead.example=" + dead.Addr,
 		"--admin", admin, "--loop-check=false", "--lameduck=0s", "--prefetch=0"}

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -47,7 +46,7 @@ func TestClusterZoneForward(t *testing.T) {
 		m.Answer = []dns.RR{rr}
 		_ = w.WriteMsg(m)
 	})
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", dnstest.FreePort(t))
 	args := []string{"--listen", addr, "--admin", "", "--loop-check=false", "--lameduck", "0s", "--upstream", up.Addr,
 		"--stub-domain", "10.in-addr.arpa=" + stub.Addr,
 		"--cluster-zone", "forward", "--cluster-dns", central.Addr, "--cluster-ttl", "2s", "--cluster-domain", "cluster.local,example.internal",
@@ -65,15 +64,7 @@ func TestClusterZoneForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
+	dnstest.RunUntilCleanup(t, "run", a.Run)
 	c := &dns.Client{Timeout: time.Second}
 	ask := func(name string, qtype uint16) *dns.Msg {
 		t.Helper()

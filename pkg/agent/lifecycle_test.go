@@ -137,7 +137,7 @@ func TestFailedStartRemovesInterception(t *testing.T) {
 	})
 	t.Run("rules fail", func(t *testing.T) {
 		fake := &fakeInterceptor{rulesErr: errors.New("iptables: Resource temporarily unavailable")}
-		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		addr := fmt.Sprintf("127.0.0.1:%d", dnstest.FreePort(t))
 		a := buildWithFakeInterception(t, fake, "--listen", addr, "--admin", "")
 		if err := a.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "iptables") {
 			t.Fatalf("run = %v, want the rules error", err)
@@ -160,7 +160,7 @@ func TestFailedStartRemovesInterception(t *testing.T) {
 		}
 		defer l.Close()
 		fake := &fakeInterceptor{}
-		a := buildWithFakeInterception(t, fake, "--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--admin", l.Addr().String())
+		a := buildWithFakeInterception(t, fake, "--listen", fmt.Sprintf("127.0.0.1:%d", dnstest.FreePort(t)), "--admin", l.Addr().String())
 		if err := a.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "admin") {
 			t.Fatalf("run = %v, want the admin error", err)
 		}
@@ -170,7 +170,7 @@ func TestFailedStartRemovesInterception(t *testing.T) {
 	})
 	t.Run("a good start does not", func(t *testing.T) {
 		fake := &fakeInterceptor{}
-		a := buildWithFakeInterception(t, fake, "--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--admin", "", "--teardown=false")
+		a := buildWithFakeInterception(t, fake, "--listen", fmt.Sprintf("127.0.0.1:%d", dnstest.FreePort(t)), "--admin", "", "--teardown=false")
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- a.Run(ctx) }()
@@ -270,12 +270,12 @@ func startForeign(t *testing.T, addr string) (stop func()) {
 // (SO_REUSEPORT) is detected at start, logged, shown in /stats and keeps
 // /ready false; once it is gone the next check turns the agent ready.
 func TestForeignServerKeepsNotReady(t *testing.T) {
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", dnstest.FreePort(t))
 	stopForeign := startForeign(t, addr)
 
 	up := dnstest.Start(t, answerWith("192.0.2.1"))
 	sock := filepath.Join(t.TempDir(), "admin.sock")
-	logs := &syncBuffer{}
+	logs := &dnstest.SyncBuffer{}
 	args := []string{"--listen", addr, "--upstream", up.Addr, "--admin", "", "--admin-socket", sock, "--loop-check=false", "--lameduck", "0s"}
 	cfg, err := config.Load(args, io.Discard)
 	if err != nil {

@@ -29,7 +29,7 @@ func askCached(t *testing.T, addr, name, want string, up *dnstest.Server) {
 
 // waitCount waits until the log holds substr n times: a reload's or a
 // kube-dns update's last line says it is applied whole.
-func waitCount(t *testing.T, logs *syncBuffer, substr string, n int) {
+func waitCount(t *testing.T, logs *dnstest.SyncBuffer, substr string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for strings.Count(logs.String(), substr) < n {
@@ -142,13 +142,13 @@ func TestKubeDNSChangeDropsCachedAnswers(t *testing.T) {
 	fixed := dnstest.Start(t, answerWith("192.0.2.2"))
 	dir := t.TempDir()
 	mount := func(up, stub string) {
-		kubeDNSMount(t, dir, map[string]string{
+		dnstest.MountConfigMap(t, dir, map[string]string{
 			"upstreamNameservers": fmt.Sprintf(`[%q]`, up),
 			"stubDomains":         fmt.Sprintf(`{"cm.example": [%q]}`, stub),
 		})
 	}
 	mount(old.Addr, old.Addr)
-	logs := &syncBuffer{}
+	logs := &dnstest.SyncBuffer{}
 	_, addr := startAgentWith(t, "kube-dns-config: "+dir+"\n", logs)
 	eventuallyA(t, addr, "192.0.2.1", func(i int) string { return fmt.Sprintf("u%d.example.", i) })
 	askCached(t, addr, "name.example.", "192.0.2.1", old)

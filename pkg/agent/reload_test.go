@@ -1,12 +1,10 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -24,26 +22,6 @@ import (
 	"github.com/nodedns/nodedns/pkg/config"
 )
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	// A port free for both UDP and TCP: the agent binds both.
-	for range 50 {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := pc.LocalAddr().(*net.UDPAddr).Port
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		pc.Close()
-		if err == nil {
-			l.Close()
-			return port
-		}
-	}
-	t.Fatal("no port free for both UDP and TCP")
-	return 0
-}
-
 // answerWith answers every A query with ip.
 func answerWith(ip string) dns.HandlerFunc {
 	return func(w dns.ResponseWriter, r *dns.Msg) {
@@ -55,49 +33,11 @@ func answerWith(ip string) dns.HandlerFunc {
 	}
 }
 
-// writeConfigMap lays out dir like a ConfigMap volume: config.yaml ->
-// ..data/config.yaml, ..data -> a timestamped directory, swapped atomically.
+// writeConfigMap lays out dir like a ConfigMap volume holding config.yaml
+// (dnstest.MountConfigMap).
 func writeConfigMap(t *testing.T, dir, content string) {
 	t.Helper()
-	ts := filepath.Join(dir, fmt.Sprintf("..%d", time.Now().UnixNano()))
-	if err := os.Mkdir(ts, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ts, "config.yaml"), []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tmp := filepath.Join(dir, "..data_tmp")
-	_ = os.Remove(tmp)
-	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	link := filepath.Join(dir, "config.yaml")
-	if _, err := os.Lstat(link); err != nil {
-		if err := os.Symlink("..data/config.yaml", link); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	dnstest.MountConfigMap(t, dir, map[string]string{"config.yaml": content})
 }
 
 // testAgent is an agent run in-process on a loopback port, configured by
@@ -108,7 +48,7 @@ type testAgent struct {
 	addr   string
 	dir    string
 	base   string // the file's lines every version keeps
-	logs   *syncBuffer
+	logs   *dnstest.SyncBuffer
 	cancel context.CancelFunc
 	done   chan error
 	exited bool
@@ -124,7 +64,7 @@ func startTestAgent(t *testing.T, content string, extra ...string) *testAgent {
 // startTestAgentPoll is startTestAgent with the file read every poll.
 func startTestAgentPoll(t *testing.T, poll time.Duration, content string, extra ...string) *testAgent {
 	t.Helper()
-	ta := &testAgent{t: t, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), dir: t.TempDir(), logs: &syncBuffer{}}
+	ta := &testAgent{t: t, addr: fmt.Sprintf("127.0.0.1:%d", dnstest.FreePort(t)), dir: t.TempDir(), logs: &dnstest.SyncBuffer{}}
 	ta.base = fmt.Sprintf("listen: [%s]\nadmin: \"\"\nloop-check: false\n", ta.addr)
 	writeConfigMap(t, ta.dir, ta.base+content)
 	args := append([]string{"--config", filepath.Join(ta.dir, "config.yaml")}, extra...)
@@ -526,8 +466,8 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	}
 
 	// Without --config: logged, and the agent keeps answering.
-	var logs syncBuffer
-	cfg, err := config.Load([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--admin", "", "--loop-check=false", "--lameduck", "0s", "--upstream", up1.Addr}, io.Discard)
+	var logs dnstest.SyncBuffer
+	cfg, err := config.Load([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", dnstest.FreePort(t)), "--admin", "", "--loop-check=false", "--lameduck", "0s", "--upstream", up1.Addr}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,40 +28,11 @@ import (
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// kubeDNSMount writes files as a ConfigMap volume: the data in a fresh
-// directory, ..data swapped to it, each key a link through ..data.
-func kubeDNSMount(t *testing.T, dir string, files map[string]string) {
-	t.Helper()
-	ts := filepath.Join(dir, fmt.Sprintf("..%d", time.Now().UnixNano()))
-	if err := os.Mkdir(ts, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range files {
-		if err := os.WriteFile(filepath.Join(ts, k), []byte(v), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		link := filepath.Join(dir, k)
-		if _, err := os.Lstat(link); err != nil {
-			if err := os.Symlink(filepath.Join("..data", k), link); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	tmp := filepath.Join(dir, "..data_tmp")
-	_ = os.Remove(tmp)
-	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // startAgentWith runs the agent of a config file until the test ends; the
 // file (and the kube-dns ConfigMap directory) is read every 50 ms.
 func startAgentWith(t *testing.T, content string, logs io.Writer) (*Agent, string) {
 	t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", dnstest.FreePort(t))
 	p := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(p, []byte(fmt.Sprintf("listen: [%s]\nadmin: \"\"\nloop-check: false\nlameduck: 0s\n", addr)+content), 0o644); err != nil {
 		t.Fatal(err)
@@ -76,15 +47,7 @@ func startAgentWith(t *testing.T, content string, logs io.Writer) (*Agent, strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
+	dnstest.RunUntilCleanup(t, "run", a.Run)
 	return a, addr
 }
 
@@ -131,10 +94,10 @@ func TestKubeDNSConfigLive(t *testing.T) {
 	cm2 := dnstest.Start(t, answerWith("192.0.2.4"))
 	ignored := dnstest.Start(t, answerWith("192.0.2.5"))
 	dir := t.TempDir()
-	kubeDNSMount(t, dir, map[string]string{
+	dnstest.MountConfigMap(t, dir, map[string]string{
 		"stubDomains": fmt.Sprintf(`{"cm.example": [%q], "own.example": [%q]}`, cm1.Addr, ignored.Addr),
 	})
-	logs := &syncBuffer{}
+	logs := &dnstest.SyncBuffer{}
 	a, addr := startAgentWith(t, fmt.Sprintf("upstream: [%s]\nkube-dns-config: %s\nstub-domains:\n  own.example: [%s]\n", up.Addr, dir, own.Addr), logs)
 
 	eventuallyA(t, addr, "192.0.2.3", func(i int) string { return fmt.Sprintf("a%d.cm.example.", i) })
@@ -146,11 +109,11 @@ func TestKubeDNSConfigLive(t *testing.T) {
 	}
 
 	// kubelet swaps the ConfigMap: the new server answers.
-	kubeDNSMount(t, dir, map[string]string{"stubDomains": fmt.Sprintf(`{"cm.example": [%q]}`, cm2.Addr)})
+	dnstest.MountConfigMap(t, dir, map[string]string{"stubDomains": fmt.Sprintf(`{"cm.example": [%q]}`, cm2.Addr)})
 	eventuallyA(t, addr, "192.0.2.4", func(i int) string { return fmt.Sprintf("b%d.cm.example.", i) })
 
 	// Bad JSON: the running settings stay, one warning names the file.
-	kubeDNSMount(t, dir, map[string]string{"stubDomains": `{"cm.example": [`})
+	dnstest.MountConfigMap(t, dir, map[string]string{"stubDomains": `{"cm.example": [`})
 	deadline := time.Now().Add(5 * time.Second)
 	for !strings.Contains(logs.String(), filepath.Join(dir, "stubDomains")) {
 		if time.Now().After(deadline) {
@@ -174,7 +137,7 @@ func TestKubeDNSConfigLive(t *testing.T) {
 		t.Errorf("%d warnings for one bad file, want 1", n)
 	}
 	// Fixed again.
-	kubeDNSMount(t, dir, map[string]string{"stubDomains": fmt.Sprintf(`{"cm.example": [%q]}`, cm1.Addr)})
+	dnstest.MountConfigMap(t, dir, map[string]string{"stubDomains": fmt.Sprintf(`{"cm.example": [%q]}`, cm1.Addr)})
 	eventuallyA(t, addr, "192.0.2.3", func(i int) string { return fmt.Sprintf("d%d.cm.example.", i) })
 }
 
@@ -184,7 +147,7 @@ func TestKubeDNSUpstreams(t *testing.T) {
 	cmUp := dnstest.Start(t, answerWith("192.0.2.7"))
 	agentUp := dnstest.Start(t, answerWith("192.0.2.8"))
 	dir := t.TempDir()
-	kubeDNSMount(t, dir, map[string]string{"upstreamNameservers": fmt.Sprintf(`[%q]`, cmUp.Addr)})
+	dnstest.MountConfigMap(t, dir, map[string]string{"upstreamNameservers": fmt.Sprintf(`[%q]`, cmUp.Addr)})
 	_, addr := startAgentWith(t, "kube-dns-config: "+dir+"\n", io.Discard)
 	eventuallyA(t, addr, "192.0.2.7", func(i int) string { return fmt.Sprintf("u%d.example.", i) })
 	_, addr2 := startAgentWith(t, fmt.Sprintf("kube-dns-config: %s\nupstream: [%s]\n", dir, agentUp.Addr), io.Discard)
@@ -192,8 +155,8 @@ func TestKubeDNSUpstreams(t *testing.T) {
 
 	// A bad directory at start: the agent starts without it.
 	bad := t.TempDir()
-	kubeDNSMount(t, bad, map[string]string{"upstreamNameservers": `not json`})
-	logs := &syncBuffer{}
+	dnstest.MountConfigMap(t, bad, map[string]string{"upstreamNameservers": `not json`})
+	logs := &dnstest.SyncBuffer{}
 	_, addr3 := startAgentWith(t, fmt.Sprintf("kube-dns-config: %s\nupstream: [%s]\n", bad, agentUp.Addr), logs)
 	eventuallyA(t, addr3, "192.0.2.8", func(i int) string { return fmt.Sprintf("w%d.example.", i) })
 	if !strings.Contains(logs.String(), filepath.Join(bad, "upstreamNameservers")) {
@@ -307,7 +270,7 @@ func TestHostNameUpstreamWithoutIndex(t *testing.T) {
 		}
 		_ = w.WriteMsg(m)
 	})
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", dnstest.FreePort(t))
 	args := []string{"--listen", addr, "--admin=", "--loop-check=false", "--lameduck=0s",
 		"--upstream", "ns.upstreams.example:" + port, "--upstream-resolver", res.Addr}
 	cfg, err := config.Load(args, io.Discard)
@@ -318,15 +281,7 @@ func TestHostNameUpstreamWithoutIndex(t *testing.T) {
 	if err != nil {
 		t.Fatalf("an upstream given by a host name, without the cluster index: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
+	dnstest.RunUntilCleanup(t, "run", a.Run)
 	c := &dns.Client{Timeout: time.Second}
 	m := new(dns.Msg)
 	m.SetQuestion("www.example.com.", dns.TypeA)
@@ -344,7 +299,7 @@ func TestHostNameUpstreamWithoutIndex(t *testing.T) {
 		t.Errorf("answer %v, want 192.0.2.7", r.Answer[0])
 	}
 
-	args = []string{"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--admin=", "--loop-check=false",
+	args = []string{"--listen", fmt.Sprintf("127.0.0.1:%d", dnstest.FreePort(t)), "--admin=", "--loop-check=false",
 		"--upstream", "dns.tools.svc.cluster.local"}
 	if cfg, err = config.Load(args, io.Discard); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,7 +33,7 @@ func TestViewsAndDnstap(t *testing.T) {
 	def, inside := answer("192.0.2.1"), answer("192.0.2.2")
 	dir := t.TempDir()
 	col := dnstest.StartCollector(t, "unix", filepath.Join(dir, "tap.sock"))
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", dnstest.FreePort(t))
 	writeConfigMap(t, dir, fmt.Sprintf(`listen: [%s]
 admin: ""
 loop-check: false
@@ -56,15 +55,7 @@ dnstap:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
+	dnstest.RunUntilCleanup(t, "run", a.Run)
 	ask := func(src string) string {
 		t.Helper()
 		c := &dns.Client{Timeout: time.Second, Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP(src)}, Timeout: time.Second}}

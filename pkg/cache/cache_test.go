@@ -196,19 +196,6 @@ func wantTTL(t testing.TB, what string, m *dns.Msg, ttl uint32) {
 	}
 }
 
-// eventually waits (boundedly) for cond; for background work only, never
-// for TTL logic.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func TestTTLCountdown(t *testing.T) {
 	// Two records with different TTLs: the entry lives as long as the
 	// shortest, and every record counts down from there.
@@ -630,7 +617,7 @@ func TestServfail(t *testing.T) {
 		if _, _, ok := hit(t, c, "f.example.test.", dns.TypeA, false, false); !ok {
 			t.Fatal("miss before expiry")
 		}
-		eventually(t, "the prefetch to reach the upstream", func() bool { return up.Count() > before })
+		dnstest.WaitFor(t, 10*time.Second, "the prefetch to reach the upstream", func() bool { return up.Count() > before })
 		c.Close() // waits for the refresh to finish
 		m, rcode, ok := hit(t, c, "f.example.test.", dns.TypeA, false, false)
 		if !ok || rcode != dns.RcodeSuccess {
@@ -740,7 +727,7 @@ func TestServeStaleRefreshedWhenUpstreamBack(t *testing.T) {
 		t.Fatalf("right after the failure: stale %v %v", stale, r)
 	}
 	var m *dns.Msg
-	eventually(t, "the background refresh", func() bool {
+	dnstest.WaitFor(t, 10*time.Second, "the background refresh", func() bool {
 		var ok bool
 		m, _, ok = hit(t, c, "back.example.test.", dns.TypeA, false, false)
 		return ok
@@ -785,7 +772,7 @@ func TestStaleAnswerAfter(t *testing.T) {
 	}
 	gate.Open()
 	var m *dns.Msg
-	eventually(t, "the late answer to be stored", func() bool {
+	dnstest.WaitFor(t, 10*time.Second, "the late answer to be stored", func() bool {
 		var ok bool
 		m, _, ok = hit(t, c, "slow.example.test.", dns.TypeA, false, false)
 		return ok
@@ -839,7 +826,7 @@ func TestPrefetch(t *testing.T) {
 			if misses.Load() != 0 {
 				t.Fatalf("%d misses on a fresh entry", misses.Load())
 			}
-			eventually(t, "the prefetch to reach the upstream", func() bool { return gate.Waiting() == 1 })
+			dnstest.WaitFor(t, 10*time.Second, "the prefetch to reach the upstream", func() bool { return gate.Waiting() == 1 })
 			// More hits while the refresh is out start nothing new.
 			for i := 0; i < 20; i++ {
 				get()
@@ -848,7 +835,7 @@ func TestPrefetch(t *testing.T) {
 				t.Fatalf("upstream saw %d queries, want 2 (the miss, one prefetch)", n)
 			}
 			gate.Open()
-			eventually(t, "the prefetched entry", func() bool {
+			dnstest.WaitFor(t, 10*time.Second, "the prefetched entry", func() bool {
 				m, _, ok := hit(t, c, name, dns.TypeA, false, false)
 				return ok && ttls(m)[0] == 100
 			})
@@ -1127,7 +1114,7 @@ func TestBackgroundPanicRecovered(t *testing.T) {
 			t.Fatal("miss on a fresh entry")
 		}
 	}
-	eventually(t, "the prefetch's panic to be counted", func() bool { return panics.Count() == 1 })
+	dnstest.WaitFor(t, 10*time.Second, "the prefetch's panic to be counted", func() bool { return panics.Count() == 1 })
 
 	clk.Advance(10 * time.Second) // expired
 	start := time.Now()
@@ -1138,7 +1125,7 @@ func TestBackgroundPanicRecovered(t *testing.T) {
 	if d := time.Since(start); d > 30*time.Second {
 		t.Fatalf("the query waited %v for a refresh that had panicked", d)
 	}
-	eventually(t, "the refresh's panic to be counted", func() bool { return panics.Count() >= 2 })
+	dnstest.WaitFor(t, 10*time.Second, "the refresh's panic to be counted", func() bool { return panics.Count() >= 2 })
 
 	// Fixed upstream: the entry is refreshed again.
 	up.panicNow.Store(false)

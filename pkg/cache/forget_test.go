@@ -84,7 +84,7 @@ func TestExchangeUnderWayAcrossSwap(t *testing.T) {
 			_, _, _, err := resolveFor(c, context.Background(), query("slow.example.test.", dns.TypeA, false, false))
 			done <- err
 		}()
-		eventually(t, "the query reaches the old upstream", func() bool { return gate.Waiting() > 0 })
+		dnstest.WaitFor(t, 10*time.Second, "the query reaches the old upstream", func() bool { return gate.Waiting() > 0 })
 		c.SetExchanger(forwarder(t, cur.Addr))
 		gate.Open()
 		err := <-done

@@ -228,7 +228,7 @@ func TestPrefetchWindow(t *testing.T) {
 				t.Fatalf("prefetched %v, want %v", got, tc.prefetch)
 			}
 			if tc.prefetch {
-				eventually(t, "the prefetch", func() bool { return up.CountName("w.example.test.", dns.TypeA) == 2 })
+				dnstest.WaitFor(t, 10*time.Second, "the prefetch", func() bool { return up.CountName("w.example.test.", dns.TypeA) == 2 })
 			}
 		})
 	}
@@ -249,7 +249,7 @@ func TestPrefetchPercent(t *testing.T) {
 		}
 		seen = append(seen, ttls(m)[0])
 		if ttls(m)[0] == 5 {
-			eventually(t, "the prefetched entry", func() bool {
+			dnstest.WaitFor(t, 10*time.Second, "the prefetched entry", func() bool {
 				m, _, ok := hit(t, c, "p.example.test.", dns.TypeA, false, false)
 				return ok && ttls(m)[0] == 10
 			})
@@ -277,7 +277,7 @@ func TestServeStaleImmediate(t *testing.T) {
 			t.Fatalf("stale %v after %s, want stale at once", stale, time.Since(start))
 		}
 		wantTTL(t, "stale", r, 0)
-		eventually(t, "one background refresh", func() bool { return up.CountName("i.example.test.", dns.TypeA) == 2 })
+		dnstest.WaitFor(t, 10*time.Second, "one background refresh", func() bool { return up.CountName("i.example.test.", dns.TypeA) == 2 })
 		// While it is out, no other refresh starts (a query decides on
 		// the spot, and counts one it starts).
 		refreshes := c.Stats().Refreshes
@@ -299,7 +299,7 @@ func TestServeStaleImmediate(t *testing.T) {
 			t.Fatalf("first query: stale %v rcode %d, want the stale answer", stale, r.Rcode)
 		}
 		wantTTL(t, "stale", r, 30)
-		eventually(t, "the refresh to store NXDOMAIN", func() bool {
+		dnstest.WaitFor(t, 10*time.Second, "the refresh to store NXDOMAIN", func() bool {
 			_, rcode, ok := hit(t, c, "i.example.test.", dns.TypeA, false, false)
 			return ok && rcode == dns.RcodeNameError
 		})
@@ -310,7 +310,7 @@ func TestServeStaleImmediate(t *testing.T) {
 		up.SetHandler(dnstest.Rcode(dns.RcodeServerFailure))
 		clk.Advance(11 * time.Second)
 		resolve(t, c, "i.example.test.", dns.TypeA)
-		eventually(t, "the failed refresh taken in", func() bool { return c.Stats().RefreshFailed == 1 })
+		dnstest.WaitFor(t, 10*time.Second, "the failed refresh taken in", func() bool { return c.Stats().RefreshFailed == 1 })
 		refreshes := c.Stats().Refreshes
 		// A query decides on the spot whether to start a refresh, and
 		// counts it if it does: none of these may.
@@ -326,7 +326,7 @@ func TestServeStaleImmediate(t *testing.T) {
 		}
 		clk.Advance(time.Second)
 		resolve(t, c, "i.example.test.", dns.TypeA)
-		eventually(t, "a refresh after the recheck period", func() bool { return up.CountName("i.example.test.", dns.TypeA) == 3 })
+		dnstest.WaitFor(t, 10*time.Second, "a refresh after the recheck period", func() bool { return up.CountName("i.example.test.", dns.TypeA) == 3 })
 	})
 }
 
@@ -350,7 +350,7 @@ func TestServeStaleVerifyWithoutTimer(t *testing.T) {
 		}
 		done <- r
 	}()
-	eventually(t, "the verify to reach the upstream", func() bool { return gate.Waiting() == 1 })
+	dnstest.WaitFor(t, 10*time.Second, "the verify to reach the upstream", func() bool { return gate.Waiting() == 1 })
 	// Hold the upstream's answer a while, so that a reply not waiting on it
 	// (one on a timer of its own, say) has the time to come first.
 	select {

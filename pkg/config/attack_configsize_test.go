@@ -17,22 +17,13 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-)
 
-// bigConfig is a valid configuration padded with comments to n bytes.
-func bigConfig(head string, n int) string {
-	var b strings.Builder
-	b.WriteString(head)
-	line := "# " + strings.Repeat("x", 98) + "\n"
-	for b.Len() < n {
-		b.WriteString(line)
-	}
-	return b.String()
-}
+	"github.com/nodedns/nodedns/internal/dnstest"
+)
 
 func TestAttackConfigFileSize(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(p, []byte(bigConfig("listen: [\"127.0.0.1:5300\"]\n", 2<<20)), 0o644); err != nil {
+	if err := os.WriteFile(p, []byte(dnstest.BigConfig("listen: [\"127.0.0.1:5300\"]\n", 2<<20)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, err := Load([]string{"--config", p}, io.Discard)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 var (
@@ -320,7 +322,7 @@ func TestRunRepairsOnNetlinkEvent(t *testing.T) {
 		cancel()
 		<-done
 	})
-	waitFor(t, "watch", func() bool {
+	dnstest.WaitFor(t, 5*time.Second, "watch", func() bool {
 		h.links.mu.Lock()
 		defer h.links.mu.Unlock()
 		return h.links.events != nil
@@ -330,7 +332,7 @@ func TestRunRepairsOnNetlinkEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.links.fire()
-	waitFor(t, "address put back", func() bool { return h.ic.Status().Repairs == 1 })
+	dnstest.WaitFor(t, 5*time.Second, "address put back", func() bool { return h.ic.Status().Repairs == 1 })
 	if l := h.links.link(DefaultInterface); !slices.Contains(l.addrs, ip4) {
 		t.Errorf("addresses = %v", l.addrs)
 	}
@@ -340,7 +342,7 @@ func TestRunRepairsOnNetlinkEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.links.breakWatch()
-	waitFor(t, "link recreated", func() bool { return h.ic.Status().Repairs == 1+4 }) // link, 2 addresses, up
+	dnstest.WaitFor(t, 5*time.Second, "link recreated", func() bool { return h.ic.Status().Repairs == 1+4 }) // link, 2 addresses, up
 }
 
 func TestRunPeriodicSyncRepairsRules(t *testing.T) {
@@ -364,7 +366,7 @@ func TestRunPeriodicSyncRepairsRules(t *testing.T) {
 	if err := h.ops(r.v6).Delete(r.table, r.chain, r.spec...); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "rule put back", func() bool { return h.ic.Status().Repairs == 1 })
+	dnstest.WaitFor(t, 5*time.Second, "rule put back", func() bool { return h.ic.Status().Repairs == 1 })
 	h.assertRulesOnce(t)
 }
 
@@ -571,16 +573,5 @@ func TestCleanupHelpersFindEveryCopy(t *testing.T) {
 	}
 	if h.r4.total() != 1 {
 		t.Errorf("%d rules left, want the foreign one", h.r4.total())
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

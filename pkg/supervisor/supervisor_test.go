@@ -10,11 +10,12 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // The serving processes of these tests are this test binary run again
@@ -107,22 +108,12 @@ type rig struct {
 	done   chan error
 	oom    atomic.Uint64
 	tears  atomic.Int32
-	log    *syncBuf
-}
-
-func freePort(t *testing.T) netip.AddrPort {
-	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	return pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	log    *dnstest.SyncBuffer
 }
 
 func startRig(t *testing.T, mode string, hang time.Duration) *rig {
 	t.Helper()
-	r := &rig{t: t, addr: freePort(t), done: make(chan error, 1), log: &syncBuf{}}
+	r := &rig{t: t, addr: dnstest.FreeAddrPort(t), done: make(chan error, 1), log: &dnstest.SyncBuffer{}}
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -441,24 +432,6 @@ func TestFieldValue(t *testing.T) {
 	if _, ok := fieldValue([]byte("low 0\n"), "oom_kill"); ok {
 		t.Error("found a missing field")
 	}
-}
-
-// syncBuf is a log sink safe for the supervisor's goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func signalNotify(c chan os.Signal) { signal.Notify(c, syscall.SIGTERM) }

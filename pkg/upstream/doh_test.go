@@ -27,7 +27,7 @@ func TestDoH(t *testing.T) {
 
 	f := newForwarder(t, upstream.Config{Servers: []string{"https://" + srv.Addr}, CAFile: caFile})
 	for _, name := range []string{"a.example.test.", "b.example.test.", "c.example.test."} {
-		if r := exchange(t, f, name, dns.TypeA); answerA(r) != "192.0.2.1" {
+		if r := forward(t, f, name, dns.TypeA); answerA(r) != "192.0.2.1" {
 			t.Fatalf("%s: %v", name, r)
 		}
 	}
@@ -51,7 +51,7 @@ func TestDoH(t *testing.T) {
 	// GET, and the server name for the certificate and Host.
 	g := newForwarder(t, upstream.Config{Servers: []string{"https://127.0.0.1:" + port + "#doh.test"}, CAFile: caFile,
 		Options: upstream.GroupOptions{DoHMethod: http.MethodGet}})
-	if r := exchange(t, g, "get.example.test.", dns.TypeAAAA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+	if r := forward(t, g, "get.example.test.", dns.TypeAAAA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
 		t.Fatalf("GET: %v", r)
 	}
 	if last := srv.Requests()[len(srv.Requests())-1]; last.Method != http.MethodGet || last.Host != "doh.test" || last.ID != 0 || last.Name != "get.example.test." {

@@ -66,7 +66,7 @@ func TestFailover(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ups, addrs := scripted(t, tc.servers)
 			f := newForwarder(t, upstream.Config{Servers: addrs, Options: upstream.GroupOptions{Failover: tc.failover}})
-			r := exchange(t, f, tc.qname, dns.TypeA)
+			r := forward(t, f, tc.qname, dns.TypeA)
 			if r.Rcode != tc.rcode || queries(ups) != tc.asked {
 				t.Fatalf("rcode %s, servers asked %s; want %s, %s", dns.RcodeToString[r.Rcode], queries(ups), dns.RcodeToString[tc.rcode], tc.asked)
 			}
@@ -76,7 +76,7 @@ func TestFailover(t *testing.T) {
 		ups, addrs := scripted(t, 2)
 		ups[0].SetMode(dnstest.ModeServfail)
 		f := newForwarder(t, upstream.Config{Servers: addrs, Options: upstream.GroupOptions{Failover: rcodes(t, "SERVFAIL")}})
-		if r := exchange(t, f, "ok.example.", dns.TypeA); answerA(r) != ups[1].V4 || queries(ups) != "[1 1]" {
+		if r := forward(t, f, "ok.example.", dns.TypeA); answerA(r) != ups[1].V4 || queries(ups) != "[1 1]" {
 			t.Fatalf("%v, asked %s", r, queries(ups))
 		}
 	})
@@ -110,7 +110,7 @@ func TestNext(t *testing.T) {
 		{"ref1.example.", dns.TypeA, "", "[1 0 0]"},
 	} {
 		before := []int{ups[0].Queries(), ups[1].Queries(), ups[2].Queries()}
-		r := exchange(t, f, tc.qname, tc.qtype)
+		r := forward(t, f, tc.qname, tc.qtype)
 		ttl := ""
 		if rrs := append(r.Answer, r.Ns...); len(rrs) > 0 {
 			ttl = fmt.Sprint(rrs[0].Header().Ttl)
@@ -124,7 +124,7 @@ func TestNext(t *testing.T) {
 	if _, err := g.Exchange(context.Background(), stage.Origin{}, query("nx9.example.", dns.TypeA)); !errors.Is(err, upstream.ErrNoUpstream) {
 		t.Fatalf("next without servers: %v, want ErrNoUpstream", err)
 	}
-	if r := exchange(t, g, "ok9.example.", dns.TypeA); answerA(r) != ups[0].V4 {
+	if r := forward(t, g, "ok9.example.", dns.TypeA); answerA(r) != ups[0].V4 {
 		t.Fatalf("next without servers, an answer: %v", r)
 	}
 }

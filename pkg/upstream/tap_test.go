@@ -53,7 +53,7 @@ func TestTapExchanges(t *testing.T) {
 	tap := new(recordingTap)
 	f := newForwarder(t, upstream.Config{Servers: []string{up.Addr}, Tap: tap})
 	before := time.Now()
-	exchange(t, f, "small.example.test.", dns.TypeTXT)
+	forward(t, f, "small.example.test.", dns.TypeTXT)
 	got := tap.take()
 	server := netip.MustParseAddrPort(up.Addr)
 	if len(got) != 1 || got[0].tcp || got[0].server != server || got[0].resp == nil {
@@ -67,7 +67,7 @@ func TestTapExchanges(t *testing.T) {
 		t.Errorf("times: sent %v, received %v, the exchange began %v", g.sent, g.rcvd, before)
 	}
 
-	exchange(t, f, "big.example.test.", dns.TypeTXT)
+	forward(t, f, "big.example.test.", dns.TypeTXT)
 	got = tap.take()
 	if len(got) != 2 || got[0].tcp || !got[0].resp.Truncated || !got[1].tcp || got[1].resp == nil || got[1].resp.Truncated {
 		t.Fatalf("truncated: logged %d exchanges, want the UDP one (TC) and the TCP retry", len(got))

@@ -80,7 +80,7 @@ func TestDoT(t *testing.T) {
 	addr := "tls://" + srv.Addr + "#dns.test"
 	f := newForwarder(t, upstream.Config{Servers: []string{addr}, CAFile: caFile})
 	for i := range 5 {
-		r := exchange(t, f, fmt.Sprintf("q%d.example.test.", i), dns.TypeA)
+		r := forward(t, f, fmt.Sprintf("q%d.example.test.", i), dns.TypeA)
 		if r.Rcode != dns.RcodeSuccess || answerA(r) != "192.0.2.1" {
 			t.Fatalf("query %d: %v", i, r)
 		}
@@ -97,7 +97,7 @@ func TestDoT(t *testing.T) {
 		t.Errorf("stream connections: %d open, %d opened; want 1, 1", open, opened)
 	}
 	// A truncated-size answer comes whole over the stream.
-	r := exchange(t, f, "big.example.test.", dns.TypeTXT)
+	r := forward(t, f, "big.example.test.", dns.TypeTXT)
 	if r.Truncated || len(r.Answer) != 12 {
 		t.Errorf("big TXT over TLS: TC %v, %d records; want the whole 12", r.Truncated, len(r.Answer))
 	}
@@ -172,7 +172,7 @@ func TestDoTConcurrent(t *testing.T) {
 	f := newForwarder(t, upstream.Config{Servers: []string{"tls://" + srv.Addr + "#dns.test"}, CAFile: caFile})
 	// One query first: its connection brings the session ticket that the
 	// connections opened later resume.
-	exchange(t, f, "first.example.test.", dns.TypeA)
+	forward(t, f, "first.example.test.", dns.TypeA)
 	var wg sync.WaitGroup
 	var bad atomic.Int32
 	for i := range 60 {
@@ -210,8 +210,8 @@ func TestForceTCPAndPreferUDP(t *testing.T) {
 		StubOptions: map[string]upstream.GroupOptions{},
 	})
 	for i := range 3 {
-		exchange(t, f, fmt.Sprintf("f%d.example.test.", i), dns.TypeA)
-		exchange(t, f, fmt.Sprintf("s%d.corp.test.", i), dns.TypeA)
+		forward(t, f, fmt.Sprintf("f%d.example.test.", i), dns.TypeA)
+		forward(t, f, fmt.Sprintf("s%d.corp.test.", i), dns.TypeA)
 	}
 	if up.Count() != 3 || up.TCPCount() != 3 || up.TCPConns() != 1 {
 		t.Errorf("force-tcp group: %d queries, %d over TCP on %d connections; want 3, 3, 1", up.Count(), up.TCPCount(), up.TCPConns())
@@ -229,9 +229,9 @@ func TestForceTCPAndPreferUDP(t *testing.T) {
 		Stubs:       map[string][]string{"udp.test": {b.Addr}, "tcp.test": {"tcp://" + c.Addr}},
 		StubOptions: map[string]upstream.GroupOptions{"udp.test": {PreferUDP: true}},
 	})
-	exchange(t, f, "x.example.test.", dns.TypeA)
-	exchange(t, f, "x.udp.test.", dns.TypeA)
-	exchange(t, f, "x.tcp.test.", dns.TypeA)
+	forward(t, f, "x.example.test.", dns.TypeA)
+	forward(t, f, "x.udp.test.", dns.TypeA)
+	forward(t, f, "x.tcp.test.", dns.TypeA)
 	if a.TCPCount() != 1 || b.TCPCount() != 0 || b.Count() != 1 || c.TCPCount() != 1 {
 		t.Errorf("TCP queries: forced %d/1, prefer-udp %d/0 (of %d), tcp:// %d/1", a.TCPCount(), b.TCPCount(), b.Count(), c.TCPCount())
 	}
@@ -239,7 +239,7 @@ func TestForceTCPAndPreferUDP(t *testing.T) {
 		t.Errorf("tcp:// server transport %q", got)
 	}
 	// Truncated replies from a prefer-udp server are retried over TCP.
-	r := exchange(t, f, "big.udp.test.", dns.TypeTXT)
+	r := forward(t, f, "big.udp.test.", dns.TypeTXT)
 	if r.Truncated || len(r.Answer) != 12 || b.TCPCount() != 1 {
 		t.Errorf("big answer via prefer-udp: TC %v, %d records, %d TCP queries", r.Truncated, len(r.Answer), b.TCPCount())
 	}
@@ -262,7 +262,7 @@ func TestStubPolicy(t *testing.T) {
 		StubOptions: map[string]upstream.GroupOptions{"corp.test": {Policy: upstream.Sequential}},
 	})
 	for i := range 10 {
-		exchange(t, f, fmt.Sprintf("p%d.corp.test.", i), dns.TypeA)
+		forward(t, f, fmt.Sprintf("p%d.corp.test.", i), dns.TypeA)
 	}
 	if a.Count() != 10 || b.Count() != 0 {
 		t.Errorf("sequential stub: %d and %d queries; want 10 and 0", a.Count(), b.Count())
@@ -315,29 +315,29 @@ func TestNamedServers(t *testing.T) {
 		t.Fatalf("before the name resolves: %v, want ErrNoUpstream", err)
 	}
 	res.set(svc, netip.MustParseAddr("127.0.0.1"))
-	eventually(t, "the name to resolve", func() bool {
+	dnstest.WaitFor(t, 10*time.Second, "the name to resolve", func() bool {
 		r, err := f.Exchange(context.Background(), stage.Origin{}, query("b.corp.test.", dns.TypeA))
 		return err == nil && r.Rcode == dns.RcodeSuccess
 	})
 	n1 := up1.Count()
 	res.set(svc, netip.MustParseAddr("127.0.0.2"))
-	eventually(t, "the new address", func() bool {
+	dnstest.WaitFor(t, 10*time.Second, "the new address", func() bool {
 		_, err := f.Exchange(context.Background(), stage.Origin{}, query(fmt.Sprintf("c%d.corp.test.", time.Now().UnixNano()), dns.TypeA))
 		return err == nil && up2.Count() > 0
 	})
 	before := up1.Count()
 	for i := range 5 {
-		exchange(t, f, fmt.Sprintf("d%d.corp.test.", i), dns.TypeA)
+		forward(t, f, fmt.Sprintf("d%d.corp.test.", i), dns.TypeA)
 	}
 	if up1.Count() != before || n1 == 0 {
 		t.Errorf("old address still asked: %d -> %d", before, up1.Count())
 	}
 	// The default group's server is the same address as the old stub
 	// server: it stays.
-	exchange(t, f, "e.example.test.", dns.TypeA)
+	forward(t, f, "e.example.test.", dns.TypeA)
 	// Gone: no servers again.
 	res.set(svc)
-	eventually(t, "the zone to lose its server", func() bool {
+	dnstest.WaitFor(t, 10*time.Second, "the zone to lose its server", func() bool {
 		_, err := f.Exchange(context.Background(), stage.Origin{}, query(fmt.Sprintf("g%d.corp.test.", time.Now().UnixNano()), dns.TypeA))
 		return errors.Is(err, upstream.ErrNoUpstream)
 	})

@@ -43,7 +43,10 @@ func query(name string, qtype uint16) *dns.Msg {
 	return m
 }
 
-func exchange(t testing.TB, f *upstream.Forwarder, name string, qtype uint16) *dns.Msg {
+// forward sends the query of name and qtype through f and fails the test
+// unless a reply with the query's ID comes back (the forwarder's own
+// exchange, not dnstest.Exchange to an address).
+func forward(t testing.TB, f *upstream.Forwarder, name string, qtype uint16) *dns.Msg {
 	t.Helper()
 	r, err := f.Exchange(context.Background(), stage.Origin{}, query(name, qtype))
 	if err != nil {
@@ -73,18 +76,7 @@ func running(t testing.TB, f *upstream.Forwarder) {
 	done := make(chan struct{})
 	go func() { f.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	eventually(t, "the forwarder to run", f.Running)
-}
-
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	dnstest.WaitFor(t, 10*time.Second, "the forwarder to run", f.Running)
 }
 
 func answerA(r *dns.Msg) string {
@@ -119,7 +111,7 @@ func TestPolicies(t *testing.T) {
 		ups, addrs := start(t)
 		f := newForwarder(t, upstream.Config{Servers: addrs, Policy: upstream.Sequential})
 		for i := 0; i < 6; i++ {
-			exchange(t, f, fmt.Sprintf("s%d.example.test.", i), dns.TypeA)
+			forward(t, f, fmt.Sprintf("s%d.example.test.", i), dns.TypeA)
 		}
 		if got := counts(ups); fmt.Sprint(got) != "[6 0 0]" {
 			t.Fatalf("queries per server %v, want all on the first", got)
@@ -129,7 +121,7 @@ func TestPolicies(t *testing.T) {
 		ups, addrs := start(t)
 		f := newForwarder(t, upstream.Config{Servers: addrs, Policy: upstream.RoundRobin})
 		for i := 0; i < 9; i++ {
-			exchange(t, f, fmt.Sprintf("r%d.example.test.", i), dns.TypeA)
+			forward(t, f, fmt.Sprintf("r%d.example.test.", i), dns.TypeA)
 		}
 		if got := counts(ups); fmt.Sprint(got) != "[3 3 3]" {
 			t.Fatalf("queries per server %v, want 3 each", got)
@@ -139,7 +131,7 @@ func TestPolicies(t *testing.T) {
 		ups, addrs := start(t)
 		f := newForwarder(t, upstream.Config{Servers: addrs, Policy: upstream.Random})
 		for i := 0; i < 90; i++ {
-			exchange(t, f, fmt.Sprintf("x%d.example.test.", i), dns.TypeA)
+			forward(t, f, fmt.Sprintf("x%d.example.test.", i), dns.TypeA)
 		}
 		// Each server is first with probability 1/3: never asked in 90
 		// queries has odds (2/3)^90, about 1e-16.
@@ -165,7 +157,7 @@ func TestFreshIDPerExchange(t *testing.T) {
 	f := newForwarder(t, upstream.Config{Servers: []string{up.Addr}})
 	const n = 20
 	for i := 0; i < n; i++ {
-		exchange(t, f, fmt.Sprintf("id%d.example.test.", i), dns.TypeA) // checks ID 4242 comes back
+		forward(t, f, fmt.Sprintf("id%d.example.test.", i), dns.TypeA) // checks ID 4242 comes back
 	}
 	ids := up.IDs()
 	distinct := map[uint16]bool{}
@@ -224,7 +216,7 @@ func TestMismatchedRepliesDiscarded(t *testing.T) {
 	t.Run("real reply last", func(t *testing.T) {
 		raw := dnstest.StartRaw(t, script(true), nil)
 		f := newForwarder(t, upstream.Config{Servers: []string{raw.Addr}})
-		r := exchange(t, f, "victim.example.test.", dns.TypeA)
+		r := forward(t, f, "victim.example.test.", dns.TypeA)
 		if answerA(r) != "192.0.2.1" {
 			t.Fatalf("accepted %v", r)
 		}
@@ -245,7 +237,7 @@ func TestMismatchedRepliesDiscarded(t *testing.T) {
 func TestTCPRetryOnTruncation(t *testing.T) {
 	up := dnstest.Start(t, dnstest.Zone(60))
 	f := newForwarder(t, upstream.Config{Servers: []string{up.Addr}})
-	r := exchange(t, f, "big.example.test.", dns.TypeTXT)
+	r := forward(t, f, "big.example.test.", dns.TypeTXT)
 	if r.Truncated || len(r.Answer) != 12 {
 		t.Fatalf("truncated %v, %d answers; want the full answer over TCP", r.Truncated, len(r.Answer))
 	}
@@ -253,7 +245,7 @@ func TestTCPRetryOnTruncation(t *testing.T) {
 		t.Fatalf("upstream saw %d queries, %d over TCP; want UDP then TCP", up.Count(), up.TCPCount())
 	}
 	// Small answers stay on UDP.
-	exchange(t, f, "small.example.test.", dns.TypeTXT)
+	forward(t, f, "small.example.test.", dns.TypeTXT)
 	if up.TCPCount() != 1 {
 		t.Fatal("small answer went over TCP")
 	}
@@ -265,7 +257,7 @@ func TestForceTCP(t *testing.T) {
 	up := dnstest.Start(t, dnstest.Zone(60))
 	f := newForwarder(t, upstream.Config{Servers: []string{up.Addr}, ForceTCP: true})
 	for i := 0; i < 3; i++ {
-		if r := exchange(t, f, fmt.Sprintf("small%d.example.test.", i), dns.TypeTXT); r.Rcode != dns.RcodeSuccess || r.Id != 4242 {
+		if r := forward(t, f, fmt.Sprintf("small%d.example.test.", i), dns.TypeTXT); r.Rcode != dns.RcodeSuccess || r.Id != 4242 {
 			t.Fatalf("query %d: %v", i, r)
 		}
 	}
@@ -278,7 +270,7 @@ func TestTCPConnectionReuse(t *testing.T) {
 	up := dnstest.Start(t, dnstest.Zone(60))
 	f := newForwarder(t, upstream.Config{Servers: []string{up.Addr}})
 	for i := 0; i < 5; i++ {
-		r := exchange(t, f, fmt.Sprintf("big%d.example.test.", i), dns.TypeTXT)
+		r := forward(t, f, fmt.Sprintf("big%d.example.test.", i), dns.TypeTXT)
 		if len(r.Answer) != 12 {
 			t.Fatalf("query %d: %d answers", i, len(r.Answer))
 		}
@@ -316,12 +308,12 @@ func TestTCPPooledConnectionClosedByServer(t *testing.T) {
 	})
 	f := newForwarder(t, upstream.Config{Servers: []string{raw.Addr}, MaxFails: 1})
 	for i := 0; i < 4; i++ {
-		r := exchange(t, f, fmt.Sprintf("p%d.example.test.", i), dns.TypeA)
+		r := forward(t, f, fmt.Sprintf("p%d.example.test.", i), dns.TypeA)
 		if answerA(r) != "192.0.2.1" {
 			t.Fatalf("query %d: %v", i, r)
 		}
 		// Let the server's close reach us before the next query.
-		eventually(t, "the connection to close", func() bool { return raw.TCPConns() == i+1 })
+		dnstest.WaitFor(t, 10*time.Second, "the connection to close", func() bool { return raw.TCPConns() == i+1 })
 	}
 	s := server(t, f, raw.Addr)
 	if st := s.Stats(); st.Failures != 0 || s.Down() {
@@ -351,7 +343,7 @@ func TestTimeoutsAndBudget(t *testing.T) {
 		good := dnstest.Start(t, dnstest.Zone(60))
 		f := newForwarder(t, upstream.Config{Servers: []string{dead.Addr, good.Addr}, TryTimeout: 100 * time.Millisecond, Budget: 20 * time.Second})
 		start := time.Now()
-		exchange(t, f, "a.example.test.", dns.TypeA)
+		forward(t, f, "a.example.test.", dns.TypeA)
 		if d := time.Since(start); d > 10*time.Second || dead.Count() != 1 || good.Count() != 1 {
 			t.Fatalf("after %s: dead %d, good %d queries", d, dead.Count(), good.Count())
 		}
@@ -396,8 +388,8 @@ func TestHealth(t *testing.T) {
 		TryTimeout: 100 * time.Millisecond, ProbeInterval: 10 * time.Millisecond, ProbeTimeout: 30 * time.Millisecond})
 	running(t, f)
 	sb := server(t, f, bad.Addr)
-	exchange(t, f, "h1.example.test.", dns.TypeA)
-	eventually(t, "the server to be marked down", sb.Down)
+	forward(t, f, "h1.example.test.", dns.TypeA)
+	dnstest.WaitFor(t, 10*time.Second, "the server to be marked down", sb.Down)
 	if st := sb.Stats(); st.ProbeFailures != 3 || st.ProbeLoops != 1 || st.Failures != 1 || st.Requests != 1 || st.LastError == "" {
 		t.Fatalf("down after %+v; want 3 failed probes (MaxFails 2) in one loop after 1 failed exchange", st)
 	}
@@ -406,15 +398,15 @@ func TestHealth(t *testing.T) {
 	}
 	// Skipped while down: the good server answers at once.
 	for i := 0; i < 5; i++ {
-		exchange(t, f, fmt.Sprintf("h%d.skip.example.test.", i), dns.TypeA)
+		forward(t, f, fmt.Sprintf("h%d.skip.example.test.", i), dns.TypeA)
 	}
 	if bad.CountName("h0.skip.example.test.", dns.TypeA) != 0 || good.Count() != 6 {
 		t.Fatalf("while down: bad asked %d, good %d (want 6)", bad.Count(), good.Count())
 	}
 	// The probe brings it back once it answers.
 	bad.SetHandler(dnstest.Zone(60))
-	eventually(t, "the probe to mark the server up", func() bool { return !sb.Down() })
-	exchange(t, f, "h3.example.test.", dns.TypeA)
+	dnstest.WaitFor(t, 10*time.Second, "the probe to mark the server up", func() bool { return !sb.Down() })
+	forward(t, f, "h3.example.test.", dns.TypeA)
 	if bad.CountName("h3.example.test.", dns.TypeA) != 1 {
 		t.Fatal("server back up but not asked first")
 	}
@@ -468,7 +460,7 @@ func TestHealthProbeOptions(t *testing.T) {
 		TryTimeout: 50 * time.Millisecond, Budget: 200 * time.Millisecond})
 	running(t, f)
 	_, _ = f.Exchange(context.Background(), stage.Origin{}, query("p.example.test.", dns.TypeA))
-	eventually(t, "a probe", func() bool { mu.Lock(); defer mu.Unlock(); return len(probes) > 0 })
+	dnstest.WaitFor(t, 10*time.Second, "a probe", func() bool { mu.Lock(); defer mu.Unlock(); return len(probes) > 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	if probes[0] != "health.example.org. rd=false edns=false" {
@@ -487,7 +479,7 @@ func TestAllDownStillTries(t *testing.T) {
 	if _, err := f.Exchange(context.Background(), stage.Origin{}, query("d.example.test.", dns.TypeA)); err == nil {
 		t.Fatal("no error from dead servers")
 	}
-	eventually(t, "the servers to be marked down", func() bool { return server(t, f, a.Addr).Down() && server(t, f, b.Addr).Down() })
+	dnstest.WaitFor(t, 10*time.Second, "the servers to be marked down", func() bool { return server(t, f, a.Addr).Down() && server(t, f, b.Addr).Down() })
 	start, broken := time.Now(), f.AllDown()
 	if _, err := f.Exchange(context.Background(), stage.Origin{}, query("d1.example.test.", dns.TypeA)); err == nil {
 		t.Fatal("no error from dead servers")
@@ -500,10 +492,10 @@ func TestAllDownStillTries(t *testing.T) {
 	}
 	a.SetHandler(dnstest.Zone(60))
 	b.SetHandler(dnstest.Zone(60))
-	if r := exchange(t, f, "d2.example.test.", dns.TypeA); answerA(r) != "192.0.2.1" && r.Rcode != dns.RcodeSuccess {
+	if r := forward(t, f, "d2.example.test.", dns.TypeA); answerA(r) != "192.0.2.1" && r.Rcode != dns.RcodeSuccess {
 		t.Fatalf("all down: %v", r)
 	}
-	eventually(t, "the probes to bring them back", func() bool { return !server(t, f, a.Addr).Down() && !server(t, f, b.Addr).Down() })
+	dnstest.WaitFor(t, 10*time.Second, "the probes to bring them back", func() bool { return !server(t, f, a.Addr).Down() && !server(t, f, b.Addr).Down() })
 }
 
 // TestFailfast: with every server down and Failfast, ErrAllDown at once,
@@ -516,7 +508,7 @@ func TestFailfast(t *testing.T) {
 		Options: upstream.GroupOptions{Failfast: true}})
 	running(t, f)
 	_, _ = f.Exchange(context.Background(), stage.Origin{}, query("d.example.test.", dns.TypeA))
-	eventually(t, "the servers to be marked down", func() bool { return server(t, f, a.Addr).Down() && server(t, f, b.Addr).Down() })
+	dnstest.WaitFor(t, 10*time.Second, "the servers to be marked down", func() bool { return server(t, f, a.Addr).Down() && server(t, f, b.Addr).Down() })
 	before := a.Count() + b.Count() - a.CountName(".", dns.TypeNS) - b.CountName(".", dns.TypeNS)
 	start := time.Now()
 	_, err := f.Exchange(context.Background(), stage.Origin{}, query("d1.example.test.", dns.TypeA))
@@ -551,7 +543,7 @@ func TestCoalescing(t *testing.T) {
 			}
 		}(uint16(1000 + i))
 	}
-	eventually(t, "every caller to join", func() bool { return f.Coalesced() == n-1 && gate.Waiting() == 1 })
+	dnstest.WaitFor(t, 10*time.Second, "every caller to join", func() bool { return f.Coalesced() == n-1 && gate.Waiting() == 1 })
 	gate.Open()
 	wg.Wait()
 	close(errs)
@@ -562,7 +554,7 @@ func TestCoalescing(t *testing.T) {
 		t.Fatalf("%d concurrent identical queries: %d upstream exchanges, want 1", n, up.Count())
 	}
 	// Once done, the next query is a new exchange.
-	exchange(t, f, "same.example.test.", dns.TypeA)
+	forward(t, f, "same.example.test.", dns.TypeA)
 	if up.Count() != 2 {
 		t.Fatalf("after the flight: %d exchanges", up.Count())
 	}
@@ -583,7 +575,7 @@ func TestInflightBound(t *testing.T) {
 			}
 		}()
 	}
-	eventually(t, "the bound to fill", func() bool { return gate.Waiting() == bound })
+	dnstest.WaitFor(t, 10*time.Second, "the bound to fill", func() bool { return gate.Waiting() == bound })
 	before := runtime.NumGoroutine()
 	for i := 0; i < 100; i++ {
 		_, err := f.Exchange(context.Background(), stage.Origin{}, query(fmt.Sprintf("over%d.example.test.", i), dns.TypeA))
@@ -603,14 +595,14 @@ func TestInflightBound(t *testing.T) {
 		_, err := f.Exchange(context.Background(), stage.Origin{}, query("b0.example.test.", dns.TypeA))
 		joined <- err
 	}()
-	eventually(t, "the identical query to join", func() bool { return f.Coalesced() == 1 })
+	dnstest.WaitFor(t, 10*time.Second, "the identical query to join", func() bool { return f.Coalesced() == 1 })
 	gate.Open()
 	wg.Wait()
 	if err := <-joined; err != nil {
 		t.Fatalf("coalesced query: %v", err)
 	}
 	// The bound is free again.
-	exchange(t, f, "after.example.test.", dns.TypeA)
+	forward(t, f, "after.example.test.", dns.TypeA)
 }
 
 func TestStubDomains(t *testing.T) {
@@ -643,7 +635,7 @@ func TestStubDomains(t *testing.T) {
 		{".", def},
 	} {
 		before := tc.want.Count()
-		exchange(t, f, tc.name, dns.TypeNS)
+		forward(t, f, tc.name, dns.TypeNS)
 		if tc.want.Count() != before+1 {
 			t.Errorf("%s: not sent to the expected group", tc.name)
 		}
@@ -667,7 +659,7 @@ func TestStubDomains(t *testing.T) {
 	if _, err := f.Exchange(context.Background(), stage.Origin{}, query("www.example.test.", dns.TypeA)); !errors.Is(err, upstream.ErrNoUpstream) {
 		t.Fatalf("err %v, want ErrNoUpstream", err)
 	}
-	exchange(t, f, "www.corp.example.", dns.TypeA)
+	forward(t, f, "www.corp.example.", dns.TypeA)
 }
 
 // TestServfailIsAnAnswer: a SERVFAIL (what every validating resolver
@@ -686,7 +678,7 @@ func TestServfailIsAnAnswer(t *testing.T) {
 	b := dnstest.Start(t, broken)
 	f := newForwarder(t, upstream.Config{Servers: []string{a.Addr, b.Addr}, MaxFails: 2})
 	for i := 0; i < 4; i++ {
-		if r := exchange(t, f, "broken.example.test.", dns.TypeA); r.Rcode != dns.RcodeServerFailure {
+		if r := forward(t, f, "broken.example.test.", dns.TypeA); r.Rcode != dns.RcodeServerFailure {
 			t.Fatalf("query %d for the broken name: rcode %d, want SERVFAIL", i, r.Rcode)
 		}
 	}
@@ -698,7 +690,7 @@ func TestServfailIsAnAnswer(t *testing.T) {
 			t.Fatalf("server %s after SERVFAILs: %+v, want up without failures", s.Addr, st)
 		}
 	}
-	if r := exchange(t, f, "fine.example.test.", dns.TypeA); answerA(r) != "192.0.2.1" || a.CountName("fine.example.test.", dns.TypeA) != 1 {
+	if r := forward(t, f, "fine.example.test.", dns.TypeA); answerA(r) != "192.0.2.1" || a.CountName("fine.example.test.", dns.TypeA) != 1 {
 		t.Fatalf("other names after the SERVFAILs: %v (first server asked %d times)", r, a.CountName("fine.example.test.", dns.TypeA))
 	}
 
@@ -706,7 +698,7 @@ func TestServfailIsAnAnswer(t *testing.T) {
 	one := dnstest.Start(t, broken)
 	f1 := newForwarder(t, upstream.Config{Servers: []string{one.Addr}, MaxFails: 1})
 	for i := 0; i < 3; i++ {
-		if r := exchange(t, f1, "broken.example.test.", dns.TypeA); r.Rcode != dns.RcodeServerFailure {
+		if r := forward(t, f1, "broken.example.test.", dns.TypeA); r.Rcode != dns.RcodeServerFailure {
 			t.Fatalf("rcode %d, want SERVFAIL", r.Rcode)
 		}
 	}
@@ -718,7 +710,7 @@ func TestServfailIsAnAnswer(t *testing.T) {
 	sf := dnstest.Start(t, dnstest.Rcode(dns.RcodeServerFailure))
 	good := dnstest.Start(t, dnstest.Zone(60))
 	f2 := newForwarder(t, upstream.Config{Servers: []string{sf.Addr, good.Addr}})
-	if r := exchange(t, f2, "a.example.test.", dns.TypeA); answerA(r) != "192.0.2.1" || sf.Count() != 1 || good.Count() != 1 {
+	if r := forward(t, f2, "a.example.test.", dns.TypeA); answerA(r) != "192.0.2.1" || sf.Count() != 1 || good.Count() != 1 {
 		t.Fatalf("SERVFAIL then an answer: %v; asked %d and %d", r, sf.Count(), good.Count())
 	}
 
@@ -727,10 +719,10 @@ func TestServfailIsAnAnswer(t *testing.T) {
 	f3 := newForwarder(t, upstream.Config{Servers: []string{dead.Addr, good.Addr}, MaxFails: 1,
 		TryTimeout: 100 * time.Millisecond, ProbeInterval: 10 * time.Millisecond, ProbeTimeout: 20 * time.Millisecond})
 	running(t, f3)
-	exchange(t, f3, "d.example.test.", dns.TypeA)
-	eventually(t, "a server that times out to be marked down", server(t, f3, dead.Addr).Down)
+	forward(t, f3, "d.example.test.", dns.TypeA)
+	dnstest.WaitFor(t, 10*time.Second, "a server that times out to be marked down", server(t, f3, dead.Addr).Down)
 	dead.SetHandler(dnstest.Rcode(dns.RcodeServerFailure))
-	eventually(t, "the probe answered SERVFAIL to bring the server back", func() bool { return !server(t, f3, dead.Addr).Down() })
+	dnstest.WaitFor(t, 10*time.Second, "the probe answered SERVFAIL to bring the server back", func() bool { return !server(t, f3, dead.Addr).Down() })
 }
 
 func TestRefusedTriesNextNotDown(t *testing.T) {
@@ -738,7 +730,7 @@ func TestRefusedTriesNextNotDown(t *testing.T) {
 	good := dnstest.Start(t, dnstest.Zone(60))
 	f := newForwarder(t, upstream.Config{Servers: []string{ref.Addr, good.Addr}, MaxFails: 1})
 	for i := 0; i < 3; i++ {
-		r := exchange(t, f, fmt.Sprintf("r%d.example.test.", i), dns.TypeA)
+		r := forward(t, f, fmt.Sprintf("r%d.example.test.", i), dns.TypeA)
 		if answerA(r) != "192.0.2.1" {
 			t.Fatalf("query %d: %v", i, r)
 		}
@@ -748,7 +740,7 @@ func TestRefusedTriesNextNotDown(t *testing.T) {
 		t.Fatalf("REFUSED server: down %v, %+v; asked %d, good %d", s.Down(), s.Stats(), ref.Count(), good.Count())
 	}
 	good.SetHandler(dnstest.Rcode(dns.RcodeRefused))
-	if r := exchange(t, f, "x.example.test.", dns.TypeA); r.Rcode != dns.RcodeRefused {
+	if r := forward(t, f, "x.example.test.", dns.TypeA); r.Rcode != dns.RcodeRefused {
 		t.Fatalf("everyone refusing: rcode %d, want REFUSED", r.Rcode)
 	}
 }
@@ -849,10 +841,10 @@ func TestFigures(t *testing.T) {
 		ProbeTimeout: 20 * time.Millisecond, TryTimeout: 100 * time.Millisecond, Budget: 250 * time.Millisecond})
 	running(t, f)
 	for range 3 {
-		exchange(t, f, "ok.example.test.", dns.TypeA)
+		forward(t, f, "ok.example.test.", dns.TypeA)
 	}
 	a.SetHandler(dnstest.Rcode(dns.RcodeNameError))
-	exchange(t, f, "nx.example.test.", dns.TypeA)
+	forward(t, f, "nx.example.test.", dns.TypeA)
 	st := server(t, f, a.Addr).Stats()
 	if st.Latency[dns.RcodeSuccess].Count() != 3 || st.Latency[dns.RcodeNameError].Count() != 1 || len(st.Latency) != 2 {
 		t.Fatalf("latency by rcode: %+v", st.Latency)
@@ -868,14 +860,14 @@ func TestFigures(t *testing.T) {
 	if _, err := f.Exchange(context.Background(), stage.Origin{}, query("d.example.test.", dns.TypeA)); err == nil {
 		t.Fatal("no error from a dead server")
 	}
-	eventually(t, "the server to be marked down", server(t, f, a.Addr).Down)
+	dnstest.WaitFor(t, 10*time.Second, "the server to be marked down", server(t, f, a.Addr).Down)
 	if _, err := f.Exchange(context.Background(), stage.Origin{}, query("d2.example.test.", dns.TypeA)); err == nil {
 		t.Fatal("no error from a dead server")
 	}
 	if n := f.AllDown(); n != 1 {
 		t.Errorf("AllDown %d after one exchange with the only server down, want 1", n)
 	}
-	eventually(t, "failed probes", func() bool { return server(t, f, a.Addr).Stats().ProbeFailures >= 2 })
+	dnstest.WaitFor(t, 10*time.Second, "failed probes", func() bool { return server(t, f, a.Addr).Stats().ProbeFailures >= 2 })
 	if st := server(t, f, a.Addr).Stats(); st.Latency[dns.RcodeSuccess].Count() != 3 {
 		t.Errorf("failed exchanges changed the latency figures: %+v", st.Latency)
 	}
@@ -965,7 +957,7 @@ func TestUnrelatedRecordsDropped(t *testing.T) {
 		_ = w.WriteMsg(m)
 	})
 	f := newForwarder(t, upstream.Config{Servers: []string{up.Addr}})
-	r := exchange(t, f, "www.example.test.", dns.TypeA)
+	r := forward(t, f, "www.example.test.", dns.TypeA)
 	var got []string
 	for _, sec := range [][]dns.RR{r.Answer, r.Ns, r.Extra} {
 		for _, x := range sec {
@@ -975,7 +967,7 @@ func TestUnrelatedRecordsDropped(t *testing.T) {
 	if want := "CNAME www.example.test.|A web.example.test.|OPT ."; strings.Join(got, "|") != want {
 		t.Fatalf("positive answer kept %q, want %q", strings.Join(got, "|"), want)
 	}
-	r = exchange(t, f, "gone.example.test.", dns.TypeA)
+	r = forward(t, f, "gone.example.test.", dns.TypeA)
 	got = got[:0]
 	for _, sec := range [][]dns.RR{r.Answer, r.Ns, r.Extra} {
 		for _, x := range sec {

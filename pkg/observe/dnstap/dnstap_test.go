@@ -63,18 +63,6 @@ func packed(t *testing.T, name string, qtype uint16, reply bool) []byte {
 	return b
 }
 
-// waitFor polls cond until it holds or 5 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestMessages: every field of the four message types, full and bare, as
 // golang-dnstap's generated types read them.
 func TestMessages(t *testing.T) {
@@ -165,7 +153,7 @@ func TestMessages(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, "the sent counts", func() bool { return full.Stats().Sent == 5 && bare.Stats().Sent == 5 })
+	dnstest.WaitFor(t, 5*time.Second, "the sent counts", func() bool { return full.Stats().Sent == 5 && bare.Stats().Sent == 5 })
 	if st := full.Stats(); !st.Connected || st.Dropped != 0 || st.Lost != 0 || st.QueuedMessages != 0 || st.QueuedBytes != 0 {
 		t.Errorf("stats %+v", st)
 	}
@@ -179,7 +167,7 @@ func TestNoCollector(t *testing.T) {
 	tap := newTap(t, dnstap.Config{Socket: path, QueueMessages: 10})
 	set := dnstap.NewSet(tap)
 	run(t, set)
-	waitFor(t, "a failed connection", func() bool { return tap.Stats().LastError != "" })
+	dnstest.WaitFor(t, 5*time.Second, "a failed connection", func() bool { return tap.Stats().LastError != "" })
 	q := packed(t, "example.org.", dns.TypeA, false)
 	client := netip.MustParseAddrPort("127.0.0.1:1000")
 	start := time.Now()
@@ -198,12 +186,12 @@ func TestNoCollector(t *testing.T) {
 		t.Fatalf("collector got %d of the 10 queued messages", len(got))
 	}
 	// Room again once the writer has let go of what it wrote.
-	waitFor(t, "the queue empty", func() bool { return tap.Stats().QueuedMessages == 0 })
+	dnstest.WaitFor(t, 5*time.Second, "the queue empty", func() bool { return tap.Stats().QueuedMessages == 0 })
 	set.ClientQuery(false, client, time.Now(), q)
 	if col.Next(5*time.Second) == nil {
 		t.Fatal("no message after the collector came up")
 	}
-	waitFor(t, "sent 11", func() bool { return tap.Stats().Sent == 11 })
+	dnstest.WaitFor(t, 5*time.Second, "sent 11", func() bool { return tap.Stats().Sent == 11 })
 }
 
 // TestQueueBytes: the queue's bound in bytes holds whatever its bound in
@@ -230,7 +218,7 @@ func TestHungCollector(t *testing.T) {
 	tap := newTap(t, dnstap.Config{Socket: col.Addr, Full: true, QueueMessages: 100})
 	set := dnstap.NewSet(tap)
 	run(t, set)
-	waitFor(t, "the connection", func() bool { return col.Conns() > 0 })
+	dnstest.WaitFor(t, 5*time.Second, "the connection", func() bool { return col.Conns() > 0 })
 	q := packed(t, "example.org.", dns.TypeTXT, false)
 	start := time.Now()
 	for range 10000 {
@@ -287,7 +275,7 @@ func TestSendAllocs(t *testing.T) {
 		t.Errorf("queue full: %v allocations per message, want 0", n)
 	}
 	run(t, set)
-	waitFor(t, "the queue written out", func() bool { return tap.Stats().QueuedMessages == 0 })
+	dnstest.WaitFor(t, 5*time.Second, "the queue written out", func() bool { return tap.Stats().QueuedMessages == 0 })
 	if n := testing.AllocsPerRun(1000, func() {
 		set.ClientResponse(false, client, now, now, q)
 	}); n > 0 {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 func mustNew(t *testing.T, cfg Config) *Hosts {
@@ -178,13 +180,13 @@ func TestFileReread(t *testing.T) {
 	if got := answer(h, "one.example.", dns.TypeA); got != "NOERROR aa one.example. 3600 IN A 192.0.2.1|one.example. 3600 IN A 192.0.2.9" {
 		t.Fatalf("merged: %q", got)
 	}
-	eventually(t, func() bool { write("192.0.2.2 two.example\n"); return answer(h, "two.example.", dns.TypeA) != "next" })
+	dnstest.WaitFor(t, 5*time.Second, "the changed file to be read", func() bool { write("192.0.2.2 two.example\n"); return answer(h, "two.example.", dns.TypeA) != "next" })
 	if got := answer(h, "one.example.", dns.TypeA); got != "NOERROR aa one.example. 3600 IN A 192.0.2.9" {
 		t.Fatalf("after the change, one.example: %q", got)
 	}
 	// A broken file keeps the previous records.
 	write("192.0.2.2 two.example\nbroken line\n")
-	eventually(t, func() bool { return h.Stats().Rejected == 1 })
+	dnstest.WaitFor(t, 5*time.Second, "the broken file to be rejected", func() bool { return h.Stats().Rejected == 1 })
 	if got := answer(h, "two.example.", dns.TypeA); got == "next" {
 		t.Fatal("a broken file dropped the records")
 	}
@@ -192,13 +194,13 @@ func TestFileReread(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() bool { return answer(h, "two.example.", dns.TypeA) == "next" })
+	dnstest.WaitFor(t, 5*time.Second, "the removed file's records to go", func() bool { return answer(h, "two.example.", dns.TypeA) == "next" })
 	if got := answer(h, "conf.example.", dns.TypeA); got == "next" {
 		t.Fatal("configured entries gone with the file")
 	}
 	// Back again.
 	write("192.0.2.3 three.example\n")
-	eventually(t, func() bool { return answer(h, "three.example.", dns.TypeA) != "next" })
+	dnstest.WaitFor(t, 5*time.Second, "the file written again to be read", func() bool { return answer(h, "three.example.", dns.TypeA) != "next" })
 	if h.Stats().Entries != 3 {
 		t.Errorf("stats: %+v", h.Stats())
 	}
@@ -217,7 +219,7 @@ func TestMissingFileAtStart(t *testing.T) {
 	if err := os.WriteFile(path, []byte("192.0.2.4 late.example\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() bool { return answer(h, "late.example.", dns.TypeA) != "next" })
+	dnstest.WaitFor(t, 5*time.Second, "the file to be read once it appears", func() bool { return answer(h, "late.example.", dns.TypeA) != "next" })
 }
 
 // TestUpdate: a live configuration change replaces the records; a bad one
@@ -254,17 +256,6 @@ func TestLookupAllocs(t *testing.T) {
 		if n := testing.AllocsPerRun(100, func() { h.Lookup(c.name, c.t) }); n != 0 {
 			t.Errorf("%s %d: %.1f allocations", c.name, c.t, n)
 		}
-	}
-}
-
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -6,15 +6,9 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
-)
 
-func mustRR(s string) dns.RR {
-	rr, err := dns.NewRR(s)
-	if err != nil {
-		panic(err)
-	}
-	return rr
-}
+	"github.com/nodedns/nodedns/internal/dnstest"
+)
 
 // TestRewrite pins the request side against CoreDNS 1.15's rules.
 func TestRewrite(t *testing.T) {
@@ -87,9 +81,9 @@ func TestRevertAnswer(t *testing.T) {
 		t.Fatalf("%q %v %v", to, ok, err)
 	}
 	m := &dns.Msg{Answer: []dns.RR{
-		mustRR("web.default.svc.cluster.local. 5 IN CNAME real.default.svc.cluster.local."),
-		mustRR("real.default.svc.cluster.local. 5 IN A 10.0.0.1"),
-	}, Extra: []dns.RR{mustRR("_http._tcp.web.default.svc.cluster.local. 5 IN SRV 0 100 80 web.default.svc.cluster.local.")}}
+		dnstest.MustRR("web.default.svc.cluster.local. 5 IN CNAME real.default.svc.cluster.local."),
+		dnstest.MustRR("real.default.svc.cluster.local. 5 IN A 10.0.0.1"),
+	}, Extra: []dns.RR{dnstest.MustRR("_http._tcp.web.default.svc.cluster.local. 5 IN SRV 0 100 80 web.default.svc.cluster.local.")}}
 	before := m.String()
 	out := rev.Msg(m)
 	if m.String() != before {
@@ -114,7 +108,7 @@ func TestRevertAnswer(t *testing.T) {
 	// Suffix: every name ending with the new suffix maps back.
 	rw, _ = New([]Rule{{Type: "suffix", From: ".corp.", To: ".corp.example.com."}})
 	_, rev, _, _ = rw.Apply("app.corp.")
-	out = rev.Msg(&dns.Msg{Answer: []dns.RR{mustRR("app.corp.example.com. 60 IN CNAME lb.corp.example.com."), mustRR("lb.corp.example.com. 60 IN A 192.0.2.1")}})
+	out = rev.Msg(&dns.Msg{Answer: []dns.RR{dnstest.MustRR("app.corp.example.com. 60 IN CNAME lb.corp.example.com."), dnstest.MustRR("lb.corp.example.com. 60 IN A 192.0.2.1")}})
 	if out.Answer[0].String() != "app.corp.\t60\tIN\tCNAME\tlb.corp." || out.Answer[1].Header().Name != "lb.corp." {
 		t.Errorf("suffix revert: %v", out.Answer)
 	}
@@ -128,7 +122,7 @@ func TestContinueRevertsInReverse(t *testing.T) {
 	if to != "new.app.example.net." {
 		t.Fatalf("to %s", to)
 	}
-	out := rev.Msg(&dns.Msg{Answer: []dns.RR{mustRR("new.app.example.net. 60 IN A 192.0.2.1")}})
+	out := rev.Msg(&dns.Msg{Answer: []dns.RR{dnstest.MustRR("new.app.example.net. 60 IN A 192.0.2.1")}})
 	if out.Answer[0].Header().Name != "old.app.example." {
 		t.Fatalf("reverted owner %s", out.Answer[0].Header().Name)
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // formerrHandler answers, on the reader, FORMERR to a query whose header
@@ -41,10 +43,10 @@ func paddedQuery(t *testing.T, name string, size int) *dns.Msg {
 	t.Helper()
 	m := q(name, dns.TypeA)
 	m.SetEdns0(1232, false)
-	base := len(packTB(t, m))
+	base := len(dnstest.Pack(m))
 	opt := m.IsEdns0()
 	opt.Option = append(opt.Option, &dns.EDNS0_PADDING{Padding: make([]byte, size-base-4)})
-	if n := len(packTB(t, m)); n != size {
+	if n := len(dnstest.Pack(m)); n != size {
 		t.Fatalf("padded query is %d bytes, want %d", n, size)
 	}
 	return m
@@ -96,7 +98,7 @@ func TestAttackTCPMemoryPerConnection(t *testing.T) {
 		}
 	}
 	// Meanwhile: what the server holds with every message under way.
-	waitFor(t, func() bool { return s.partialTCP() == n })
+	dnstest.WaitFor(t, 5*time.Second, "every partial TCP message to be held", func() bool { return s.partialTCP() == n })
 	runtime.GC()
 	var during runtime.MemStats
 	runtime.ReadMemStats(&during)
@@ -169,14 +171,14 @@ func TestOversizedQueryFormErr(t *testing.T) {
 		m    *dns.Msg
 		want int
 	}{{big, dns.RcodeFormatError}, {fits, dns.RcodeSuccess}} {
-		b := raw(t, addr, packTB(t, tc.m))
+		b := dnstest.ExchangeRawUDP(t, addr, dnstest.Pack(tc.m))
 		r := new(dns.Msg)
 		if b == nil || r.Unpack(b) != nil && len(b) < 12 {
-			t.Fatalf("UDP %d bytes: no reply", len(packTB(t, tc.m)))
+			t.Fatalf("UDP %d bytes: no reply", len(dnstest.Pack(tc.m)))
 		}
 		_ = r.Unpack(b)
 		if r.Rcode != tc.want {
-			t.Fatalf("UDP %d bytes: rcode %s, want %s", len(packTB(t, tc.m)), dns.RcodeToString[r.Rcode], dns.RcodeToString[tc.want])
+			t.Fatalf("UDP %d bytes: rcode %s, want %s", len(dnstest.Pack(tc.m)), dns.RcodeToString[r.Rcode], dns.RcodeToString[tc.want])
 		}
 	}
 }

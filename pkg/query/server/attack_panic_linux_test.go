@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // panicky is a Handler that panics where a query's name says: on the
@@ -60,7 +62,7 @@ func TestTransportPanicsRecovered(t *testing.T) {
 			}
 
 			// A UDP reader: the query is lost, the reader restarts.
-			_ = raw(t, addr, packTB(t, q("panic-reader.example.", dns.TypeA)))
+			_ = dnstest.ExchangeRawUDP(t, addr, dnstest.Pack(q("panic-reader.example.", dns.TypeA)))
 			if err := answeredWithin(addr, 3*time.Second); err != nil {
 				t.Fatalf("after a panic on the UDP reader: %v (stats %+v)", err, s.Stats())
 			}
@@ -70,10 +72,10 @@ func TestTransportPanicsRecovered(t *testing.T) {
 			}
 
 			// A query resolved off the reader: its slot is given back.
-			_ = raw(t, addr, packTB(t, q("panic-resolve.example.", dns.TypeA)))
-			waitFor(t, func() bool { return s.Stats().Panics == 2 })
-			waitFor(t, func() bool { return s.Stats().InFlight == 0 })
-			exchange(t, addr, "udp", q("after-resolve.example.", dns.TypeA))
+			_ = dnstest.ExchangeRawUDP(t, addr, dnstest.Pack(q("panic-resolve.example.", dns.TypeA)))
+			dnstest.WaitFor(t, 5*time.Second, "the second panic to be counted", func() bool { return s.Stats().Panics == 2 })
+			dnstest.WaitFor(t, 5*time.Second, "the panicked query's slot to be given back", func() bool { return s.Stats().InFlight == 0 })
+			dnstest.Exchange(t, addr, "udp", q("after-resolve.example.", dns.TypeA))
 
 			// A TCP connection: it is closed, its place given back.
 			c, err := net.Dial("tcp", tcpAddr)
@@ -88,7 +90,7 @@ func TestTransportPanicsRecovered(t *testing.T) {
 				t.Fatal("the connection whose goroutine panicked was not closed")
 			}
 			panics(3)
-			waitFor(t, func() bool { return s.Stats().TCPConns == 0 })
+			dnstest.WaitFor(t, 5*time.Second, "no TCP connection open", func() bool { return s.Stats().TCPConns == 0 })
 
 			// A TCP query resolved off the connection: that query gets
 			// nothing, the connection serves the next.
@@ -101,10 +103,10 @@ func TestTransportPanicsRecovered(t *testing.T) {
 			if err := co.WriteMsg(q("panic-resolve.example.", dns.TypeA)); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, func() bool { return s.Stats().Panics == 4 })
+			dnstest.WaitFor(t, 5*time.Second, "the fourth panic to be counted", func() bool { return s.Stats().Panics == 4 })
 			askOn(t, c2, "after-tcp-resolve.example.")
 			c2.Close()
-			waitFor(t, func() bool { return s.Stats().TCPConns == 0 && s.Stats().InFlight == 0 })
+			dnstest.WaitFor(t, 5*time.Second, "no TCP connection open and nothing in flight", func() bool { return s.Stats().TCPConns == 0 && s.Stats().InFlight == 0 })
 
 			// The acceptor: the connection it held is closed, the next
 			// one served.
@@ -118,8 +120,8 @@ func TestTransportPanicsRecovered(t *testing.T) {
 				t.Fatal("the connection the acceptor panicked on was not closed")
 			}
 			panics(5)
-			exchange(t, tcpAddr, "tcp", q("after-accept.example.", dns.TypeA))
-			waitFor(t, func() bool { return s.Stats().TCPConns == 0 })
+			dnstest.Exchange(t, tcpAddr, "tcp", q("after-accept.example.", dns.TypeA))
+			dnstest.WaitFor(t, 5*time.Second, "no TCP connection open", func() bool { return s.Stats().TCPConns == 0 })
 		})
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // holders opens connections from several loopback addresses, each sending
@@ -155,7 +157,7 @@ func TestAttackTCPEightClientsFillConnections(t *testing.T) {
 	// Every holder has sent its byte once, and they hold at least seven
 	// shares (all eight with nothing to stop them) before the ninth
 	// client comes.
-	waitFor(t, func() bool { return h.sent.Load() >= int64(len(srcs)*share) && s.Stats().TCPConns >= 7*share })
+	dnstest.WaitFor(t, 5*time.Second, "every holder to send and hold its shares", func() bool { return h.sent.Load() >= int64(len(srcs)*share) && s.Stats().TCPConns >= 7*share })
 
 	// One query every 100 ms for 3 s: across the message deadline (2 s)
 	// at which the holders' connections are cut and made again. Each is
@@ -204,7 +206,7 @@ func TestTCPPartialMessagesEvictable(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		// Every connection held, each stalled longer than a message sent
 		// whole ever is (the one closed for the last query made again).
-		waitFor(t, func() bool { return s.stalledTCP(tcpStallGrace) == 16 })
+		dnstest.WaitFor(t, 5*time.Second, "16 stalled connections", func() bool { return s.stalledTCP(tcpStallGrace) == 16 })
 		if _, err := tcpAsk("127.0.2.1", addr, sprintf("newcomer%d.example.", i), 2*time.Second); err != nil {
 			t.Fatalf("query %d of a new client while every connection holds a stalled partial message: %v (stats %+v)", i, err, s.Stats())
 		}
@@ -248,7 +250,7 @@ func TestTCPPipeliningClientNotEvicted(t *testing.T) {
 		}
 		m := new(dns.Msg)
 		m.SetReply(q)
-		m.Answer = []dns.RR{mustRR("%s 60 IN A 192.0.2.7", q.Question[0].Name)}
+		m.Answer = []dns.RR{dnstest.MustRRf("%s 60 IN A 192.0.2.7", q.Question[0].Name)}
 		return m, nil
 	}}
 	s, _ := start(t, Config{Handler: res, MaxTCPConns: 8, MaxInflight: 256, MaxClientInflight: 128, TCPIdleTimeout: time.Minute, TCPReadTimeout: time.Minute})
@@ -267,7 +269,7 @@ func TestTCPPipeliningClientNotEvicted(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		waitFor(t, func() bool { return s.Stats().TCPConns == i+1 })
+		dnstest.WaitFor(t, 5*time.Second, "the connection to be accepted", func() bool { return s.Stats().TCPConns == i+1 })
 		pipes = append(pipes, pipe{co: &dns.Conn{Conn: c}, ids: map[uint16]bool{}})
 	}
 	for round := 0; round < 3; round++ {
@@ -291,7 +293,7 @@ func TestTCPPipeliningClientNotEvicted(t *testing.T) {
 		if round == 0 {
 			holdConnections(t, addr, []string{"127.0.0.3", "127.0.0.4"}, 4)
 		}
-		waitFor(t, func() bool { return s.Stats().InFlight == 64 })
+		dnstest.WaitFor(t, 5*time.Second, "64 queries in flight", func() bool { return s.Stats().InFlight == 64 })
 		for i := 0; i < 4; i++ {
 			_, _ = tcpAsk(sprintf("127.0.3.%d", i+1), addr, "light.example.", 300*time.Millisecond)
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // bindingSockets is a socket holder that binds on demand, as the
@@ -63,7 +65,7 @@ func TestBacklogGrace(t *testing.T) {
 		s, _ := start(t, Config{Handler: blocked(release), MaxInflight: 64, MaxClientInflight: 2, Sockets: bindingSockets{}, backlogGrace: time.Hour})
 		c := dial(t, s)
 		for i := range 10 {
-			if _, err := c.Write(packTB(t, q(sprintf("slow%d.example.", i), dns.TypeA))); err != nil {
+			if _, err := c.Write(dnstest.Pack(q(sprintf("slow%d.example.", i), dns.TypeA))); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -86,7 +88,7 @@ func TestBacklogGrace(t *testing.T) {
 		}
 		c := dial(t, s)
 		for i := range 5 {
-			if _, err := c.Write(packTB(t, q(sprintf("slow%d.example.", i), dns.TypeA))); err != nil {
+			if _, err := c.Write(dnstest.Pack(q(sprintf("slow%d.example.", i), dns.TypeA))); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // TCP clients that are slow, idle, too many or never read cannot hold the
@@ -59,7 +61,7 @@ func TestTCPSlowAndIdleClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	msg := packTB(t, q("slow.example.", dns.TypeA))
+	msg := dnstest.Pack(q("slow.example.", dns.TypeA))
 	frame := cat(u16(uint16(len(msg))), msg)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -84,7 +86,7 @@ func TestTCPSlowAndIdleClients(t *testing.T) {
 	if !closedWithin(slow, 5*time.Second) {
 		t.Fatal("slow (trickling) connection not closed")
 	}
-	waitFor(t, func() bool { return s.Stats().TCPConns == 0 })
+	dnstest.WaitFor(t, 5*time.Second, "no TCP connection open", func() bool { return s.Stats().TCPConns == 0 })
 }
 
 // TestTCPConnectionBound: past MaxTCPConns a new connection closes the one
@@ -107,11 +109,11 @@ func TestTCPConnectionBound(t *testing.T) {
 			t.Fatal(err)
 		}
 		open = append(open, c)
-		waitFor(t, func() bool { return s.Stats().TCPConns == i+1 })
+		dnstest.WaitFor(t, 5*time.Second, "the connection to be accepted", func() bool { return s.Stats().TCPConns == i+1 })
 	}
 	// All three idle: a fourth closes the oldest and is served.
-	waitFor(t, func() bool { return s.stalledTCP(tcpStallGrace) == 3 })
-	r := exchange(t, addr, "tcp", q("fourth.example.", dns.TypeA))
+	dnstest.WaitFor(t, 5*time.Second, "three stalled connections", func() bool { return s.stalledTCP(tcpStallGrace) == 3 })
+	r := dnstest.Exchange(t, addr, "tcp", q("fourth.example.", dns.TypeA))
 	if r.Rcode != dns.RcodeSuccess || s.Stats().TCPEvicted != 1 {
 		t.Fatalf("fourth connection with three idle: %v, stats %+v", r, s.Stats())
 	}
@@ -119,13 +121,13 @@ func TestTCPConnectionBound(t *testing.T) {
 		t.Fatal("the connection idle longest was not closed")
 	}
 	open[0].Close()
-	waitFor(t, func() bool { return s.Stats().TCPConns == 2 })
+	dnstest.WaitFor(t, 5*time.Second, "two TCP connections open", func() bool { return s.Stats().TCPConns == 2 })
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	open[0] = c
-	waitFor(t, func() bool { return s.Stats().TCPConns == 3 })
+	dnstest.WaitFor(t, 5*time.Second, "three TCP connections open", func() bool { return s.Stats().TCPConns == 3 })
 	// None idle (each has begun a message, stalled): the next, from the
 	// same address, is refused.
 	for _, c := range open {
@@ -133,7 +135,7 @@ func TestTCPConnectionBound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, func() bool { return s.stalledTCP(tcpStallGrace) == 3 })
+	dnstest.WaitFor(t, 5*time.Second, "three stalled connections", func() bool { return s.stalledTCP(tcpStallGrace) == 3 })
 	over, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -146,8 +148,8 @@ func TestTCPConnectionBound(t *testing.T) {
 		t.Fatalf("stats %+v: want 3 connections open and one refused", st)
 	}
 	open[0].Close()
-	waitFor(t, func() bool { return s.Stats().TCPConns == 2 })
-	r = exchange(t, addr, "tcp", q("again.example.", dns.TypeA))
+	dnstest.WaitFor(t, 5*time.Second, "two TCP connections open", func() bool { return s.Stats().TCPConns == 2 })
+	r = dnstest.Exchange(t, addr, "tcp", q("again.example.", dns.TypeA))
 	if r.Rcode != dns.RcodeSuccess {
 		t.Fatalf("after a slot freed: %v", r)
 	}
@@ -163,10 +165,10 @@ func TestTCPNonReader(t *testing.T) {
 		m.SetReply(q)
 		if strings.HasPrefix(q.Question[0].Name, "big") {
 			for i := 0; i < 60; i++ {
-				m.Answer = append(m.Answer, mustRR(`%s 60 IN TXT "%s"`, q.Question[0].Name, strings.Repeat("b", 250)))
+				m.Answer = append(m.Answer, dnstest.MustRRf(`%s 60 IN TXT "%s"`, q.Question[0].Name, strings.Repeat("b", 250)))
 			}
 		} else {
-			m.Answer = []dns.RR{mustRR("%s 60 IN A 192.0.2.7", q.Question[0].Name)}
+			m.Answer = []dns.RR{dnstest.MustRRf("%s 60 IN A 192.0.2.7", q.Question[0].Name)}
 		}
 		return m, nil
 	}}
@@ -206,7 +208,7 @@ func TestTCPNonReader(t *testing.T) {
 	// The queries all fit in the socket buffers; the answers (15 MB per
 	// connection) do not: give the server time to fill the buffers and
 	// block in its writes.
-	waitLong(t, func() bool { return written.Load() == 3000 })
+	dnstest.WaitFor(t, 30*time.Second, "every query to be written", func() bool { return written.Load() == 3000 })
 	time.Sleep(500 * time.Millisecond)
 	// Meanwhile everyone else is served.
 	tc := &dns.Client{Net: "tcp", Timeout: 3 * time.Second}
@@ -231,25 +233,12 @@ func TestTCPNonReader(t *testing.T) {
 	}
 	// The non-readers are cut off by the server (they read nothing, and
 	// the idle timeout is far away).
-	waitLong(t, func() bool { return s.Stats().TCPConns == 0 })
+	dnstest.WaitFor(t, 30*time.Second, "no TCP connection open", func() bool { return s.Stats().TCPConns == 0 })
 	for i, c := range stuck {
 		if !closedWithin(c, 5*time.Second) {
 			t.Fatalf("non-reading connection %d not closed", i)
 		}
 	}
 	wg.Wait()
-	waitFor(t, func() bool { return s.Stats().TCPConns == 0 && s.Stats().InFlight == 0 })
-}
-
-// waitLong polls cond for up to 30 s: for conditions that wait on the
-// server's own timeouts, on a machine that may be busy (-race).
-func waitLong(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 30s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	dnstest.WaitFor(t, 5*time.Second, "no TCP connection open and nothing in flight", func() bool { return s.Stats().TCPConns == 0 && s.Stats().InFlight == 0 })
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // TestShutdownAnswersInflight: a query read before the drain whose
@@ -20,7 +22,7 @@ func TestShutdownAnswersInflight(t *testing.T) {
 				time.Sleep(slow)
 				m := new(dns.Msg)
 				m.SetReply(q)
-				m.Answer = []dns.RR{mustRR("%s 60 IN A 192.0.2.7", q.Question[0].Name)}
+				m.Answer = []dns.RR{dnstest.MustRRf("%s 60 IN A 192.0.2.7", q.Question[0].Name)}
 				return m, nil
 			}}
 			s, addr := start(t, Config{Handler: res, UDPReaders: readers})
@@ -29,11 +31,11 @@ func TestShutdownAnswersInflight(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			wire := packTB(t, q("slow.example.", dns.TypeA))
+			wire := dnstest.Pack(q("slow.example.", dns.TypeA))
 			if _, err := c.Write(wire); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, func() bool { return res.calls.Load() == 1 })
+			dnstest.WaitFor(t, 5*time.Second, "the resolver to be called", func() bool { return res.calls.Load() == 1 })
 
 			// The drain is shorter than the resolution.
 			s.Drain(50 * time.Millisecond)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // TestClientFairShare: one client holding its whole share of the slow
@@ -29,7 +31,7 @@ func TestClientFairShare(t *testing.T) {
 		}
 		m := new(dns.Msg)
 		m.SetReply(q)
-		m.Answer = []dns.RR{mustRR("%s 60 IN A 192.0.2.7", q.Question[0].Name)}
+		m.Answer = []dns.RR{dnstest.MustRRf("%s 60 IN A 192.0.2.7", q.Question[0].Name)}
 		return m, nil
 	}}
 	s, addr := start(t, Config{Handler: res, MaxInflight: 64, MaxClientInflight: 8})
@@ -43,7 +45,7 @@ func TestClientFairShare(t *testing.T) {
 	}
 	defer fl.Close()
 	for i := 0; i < 30; i++ {
-		if _, err := fl.Write(packTB(t, q(sprintf("flood%d.example.", i), dns.TypeA))); err != nil {
+		if _, err := fl.Write(dnstest.Pack(q(sprintf("flood%d.example.", i), dns.TypeA))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -86,8 +88,8 @@ func TestClientFairShare(t *testing.T) {
 
 	// The flooder's share comes back once its queries are answered.
 	open()
-	waitFor(t, func() bool { return s.Stats().InFlight == 0 })
-	r := exchange(t, addr, "udp", q("flood-again.example.", dns.TypeA))
+	dnstest.WaitFor(t, 5*time.Second, "nothing in flight", func() bool { return s.Stats().InFlight == 0 })
+	r := dnstest.Exchange(t, addr, "udp", q("flood-again.example.", dns.TypeA))
 	if r.Rcode != dns.RcodeSuccess {
 		t.Fatalf("after the flood: %v", r)
 	}

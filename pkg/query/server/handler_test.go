@@ -3,13 +3,14 @@ package server
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // fakeResolver is the transport's tests' Handler: it answers every query
@@ -42,7 +43,7 @@ func (f *fakeResolver) Resolve(ctx context.Context, dst []byte, req *Request) []
 		}
 	} else {
 		m = new(dns.Msg)
-		m.Answer = []dns.RR{mustRR("%s 60 IN A 192.0.2.7", q.Question[0].Name)}
+		m.Answer = []dns.RR{dnstest.MustRRf("%s 60 IN A 192.0.2.7", q.Question[0].Name)}
 	}
 	m.SetReply(q)
 	m.RecursionAvailable = true
@@ -70,18 +71,6 @@ func (f *fakeResolver) Refuse(dst []byte, req *Request) []byte {
 	return append(dst, b...)
 }
 
-func mustRR(format string, args ...any) dns.RR {
-	s := format
-	if len(args) > 0 {
-		s = sprintf(format, args...)
-	}
-	rr, err := dns.NewRR(s)
-	if err != nil {
-		panic(err)
-	}
-	return rr
-}
-
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
 
 // start runs a server on 127.0.0.1:0 and stops it at test end.
@@ -95,6 +84,13 @@ func start(t *testing.T, cfg Config) (*Server, string) {
 // first is fine).
 func startOn(t *testing.T, listen string, cfg Config) (*Server, string) {
 	t.Helper()
+	return startWith(t, listen, cfg, nil)
+}
+
+// startWith is startOn with hook, when not nil, called on the server
+// before its sockets are opened and its readers run.
+func startWith(t *testing.T, listen string, cfg Config, hook func(s *Server)) (*Server, string) {
+	t.Helper()
 	cfg.Listen = []string{listen}
 	if cfg.SocketsPerAddr == 0 {
 		cfg.SocketsPerAddr = 1
@@ -105,6 +101,9 @@ func startOn(t *testing.T, listen string, cfg Config) (*Server, string) {
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if hook != nil {
+		hook(s)
 	}
 	if err := s.Listen(); err != nil {
 		t.Fatal(err)
@@ -122,74 +121,24 @@ func startOn(t *testing.T, listen string, cfg Config) (*Server, string) {
 	return s, s.Addrs()[0].String()
 }
 
-func exchange(t *testing.T, addr, proto string, m *dns.Msg) *dns.Msg {
-	t.Helper()
-	c := &dns.Client{Net: proto, Timeout: 3 * time.Second, UDPSize: 65535}
-	r, _, err := c.Exchange(m, addr)
-	if err != nil {
-		t.Fatalf("%s exchange %s: %v", proto, m.Question[0].Name, err)
-	}
-	return r
-}
-
 func q(name string, qtype uint16) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetQuestion(name, qtype)
 	return m
 }
 
-func packTB(tb testing.TB, m *dns.Msg) []byte {
-	tb.Helper()
-	b, err := m.Pack()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestRequestDetached: the copy a goroutine gets owns its packet and its
 // question name, whatever the reader does with its own buffer next.
 func TestRequestDetached(t *testing.T) {
-	buf := packTB(t, q("Www.Example.Test.", dns.TypeA))
+	buf := dnstest.Pack(q("Www.Example.Test.", dns.TypeA))
 	r := new(Request)
 	r.Read("udp", 0, netip.MustParseAddr("127.0.0.1"), time.Now(), buf)
 	c := r.detached()
 	for i := range buf {
 		buf[i] = 0
 	}
-	r.Read("udp", 0, netip.MustParseAddr("127.0.0.1"), time.Now(), packTB(t, q("other.example.", dns.TypeAAAA)))
+	r.Read("udp", 0, netip.MustParseAddr("127.0.0.1"), time.Now(), dnstest.Pack(q("other.example.", dns.TypeAAAA)))
 	if c.Err != nil || c.Query.Name != "www.example.test." || string(c.Query.RawName[1:4]) != "Www" || c.Packet[12] != 3 {
 		t.Fatalf("detached copy changed with the reader's buffer: %q %q", c.Query.Name, c.Query.RawName)
 	}
-}
-
-// raw sends b over UDP and returns the reply, or nil after a short wait.
-func raw(t *testing.T, addr string, b []byte) []byte {
-	t.Helper()
-	c, err := net.Dial("udp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write(b); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-	buf := make([]byte, 65535)
-	n, err := c.Read(buf)
-	if err != nil {
-		return nil
-	}
-	return buf[:n]
 }

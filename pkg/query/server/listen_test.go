@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // TestListensOnlyOnConfiguredAddresses: a server bound to 127.0.0.2 answers
@@ -58,7 +60,7 @@ func TestListensOnlyOnConfiguredAddresses(t *testing.T) {
 	}
 	defer pc.Close()
 	m := q("here.example.", dns.TypeA)
-	if _, err := pc.WriteTo(packTB(t, m), net.UDPAddrFromAddrPort(udp)); err != nil {
+	if _, err := pc.WriteTo(dnstest.Pack(m), net.UDPAddrFromAddrPort(udp)); err != nil {
 		t.Fatal(err)
 	}
 	_ = pc.SetReadDeadline(time.Now().Add(3 * time.Second))
@@ -77,7 +79,7 @@ func TestListensOnlyOnConfiguredAddresses(t *testing.T) {
 
 	// Elsewhere: the test's sockets get the query and the connection.
 	calls := res.calls.Load()
-	query := packTB(t, q("elsewhere.example.", dns.TypeA))
+	query := dnstest.Pack(q("elsewhere.example.", dns.TypeA))
 	for i := range others {
 		u, l := decoys.udp[i], decoys.tcp[i]
 		ua, ta := u.LocalAddr().String(), l.Addr().String()

@@ -3,7 +3,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -17,30 +16,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// startHooked is start with the test hooks set before the readers run.
+// startHooked is start with hook called before the readers run.
 func startHooked(t *testing.T, cfg Config, hook func(s *Server)) (*Server, string) {
 	t.Helper()
-	cfg.Listen = []string{"127.0.0.1:0"}
-	if cfg.SocketsPerAddr == 0 {
-		cfg.SocketsPerAddr = 1
-	}
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hook(s)
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	s.Serve()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-	return s, s.Addrs()[0].String()
+	return startWith(t, "127.0.0.1:0", cfg, hook)
 }
 
 // answeredWithin asks addr until an answer comes or d passes.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 func TestTCPPipelined(t *testing.T) {
@@ -51,7 +53,7 @@ func TestTCPIdleTimeoutAndBound(t *testing.T) {
 		conns = append(conns, c)
 	}
 	// Let the acceptor take both before the third arrives.
-	waitFor(t, func() bool { return s.Stats().TCPConns == 2 })
+	dnstest.WaitFor(t, 5*time.Second, "both connections to be accepted", func() bool { return s.Stats().TCPConns == 2 })
 	third, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -93,9 +95,9 @@ func TestInflightBound(t *testing.T) {
 		c := &dns.Client{Timeout: 3 * time.Second}
 		_, _, _ = c.Exchange(q("slow.example.", dns.TypeA), addr)
 	}()
-	waitFor(t, func() bool { return s.Stats().InFlight == 1 })
+	dnstest.WaitFor(t, 5*time.Second, "the slow query to be in flight", func() bool { return s.Stats().InFlight == 1 })
 	startQ := time.Now()
-	r := exchange(t, addr, "udp", q("second.example.", dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q("second.example.", dns.TypeA))
 	if r.Rcode != dns.RcodeServerFailure {
 		t.Fatalf("over the bound: rcode %d, want SERVFAIL", r.Rcode)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // dialFrom opens a TCP connection to addr from the loopback address src.
@@ -75,7 +77,7 @@ func TestTCPOneClientCannotHoldConnections(t *testing.T) {
 	// is open, or was closed at the per-client bound (refused, or evicted
 	// for a newer one). Only then does the other client's answer say
 	// anything.
-	waitFor(t, func() bool {
+	dnstest.WaitFor(t, 5*time.Second, "the acceptor to take every held connection", func() bool {
 		st := s.Stats()
 		return uint64(st.TCPConns)+st.TCPClientLimited+st.TCPEvicted >= uint64(len(held))
 	})
@@ -159,7 +161,7 @@ func TestTCPStalledConnectionsMakeRoom(t *testing.T) {
 		var cs []*net.TCPConn
 		for i := 0; i < n; i++ {
 			cs = append(cs, open(src))
-			waitFor(t, func() bool { return s.Stats().TCPConns == len(all) })
+			dnstest.WaitFor(t, 5*time.Second, "the connection to be accepted", func() bool { return s.Stats().TCPConns == len(all) })
 		}
 		return cs
 	}
@@ -167,7 +169,7 @@ func TestTCPStalledConnectionsMakeRoom(t *testing.T) {
 	b := hold("127.0.0.4", 4)
 	c := hold("127.0.0.6", 4)
 	d := hold("127.0.0.7", 2)
-	waitFor(t, func() bool { return s.stalledTCP(tcpStallGrace) == 14 })
+	dnstest.WaitFor(t, 5*time.Second, "14 stalled connections", func() bool { return s.stalledTCP(tcpStallGrace) == 14 })
 
 	// 127.0.0.2 at its share: its own oldest makes room.
 	askOn(t, open("127.0.0.2"), "share.example.")
@@ -236,7 +238,7 @@ func TestTCPIdleOrderIsArrivalOrder(t *testing.T) {
 	serve := func(st *tcpState) {
 		s.wg.Add(1)
 		go s.serveTCP(st, 0)
-		waitFor(t, func() bool { return st.stalled.Load() != 0 })
+		dnstest.WaitFor(t, 5*time.Second, "the connection to stall", func() bool { return st.stalled.Load() != 0 })
 	}
 	first := admit("127.0.0.2")
 	time.Sleep(2 * time.Millisecond)
@@ -244,7 +246,7 @@ func TestTCPIdleOrderIsArrivalOrder(t *testing.T) {
 	serve(second)
 	time.Sleep(2 * time.Millisecond)
 	serve(first)
-	waitFor(t, func() bool { return s.stalledTCP(tcpStallGrace) == 2 })
+	dnstest.WaitFor(t, 5*time.Second, "two stalled connections", func() bool { return s.stalledTCP(tcpStallGrace) == 2 })
 
 	third := admit("127.0.0.3")
 	serve(third)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // TestThreadReaderHoldsP: with a P to spare, a reader blocks keeping its P,
@@ -39,7 +41,7 @@ func TestThreadReaderHoldsP(t *testing.T) {
 	}
 	// The idle reader's first wait holds the P; the runtime sees a
 	// goroutine running and signals it out within tens of milliseconds.
-	waitFor(t, func() bool { return s.rawSignalled.Load()+s.rawTimedOut.Load() > 0 })
+	dnstest.WaitFor(t, 5*time.Second, "the idle reader to be signalled or time out", func() bool { return s.rawSignalled.Load()+s.rawTimedOut.Load() > 0 })
 	if n := s.rawTimedOut.Load(); n != 0 {
 		t.Fatalf("the idle reader's wait holding its P ran to its %v timeout %d time(s): no signal interrupted it", wake, n)
 	}
@@ -47,7 +49,7 @@ func TestThreadReaderHoldsP(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		// A datagram puts the reader back into a wait holding its P
 		// (it has answered when exchange returns).
-		exchange(t, addr, "udp", q(fmt.Sprintf("gc%d.example.", i), dns.TypeA))
+		dnstest.Exchange(t, addr, "udp", q(fmt.Sprintf("gc%d.example.", i), dns.TypeA))
 		t0 := time.Now()
 		runtime.GC()
 		d := time.Since(t0)
@@ -69,7 +71,7 @@ func TestThreadReaderHoldsP(t *testing.T) {
 	t.Logf("FIGURE thread_reader_held_p gc_max=%v sleep_1ms_max=%v signalled_waits=%d (20 rounds)", gcMax, sleepMax, s.rawSignalled.Load())
 	// A miss is answered by a goroutine through the reader's socket.
 	calls := res.calls.Load()
-	r := exchange(t, addr, "udp", q("miss.example.", dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q("miss.example.", dns.TypeA))
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || res.calls.Load() != calls+1 {
 		t.Fatalf("answer %v after %d resolutions, want %d", r, res.calls.Load(), calls+1)
 	}
@@ -91,7 +93,7 @@ func TestThreadReaderFewPs(t *testing.T) {
 	if st := s.Stats(); st.UDPReadersHoldingP != 0 {
 		t.Fatalf("%d readers hold a P with GOMAXPROCS 1", st.UDPReadersHoldingP)
 	}
-	if r := exchange(t, addr, "udp", q("a.example.", dns.TypeA)); len(r.Answer) != 1 {
+	if r := dnstest.Exchange(t, addr, "udp", q("a.example.", dns.TypeA)); len(r.Answer) != 1 {
 		t.Fatalf("answer %v", r)
 	}
 }
@@ -167,7 +169,7 @@ func TestThreadSocketIPv6MappedClient(t *testing.T) {
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(int(s.Addrs()[0].Port()))
 	for _, name := range []string{"miss.example.", "miss.example."} {
-		if r := exchange(t, addr, "udp", q(name, dns.TypeA)); len(r.Answer) != 1 {
+		if r := dnstest.Exchange(t, addr, "udp", q(name, dns.TypeA)); len(r.Answer) != 1 {
 			t.Fatalf("answer %v", r)
 		}
 	}
