@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -15,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // testLabelKeys are the namespace labels the decoder tests keep.
@@ -99,7 +100,7 @@ func TestHugeHeadlessServiceAnswersBounded(t *testing.T) {
 			objs = append(objs, slice("ns1", fmt.Sprintf("big-v6-%02d", s), "big", discoveryv1.AddressTypeIPv6, ports, eps...))
 		}
 	}
-	var logs syncBuf
+	var logs dnstest.SyncBuffer
 	ix, _ := startIndex(t, Config{TTL: 5, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, objs...)
 	const name = "big.ns1.svc.cluster.local."
 	for _, c := range []struct {
@@ -134,23 +135,6 @@ func TestHugeHeadlessServiceAnswersBounded(t *testing.T) {
 	if n := strings.Count(logs.String(), "more ready addresses than one answer carries"); n != 1 {
 		t.Errorf("%d warnings; want one:\n%s", n, logs.String())
 	}
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestAttackServicePortsBounded: the API server bounds a Service's ports

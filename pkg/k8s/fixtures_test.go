@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
@@ -91,20 +92,8 @@ func startIndex(t testing.TB, cfg Config, objs ...runtime.Object) (*Index, *fake
 			t.Errorf("Run did not return after cancel")
 		}
 	})
-	waitFor(t, "sync", ix.Synced)
+	dnstest.WaitFor(t, 5*time.Second, "sync", ix.Synced)
 	return ix, client
-}
-
-// waitFor polls cond for up to 5 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // waitAnswer polls Lookup until it renders as want, for up to 5 s.

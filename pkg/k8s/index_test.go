@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 var bg = context.Background()
@@ -170,7 +172,7 @@ func TestPodNamespace(t *testing.T) {
 
 	check := func(ip, want string) {
 		t.Helper()
-		waitFor(t, ip+" -> "+want, func() bool {
+		dnstest.WaitFor(t, 5*time.Second, ip+" -> "+want, func() bool {
 			got, ok := ix.PodNamespace(mustAddr(ip))
 			if !ok {
 				got = ""
@@ -197,7 +199,7 @@ func TestPodNamespace(t *testing.T) {
 	}
 	// The deletion has been processed once the old pod is gone from the
 	// index; only then does the mapping staying tell anything.
-	waitFor(t, "the old pod's deletion processed", func() bool { return ix.Stats().Objects[ObjPods] == pods-1 })
+	dnstest.WaitFor(t, 5*time.Second, "the old pod's deletion processed", func() bool { return ix.Stats().Objects[ObjPods] == pods-1 })
 	check("10.244.0.5", "ns-new")
 
 	// A pod that finished releases its address.

@@ -33,6 +33,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/randfill"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // fakeAPI is an HTTP API server for the list path: it serves fixed lists of
@@ -218,7 +220,7 @@ func TestListFromWatchCache(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	waitFor(t, "sync", ix.Synced)
+	dnstest.WaitFor(t, 5*time.Second, "sync", ix.Synced)
 
 	waitAnswer(t, ix, "web.ns1.svc.cluster.local.", dns.TypeA, "NOERROR aa\nan web.ns1.svc.cluster.local. 5 A 10.96.0.10")
 	waitAnswer(t, ix, "web-0.hl.ns1.svc.cluster.local.", dns.TypeA, "NOERROR aa\nan web-0.hl.ns1.svc.cluster.local. 5 A 10.244.1.5")
@@ -710,7 +712,7 @@ func TestPodsForbidden(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			f := newFakeAPI(t, apiLists("7", fixture()...))
 			f.forbid = map[string]bool{"/api/v1/pods": true}
-			var logs syncBuffer
+			var logs dnstest.SyncBuffer
 			ix, err := New(f.client(t), Config{TTL: 5, NodeName: "node-a", Pods: mode,
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			if err != nil {
@@ -731,11 +733,11 @@ func TestPodsForbidden(t *testing.T) {
 				// sync waiter made after that, with every other informer
 				// synced, has weighed it: only then does "not synced" say
 				// that the pods keep the zone from syncing.
-				waitFor(t, "the refused pods list logged", func() bool {
+				dnstest.WaitFor(t, 5*time.Second, "the refused pods list logged", func() bool {
 					return strings.Contains(logs.String(), "pods verified needs list and watch on pods")
 				})
 				p0 := ix.Stats().SyncPasses
-				waitFor(t, "a sync look with only the pods pending", func() bool {
+				dnstest.WaitFor(t, 5*time.Second, "a sync look with only the pods pending", func() bool {
 					st := ix.Stats()
 					return st.Synced || st.SyncPasses >= p0+2 && st.SyncPending == 1
 				})
@@ -744,39 +746,21 @@ func TestPodsForbidden(t *testing.T) {
 				}
 				return
 			}
-			waitFor(t, "sync without pods", ix.Synced)
+			dnstest.WaitFor(t, 5*time.Second, "sync without pods", ix.Synced)
 			waitAnswer(t, ix, "web.ns1.svc.cluster.local.", dns.TypeA, "NOERROR aa\nan web.ns1.svc.cluster.local. 5 A 10.96.0.10")
 			// The refusal is known (and may sync the zone) a moment before
 			// it is logged; once logged, two more refused lists show it
 			// is said once, not per retry.
-			waitFor(t, "the refused pods list logged", func() bool {
+			dnstest.WaitFor(t, 5*time.Second, "the refused pods list logged", func() bool {
 				return strings.Contains(logs.String(), "listing this node's pods is forbidden")
 			})
 			r0 := f.refused.Load()
-			waitFor(t, "two more refused pods lists", func() bool { return f.refused.Load() >= r0+2 })
+			dnstest.WaitFor(t, 5*time.Second, "two more refused pods lists", func() bool { return f.refused.Load() >= r0+2 })
 			if n := strings.Count(logs.String(), "listing this node's pods is forbidden"); n != 1 {
 				t.Errorf("the forbidden pods list logged %d times, want once:\n%s", n, logs.String())
 			}
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestIsLabelBytes keeps the decoder's label rule that of isLabel.

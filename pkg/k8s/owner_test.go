@@ -2,8 +2,11 @@ package k8s
 
 import (
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // workload names the Deployment behind a ReplicaSet by the pod's template
@@ -39,7 +42,7 @@ func TestPodOf(t *testing.T) {
 	host.Spec.HostNetwork = true
 	ix, _ := startIndex(t, Config{Zone: "cluster.local", NodeName: "node-a", Logger: quietLogger()},
 		ns("shop"), ns("tools"), web, db, bare, remote, host)
-	waitFor(t, "pods", func() bool { _, ok := ix.PodOf(mustAddr("10.244.0.23")); return ok })
+	dnstest.WaitFor(t, 5*time.Second, "pods", func() bool { _, ok := ix.PodOf(mustAddr("10.244.0.23")); return ok })
 	for _, c := range []struct {
 		ip   string
 		want PodRef

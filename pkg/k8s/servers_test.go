@@ -5,10 +5,13 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 func servers(s []ServiceServer) []string {
@@ -72,7 +75,7 @@ func TestServiceServers(t *testing.T) {
 	if _, err := c.CoreV1().Pods("kube-system").Create(bg, moved, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "pod generation", func() bool { return ix.PodGeneration() != gen })
+	dnstest.WaitFor(t, 5*time.Second, "pod generation", func() bool { return ix.PodGeneration() != gen })
 	v4, _, _ = ix.ServiceServers("kube-system", "kube-dns", 16)
 	if !slices.Equal(servers(v4), []string{"169.254.244.2 u53 t53", "169.254.244.3 u53 t53"}) {
 		t.Errorf("after the move: %q", servers(v4))
@@ -85,7 +88,7 @@ func TestServiceServers(t *testing.T) {
 	if _, err := c.CoreV1().Pods("kube-system").Create(bg, testPod("kube-system", "y", "node-1", testNow, "fd00:244::8"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "pod generation", func() bool { return ix.PodGeneration() == gen+1 })
+	dnstest.WaitFor(t, 5*time.Second, "pod generation", func() bool { return ix.PodGeneration() == gen+1 })
 }
 
 func TestServiceServersBeforeSync(t *testing.T) {
