@@ -9,6 +9,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/pkg/query/dnswire"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
@@ -231,7 +232,10 @@ func (c *Cache) fetchAt(ctx context.Context, o stage.Origin, k Key, id uint16, g
 		setTTLs(r, ttlSeconds(int64(life)))
 		return r, false, nil
 	}
-	zeroHugeTTLs(r)
+	// Else it goes with the TTLs it came with, those of 2^31 or more made
+	// the 0 they read as. Behind the forwarder this finds none (minimal
+	// zeroed them), but the cache does not count on its exchanger for it.
+	dnswire.ZeroHugeTTLs(r)
 	return r, false, nil
 }
 

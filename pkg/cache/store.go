@@ -36,9 +36,9 @@ func (c *Cache) keepsAnswer(old *entry, now int64) bool {
 //   - the reply must answer exactly k's question;
 //   - a TTL (or SOA MINIMUM) of 2^31 or more counts as 0 (RFC 2181 §8, as
 //     unbound; RFC 8767 §4 would read it as a positive value capped at 7
-//     days instead): such a value only comes from a broken or hostile
-//     source, and it must not pin an answer for MaxTTL (a positive
-//     answer is then kept for MinTTL, as one with TTL 0 is);
+//     days instead: dnswire.ReadTTL): such a value only comes from a
+//     broken or hostile source, and it must not pin an answer for MaxTTL
+//     (a positive answer is then kept for MinTTL, as one with TTL 0 is);
 //   - NOERROR with answers: lifetime is the smallest TTL in the message (OPT
 //     excluded), clamped to [MinTTL, MaxTTL];
 //   - NOERROR whose answers do not answer the question (a CNAME chain that
@@ -123,14 +123,14 @@ func lifetime(cfg *Config, k Key, r *dns.Msg) (time.Duration, kind, bool) {
 		if soa == nil {
 			return 0, 0, false
 		}
-		ttl := time.Duration(ttlOf(soa.Minttl)) * time.Second
+		ttl := time.Duration(dnswire.ReadTTL(soa.Minttl)) * time.Second
 		return clamp(min(minTTL(r), ttl), cfg.MinNegativeTTL, cfg.MaxNegativeTTL), kindPartial, true
 	case r.Rcode == dns.RcodeNameError || r.Rcode == dns.RcodeSuccess:
 		soa := findSOA(r)
 		if soa == nil {
 			return 0, 0, false
 		}
-		ttl := min(ttlOf(soa.Hdr.Ttl), ttlOf(soa.Minttl))
+		ttl := min(dnswire.ReadTTL(soa.Hdr.Ttl), dnswire.ReadTTL(soa.Minttl))
 		return clamp(time.Duration(ttl)*time.Second, cfg.MinNegativeTTL, cfg.MaxNegativeTTL), kindNegative, true
 	case r.Rcode == dns.RcodeServerFailure || r.Rcode == dns.RcodeNotImplemented:
 		return cfg.ServfailTTL, kindServfail, true
@@ -177,37 +177,10 @@ func minTTL(r *dns.Msg) time.Duration {
 			if rr.Header().Rrtype == dns.TypeOPT {
 				continue
 			}
-			m = min(m, ttlOf(rr.Header().Ttl))
+			m = min(m, dnswire.ReadTTL(rr.Header().Ttl))
 		}
 	}
 	return time.Duration(m) * time.Second
-}
-
-// ttlOf reads a TTL field as RFC 2181 §8 does: a value with the most
-// significant bit set is 0.
-func ttlOf(v uint32) uint32 {
-	if v >= 1<<31 {
-		return 0
-	}
-	return v
-}
-
-// zeroHugeTTLs rewrites every TTL (and SOA MINIMUM) of r of 2^31 or more to
-// 0, as ttlOf reads it, for a reply handed on without being stored: no such
-// value reaches a client.
-func zeroHugeTTLs(r *dns.Msg) {
-	for _, sec := range [][]dns.RR{r.Answer, r.Ns, r.Extra} {
-		for _, rr := range sec {
-			h := rr.Header()
-			if h.Rrtype == dns.TypeOPT {
-				continue // its TTL field holds the extended rcode and flags
-			}
-			h.Ttl = ttlOf(h.Ttl)
-			if soa, ok := rr.(*dns.SOA); ok {
-				soa.Minttl = ttlOf(soa.Minttl)
-			}
-		}
-	}
 }
 
 func findSOA(r *dns.Msg) *dns.SOA {

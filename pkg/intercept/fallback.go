@@ -183,7 +183,7 @@ func (ic *Interceptor) SetFallback(fb Fallback) error {
 	}
 	before := ic.modes()
 	f.off, f.known, f.targets, f.clusterIPs = fb.Off, true, targets, clusterIPs
-	ic.rewant()
+	ic.renderWantedRules()
 	// Only the targets changed: the chains are rewritten by the pass, no
 	// rule is added or removed. Otherwise rules change form or go.
 	settle := !slices.Equal(before, ic.modes())
@@ -289,9 +289,10 @@ func (ic *Interceptor) chainWanted(v6 bool) bool {
 	return false
 }
 
-// rewant renders the wanted rules again from the fallback state (mu
+// renderWantedRules renders the wanted rules (ic.wanted) again from the
+// fallback state, and publishes their count and that state in Status (mu
 // held).
-func (ic *Interceptor) rewant() {
+func (ic *Interceptor) renderWantedRules() {
 	if !ic.cfg.SetupIptables {
 		return
 	}
@@ -478,7 +479,7 @@ func (ic *Interceptor) probeSocket() (fixed []string, changed bool, err error) {
 			"family", famName(v6), "err", ierr)
 	}
 	if changed {
-		ic.rewant()
+		ic.renderWantedRules()
 	}
 	return fixed, changed, errors.Join(errs...)
 }

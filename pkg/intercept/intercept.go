@@ -143,7 +143,7 @@ func newInterceptor(cfg Config, log *slog.Logger, links linkOps, r4, r6 ruleOps,
 	}
 	ic.st.Link = cfg.Interface
 	ic.st.Backend = backend
-	ic.rewant()
+	ic.renderWantedRules()
 	ic.publishFallback()
 	for _, ip := range cfg.LocalIPs {
 		ic.st.IPs = append(ic.st.IPs, ip.String())

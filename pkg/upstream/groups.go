@@ -376,7 +376,7 @@ func (f *Forwarder) prune() {
 // maintain is the forwarder's periodic work besides probing: names
 // resolved again, the CA bundle re-read, idle stream connections closed.
 func (f *Forwarder) maintain(now time.Time) {
-	f.hosts.maintain(f.life(), now)
+	f.hosts.maintain(f.runContext(), now)
 	changed := false
 	for _, g := range f.allGroups() {
 		if g.dyn != nil && f.refreshGroup(g) {

@@ -75,7 +75,7 @@ func (f *Forwarder) healthcheck(s *Server) {
 	if s.health.MaxFails == 0 {
 		return
 	}
-	ctx := f.life()
+	ctx := f.runContext()
 	if ctx == nil || !s.probing.CompareAndSwap(false, true) {
 		return
 	}

@@ -109,7 +109,7 @@ func TestProbePanicRecovered(t *testing.T) {
 	done := make(chan struct{})
 	go func() { f.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	for f.life() == nil {
+	for f.runContext() == nil {
 		time.Sleep(time.Millisecond)
 	}
 	for _, s := range f.Servers() {

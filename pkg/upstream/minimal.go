@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/query/dnswire"
 )
 
 // maxChainHops bounds the CNAME/DNAME hops followed from the question name.
@@ -21,7 +23,9 @@ const maxChainHops = 16
 //     wildcard;
 //   - in the additional section, the OPT;
 //
-// and TTLs and SOA MINIMUMs of 2^31 or more read as 0 (zeroHugeTTLs).
+// and TTLs and SOA MINIMUMs of 2^31 or more read as 0, as RFC 2181 §8
+// reads them (dnswire.ZeroHugeTTLs; the OPT's TTL field, its flags, is
+// left alone).
 //
 // Everything else is dropped: NS records and glue, addresses of MX or SRV
 // targets, records for names the question did not lead to. They would be
@@ -104,25 +108,10 @@ func minimal(q, r *dns.Msg) *dns.Msg {
 		return false
 	})
 	r.Extra = filter(r.Extra, func(_ int, rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeOPT })
-	zeroHugeTTLs(r.Answer)
-	zeroHugeTTLs(r.Ns)
+	// Here and not only in the cache: a reply handed on without it (the
+	// cluster DNS's, before the index syncs) must carry none either.
+	dnswire.ZeroHugeTTLs(r)
 	return r
-}
-
-// zeroHugeTTLs rewrites TTLs (and SOA MINIMUMs) of 2^31 or more to 0, as
-// RFC 2181 §8 reads them (unbound does the same): a reply handed on without
-// the cache (the cluster DNS before the index syncs) carries none of them,
-// and the cache, which reads them as 0 too, keeps no such reply.
-func zeroHugeTTLs(rrs []dns.RR) {
-	for _, rr := range rrs {
-		h := rr.Header()
-		if h.Ttl >= 1<<31 {
-			h.Ttl = 0
-		}
-		if soa, ok := rr.(*dns.SOA); ok && soa.Minttl >= 1<<31 {
-			soa.Minttl = 0
-		}
-	}
 }
 
 // keepSigs marks the RRSIGs in rrs that cover (owner, qtype).

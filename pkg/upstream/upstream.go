@@ -46,6 +46,7 @@ import (
 
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
 	"github.com/nodedns/nodedns/pkg/query/dnsname"
+	"github.com/nodedns/nodedns/pkg/query/fairshare"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
@@ -102,9 +103,9 @@ type Config struct {
 	MaxInflight int
 	// MaxClientInflight bounds the exchanges started on behalf of one
 	// client address (the query's stage.Origin); default MaxInflight/8,
-	// at least 1. MaxNamespaceInflight bounds those of one namespace's
-	// pods together; default MaxInflight/4, at least 1. Negative: no such
-	// bound. Work on no client's behalf (prefetch) has neither. See admit
+	// at least 1 (fairshare.PerClient). MaxNamespaceInflight bounds those
+	// of one namespace's pods together; default MaxInflight/4, at least 1.
+	// Negative: no such bound. Work on no client's behalf (prefetch) has neither. See admit
 	// for the light clients these bounds never refuse.
 	MaxClientInflight, MaxNamespaceInflight int
 	// Panics counts panics recovered in shared exchanges and in the
@@ -171,7 +172,7 @@ func (c *Config) defaults() {
 		c.MaxInflight = 1000
 	}
 	if c.MaxClientInflight == 0 {
-		c.MaxClientInflight = max(c.MaxInflight/8, 1)
+		c.MaxClientInflight = fairshare.PerClient(c.MaxInflight, 1)
 	}
 	if c.MaxNamespaceInflight == 0 {
 		c.MaxNamespaceInflight = max(c.MaxInflight/4, 1)
@@ -380,8 +381,10 @@ func (f *Forwarder) allGroups() []*group {
 // Running reports whether Run runs (and so do the health probes).
 func (f *Forwarder) Running() bool { return f.running.Load() != nil }
 
-// life is Run's context while Run runs, else nil.
-func (f *Forwarder) life() context.Context {
+// runContext is Run's context while Run runs, else nil: the context the
+// forwarder's background work (health probes, name resolution) runs
+// under, so that it ends with Run.
+func (f *Forwarder) runContext() context.Context {
 	if p := f.running.Load(); p != nil {
 		return *p
 	}
@@ -410,13 +413,15 @@ func (f *Forwarder) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		f.tend()
+		f.maintenanceTick()
 	}
 }
 
-// tend does the periodic work; a panic there is recovered, counted and
-// logged: it must not take the agent down.
-func (f *Forwarder) tend() {
+// maintenanceTick does Run's periodic work once, every maintainEvery:
+// maintain, and the idle connections of every server closed. A panic
+// there is recovered, counted and logged: it must not take the agent
+// down.
+func (f *Forwarder) maintenanceTick() {
 	defer f.cfg.Panics.Recover(f.log, "maintaining the upstreams")
 	f.maintain(time.Now())
 	for _, s := range f.Servers() {
@@ -548,8 +553,9 @@ const (
 // bound does not prevent that, its slots being more than the forwarder's.
 // So, the fuller the slots, the lighter a client must be to get one:
 //   - one client holds at most MaxClientInflight;
-//   - a heavy client (lightInflight or more in flight) is refused once its
-//     namespace holds MaxNamespaceInflight;
+//   - a heavy client (heavyAt or more in flight: lightInflight, or fewer
+//     for a small MaxClientInflight) is refused once its namespace holds
+//     MaxNamespaceInflight;
 //   - the last eighth of MaxInflight is a reserve: only a client holding
 //     fewer than reserveInflight gets a slot from it.
 //
@@ -568,7 +574,7 @@ func (f *Forwarder) admit(o stage.Origin, hasOrigin bool) error {
 		if m := f.cfg.MaxClientInflight; m > 0 && held >= m {
 			return refuse("client %s holds its share (%d)", o.Client, m)
 		}
-		if m := f.cfg.MaxNamespaceInflight; m > 0 && held >= f.light() && o.Namespace != "" && f.byNamespace[o.Namespace] >= m {
+		if m := f.cfg.MaxNamespaceInflight; m > 0 && held >= f.heavyAt() && o.Namespace != "" && f.byNamespace[o.Namespace] >= m {
 			return refuse("namespace %s holds its share (%d)", o.Namespace, m)
 		}
 		if held >= reserveInflight && len(f.sem) >= cap(f.sem)-cap(f.sem)/8 {
@@ -590,9 +596,10 @@ func (f *Forwarder) admit(o stage.Origin, hasOrigin bool) error {
 	return nil
 }
 
-// light is how many exchanges a client may hold and still count as light:
-// lightInflight, or half its share when that is smaller.
-func (f *Forwarder) light() int {
+// heavyAt is how many exchanges in flight make a client heavy (it is
+// light while it holds fewer): lightInflight, or half its share
+// (MaxClientInflight, at least 1) when that is smaller.
+func (f *Forwarder) heavyAt() int {
 	if m := f.cfg.MaxClientInflight; m > 0 {
 		return min(lightInflight, max(m/2, 1))
 	}

@@ -4,6 +4,10 @@
 // answer from stored bytes; anything that needs the records themselves
 // unpacks with github.com/miekg/dns instead.
 //
+// It also holds how a TTL of 2^31 or more is read (ttl.go: ReadTTL, and
+// ZeroHugeTTLs for an unpacked message), the one rule the cache and the
+// forwarder both apply to a reply.
+//
 // Names handled here are uncompressed in the question (as every real client
 // sends them); a compression pointer in a question is reported as an error.
 package dnswire

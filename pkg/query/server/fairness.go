@@ -17,12 +17,14 @@ import (
 // flooder at 5,000 random names/s, the other clients' misses were nearly
 // all SERVFAIL and their cache hits' p99 went from under 1 ms to ~190 ms.
 //
-// So one client address may hold at most MaxClientInflight of the slots;
-// past it its queries get SERVFAIL at once, on the reader, costing neither
-// a goroutine nor an upstream exchange, and the other slots stay for
-// everyone else. The bound is on concurrency, not rate: a busy client
-// whose answers come back fast is never limited. Clients are told apart by
-// address only (all host-network pods share the node's).
+// So one client address may hold at most MaxClientInflight of the slots
+// (by default an eighth of them, as one client's share of the forwarder's
+// exchanges is: fairshare.PerClient); past it its queries get SERVFAIL at
+// once, on the reader, costing neither a goroutine nor an upstream
+// exchange, and the other slots stay for everyone else. The bound is on
+// concurrency, not rate: a busy client whose answers come back fast is
+// never limited. Clients are told apart by address only (all host-network
+// pods share the node's).
 
 // clientLimiter counts the slow-path queries each client has in flight.
 // Entries exist only while a client has some, so its size is bounded by

@@ -8,19 +8,20 @@ import (
 	"time"
 )
 
-// UDP reader supervision. A reader that panics (the handler's panic on
-// the reader, or ours) is counted, logged and started again at once on
-// the same socket. A reader whose socket fails does not just return: with SO_REUSEPORT its socket would stay in the group and the
-// kernel would keep handing it a share of the queries that nobody reads
+// UDP readers are kept reading by keepReading (the readers' restart loop,
+// not the process supervisor of pkg/supervisor). A reader that panics (the
+// handler's panic on the reader, or ours) is counted, logged and started
+// again at once on the same socket. A reader whose socket fails does not
+// just return: with SO_REUSEPORT its socket would stay in the group and
+// the kernel would keep handing it a share of the queries that nobody reads
 // (or, with one socket per address, UDP would stop being served while the
-// agent looks healthy). The supervisor logs the failure, backs off, and
+// agent looks healthy). keepReading logs the failure, backs off, and
 // starts the reader again: on the same socket after an error the socket
 // reports once (an ICMP error, memory pressure), else on a new socket
 // bound to the same address, closing the old one so it leaves the group.
 // Live readers and restarts are counted in Stats; a reader whose socket
 // cannot be replaced readerDeadAfter times in a row makes ReadersHealthy
-// fail (/health), while the supervisor keeps trying at the longest
-// backoff.
+// fail (/health), while keepReading keeps trying at the longest backoff.
 const (
 	readerBackoffMin = 20 * time.Millisecond
 	readerBackoffMax = 5 * time.Second
@@ -32,7 +33,7 @@ const (
 	readerDeadAfter = 5
 )
 
-// readerError is how a reader reports a failed socket to its supervisor.
+// readerError is how a reader reports a failed socket to keepReading.
 type readerError struct {
 	err error
 	// broken: the socket must be replaced (else it is read again).
@@ -69,11 +70,11 @@ func transientErrno(errno syscall.Errno) bool {
 	return false
 }
 
-// superviseReader runs read (one reader of u) until it returns nil (the
+// keepReading runs read (one reader of u) until it returns nil (the
 // server is shutting down), restarting it after each failure as described
-// above. The caller counts the reader live before it starts the
-// supervisor, so Stats is right as soon as Serve returns.
-func (s *Server) superviseReader(u *udpSock, read func() error) {
+// above. The caller counts the reader live before it calls keepReading,
+// so Stats is right as soon as Serve returns.
+func (s *Server) keepReading(u *udpSock, read func() error) {
 	backoff := readerBackoffMin
 	failures := 0 // failed replacements in a row
 	for {
@@ -134,8 +135,8 @@ func (s *Server) superviseReader(u *udpSock, read func() error) {
 	}
 }
 
-// guardReader runs read, turning a panic into a readerError for the
-// supervisor once it is counted and logged.
+// guardReader runs read, turning a panic into a readerError for
+// keepReading once it is counted and logged.
 func (s *Server) guardReader(u *udpSock, read func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -146,8 +147,9 @@ func (s *Server) guardReader(u *udpSock, read func() error) (err error) {
 }
 
 // sleepUnlessClosing sleeps for d; false if Shutdown began meanwhile.
-// Shutdown waits for readers (and their supervisors) before it cancels the
-// server's context, so the flag is what is watched.
+// Shutdown waits for readers (and the keepReading loops that restart
+// them) before it cancels the server's context, so the flag is what is
+// watched.
 func (s *Server) sleepUnlessClosing(d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for {

@@ -31,6 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
+	"github.com/nodedns/nodedns/pkg/query/fairshare"
 )
 
 // maxQuerySize bounds the bytes of one query the transport keeps, on
@@ -65,8 +66,8 @@ type Config struct {
 	// Default 2000.
 	MaxInflight int
 	// MaxClientInflight bounds the share of MaxInflight one client address
-	// may hold (see fairness.go); default MaxInflight/8, at least 16;
-	// negative: no per-client bound.
+	// may hold (see fairness.go); default MaxInflight/8, at least 16
+	// (fairshare.PerClient); negative: no per-client bound.
 	MaxClientInflight int
 	// MaxTCPConns bounds open TCP connections; default 1000. Its last
 	// eighth is kept for clients holding fewer than two (tcp.go:
@@ -74,8 +75,9 @@ type Config struct {
 	MaxTCPConns int
 	// MaxClientTCPConns bounds the open TCP connections of one client
 	// address, so that one pod cannot hold the connections every other
-	// pod needs after a TC reply; default MaxTCPConns/8, at least 4;
-	// negative: no per-client bound.
+	// pod needs after a TC reply; default MaxTCPConns/8, at least 4, at
+	// most MaxTCPConns (fairshare.PerClient); negative: no per-client
+	// bound.
 	MaxClientTCPConns int
 	// Sockets, when set, gives the listening sockets instead of binding
 	// them (a supervisor that holds them across restarts of this process).
@@ -110,13 +112,13 @@ func (c *Config) defaults() error {
 		c.MaxInflight = 2000
 	}
 	if c.MaxClientInflight == 0 {
-		c.MaxClientInflight = max(c.MaxInflight/8, 16)
+		c.MaxClientInflight = fairshare.PerClient(c.MaxInflight, 16)
 	}
 	if c.MaxTCPConns <= 0 {
 		c.MaxTCPConns = 1000
 	}
 	if c.MaxClientTCPConns == 0 {
-		c.MaxClientTCPConns = min(max(c.MaxTCPConns/8, 4), c.MaxTCPConns)
+		c.MaxClientTCPConns = min(fairshare.PerClient(c.MaxTCPConns, 4), c.MaxTCPConns)
 	}
 	if c.TCPIdleTimeout <= 0 {
 		c.TCPIdleTimeout = 10 * time.Second

@@ -14,7 +14,7 @@ import (
 // hits, cluster answers) is sent from here without a goroutine or a copy
 // of the packet; anything that has to wait goes to a goroutine, bounded by
 // MaxInflight. It returns nil once the socket is closed, or a *readerError
-// for the supervisor (readers.go) when the socket fails.
+// for keepReading (readers.go) when the socket fails.
 func (s *Server) readUDP(u *udpSock, buf, out []byte, r *Request) error {
 	uc := u.uc.Load()
 	for {
@@ -43,7 +43,7 @@ func (s *Server) readUDP(u *udpSock, buf, out []byte, r *Request) error {
 	}
 }
 
-// startPollerReader starts u's reader goroutine under a supervisor that
+// startPollerReader starts u's reader goroutine under keepReading, which
 // restarts it (readers.go).
 func (s *Server) startPollerReader(u *udpSock) {
 	s.wg.Add(1)
@@ -55,7 +55,7 @@ func (s *Server) startPollerReader(u *udpSock) {
 		// One request per reader, reused: its parsed name lives inside it,
 		// so a query allocates nothing on this path.
 		r := new(Request)
-		s.superviseReader(u, func() error { return s.readUDP(u, buf, out, r) })
+		s.keepReading(u, func() error { return s.readUDP(u, buf, out, r) })
 	}()
 }
 

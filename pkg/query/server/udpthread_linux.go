@@ -107,7 +107,8 @@ func threadSocket(uc *net.UDPConn, wake time.Duration) (*udpSock, error) {
 }
 
 // startThreadReader starts u's reader on its own OS thread, holding a P
-// when one can be spared, under a supervisor that restarts it (readers.go).
+// when one can be spared, under keepReading, which restarts it
+// (readers.go).
 func (s *Server) startThreadReader(u *udpSock) {
 	holdP := tryHoldP()
 	if holdP {
@@ -124,7 +125,7 @@ func (s *Server) startThreadReader(u *udpSock) {
 			}()
 		}
 		b := newThreadBatch()
-		s.superviseReader(u, func() error { return s.readThread(u, holdP, b) })
+		s.keepReading(u, func() error { return s.readThread(u, holdP, b) })
 	}()
 }
 
@@ -202,7 +203,7 @@ func newThreadBatch() *threadBatchState {
 }
 
 // readThread reads u until Shutdown (nil) or until the socket fails: the
-// error is then a *readerError for the supervisor (readers.go).
+// error is then a *readerError for keepReading (readers.go).
 func (s *Server) readThread(u *udpSock, holdP bool, b *threadBatchState) error {
 	fd := u.descriptor()
 	runtime.LockOSThread()
