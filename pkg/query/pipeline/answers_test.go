@@ -6,6 +6,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
 )
@@ -54,7 +55,7 @@ func TestEventAnswers(t *testing.T) {
 	big.SetQuestion("big.example.test.", dns.TypeTXT)
 	big.Response = true
 	for i := 0; i < 5; i++ {
-		big.Answer = append(big.Answer, mustRR("%s", `big.example.test. 300 IN TXT "`+strings.Repeat("a", 200)+`"`))
+		big.Answer = append(big.Answer, dnstest.MustRRf("%s", `big.example.test. 300 IN TXT "`+strings.Repeat("a", 200)+`"`))
 	}
 	s.cfg.Resolver.(*cache.Cache).Put(cache.KeyOf(big), big)
 	if _, v := serveOnce(s, packet(t, "big.example.test.", dns.TypeTXT, false), out); v != server.Reply {

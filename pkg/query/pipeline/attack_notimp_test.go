@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 func TestAttackNotImpFlags(t *testing.T) {
@@ -37,7 +38,7 @@ func TestAttackNotImpFlags(t *testing.T) {
 				for _, proto := range []string{"udp", "tcp"} {
 					var out []byte
 					if proto == "udp" {
-						out = raw(t, addr, b)
+						out = dnstest.ExchangeRawUDP(t, addr, b)
 					} else {
 						out = rawTCP(t, s.TCPAddrs()[0].String(), b)
 					}
@@ -62,7 +63,7 @@ func TestAttackNotImpFlags(t *testing.T) {
 	m := new(dns.Msg)
 	m.SetQuestion("opcode.example.", dns.TypeAXFR)
 	m.RecursionDesired, m.CheckingDisabled = true, true
-	r := exchange(t, addr, "udp", m)
+	r := dnstest.Exchange(t, addr, "udp", m)
 	if r.Rcode != dns.RcodeRefused || !r.RecursionDesired || !r.CheckingDisabled || !r.RecursionAvailable {
 		t.Errorf("REFUSED to a QUERY: %v; want RD and CD copied, RA set", r.MsgHdr)
 	}

@@ -1,37 +1,18 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/observe/errlog"
 	"github.com/nodedns/nodedns/pkg/observe/recovery"
 )
-
-// lockedBuffer is a bytes.Buffer a logger and a test may share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestAttackPanicLogLines: one client asking, again and again, a query
 // that makes the pipeline panic gets SERVFAIL each time, every panic is
@@ -42,7 +23,7 @@ func TestAttackPanicLogLines(t *testing.T) {
 	res := &fakeResolver{fn: func(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
 		panic("stage exploded")
 	}}
-	logs := &lockedBuffer{}
+	logs := &dnstest.SyncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	lines := errlog.New(log, errlog.Config{})
 	s, addr := start(t, Config{Resolver: res, Panics: recovery.NewCounter(lines), Failures: lines, Logger: log})

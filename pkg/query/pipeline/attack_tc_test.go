@@ -53,7 +53,7 @@ func TestAttackTCTwiceReachesClientAsNoError(t *testing.T) {
 		if proto == "tcp" {
 			a = s.TCPAddrs()[0].String()
 		}
-		r := exchange(t, a, proto, q(sprintf("tc%d.example.", i), dns.TypeA))
+		r := dnstest.Exchange(t, a, proto, q(sprintf("tc%d.example.", i), dns.TypeA))
 		if r.Rcode != dns.RcodeServerFailure {
 			t.Errorf("%s: upstream truncated over UDP and TCP: client got %s (TC %v, %d answers), want SERVFAIL",
 				proto, dns.RcodeToString[r.Rcode], r.Truncated, len(r.Answer))
@@ -73,7 +73,7 @@ func TestAttackTCTwiceWinsTheWalk(t *testing.T) {
 		}
 		m := new(dns.Msg)
 		m.SetReply(r)
-		m.Answer = []dns.RR{mustRR("%s 60 IN A 192.0.2.1", r.Question[0].Name)}
+		m.Answer = []dns.RR{dnstest.MustRRf("%s 60 IN A 192.0.2.1", r.Question[0].Name)}
 		_ = w.WriteMsg(m)
 	})
 	fwd, err := upstream.New(upstream.Config{Servers: []string{up.Addr}, TryTimeout: time.Second, Budget: 2 * time.Second, Logger: quietLog})
@@ -88,7 +88,7 @@ func TestAttackTCTwiceWinsTheWalk(t *testing.T) {
 	pods := fakePods{netip.MustParseAddr("127.0.0.1"): "team-a"}
 	_, addr := start(t, Config{Resolver: c, Cluster: testCluster(), Pods: pods, Autopath: true,
 		Search: []string{"corp.example."}})
-	r := exchange(t, addr, "udp", q("api.team-a.svc.cluster.local.", dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q("api.team-a.svc.cluster.local.", dns.TypeA))
 	if r.Rcode == dns.RcodeSuccess && len(r.Answer) == 0 {
 		t.Errorf("walk through a search domain whose upstream truncates over UDP and TCP: NODATA for the whole name "+
 			"(authority %v); want the walk to fail at that step (the client walks itself), never a winner", r.Ns)
@@ -125,7 +125,7 @@ func TestTruncatedStageReplyIsServfail(t *testing.T) {
 		{"ExternalName target", addr, "udp", "ext.team-a.svc.cluster.local."},
 		{"cluster DNS before the sync", addr2, "udp", "web.team-a.svc.cluster.local."},
 	} {
-		r := exchange(t, tc.addr, tc.proto, q(tc.name, dns.TypeA))
+		r := dnstest.Exchange(t, tc.addr, tc.proto, q(tc.name, dns.TypeA))
 		if r.Rcode != dns.RcodeServerFailure {
 			t.Errorf("%s: a truncated stage reply reached the client as %s (TC %v, %d answers); want SERVFAIL",
 				tc.what, dns.RcodeToString[r.Rcode], r.Truncated, len(r.Answer))

@@ -22,7 +22,7 @@ func TestAttackHugeTTLBeforeSync(t *testing.T) {
 	cl := testCluster()
 	cl.notSynced = true
 	_, addr := start(t, Config{Resolver: externalResolver(), Cluster: cl, ClusterDNS: central})
-	r := exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA))
 	if len(r.Answer) != 1 || r.Answer[0].Header().Ttl != 0 {
 		t.Errorf("before the sync, the cluster DNS's TTL 2^32-1 reached the client as %v; want TTL 0 (RFC 2181 §8)", r.Answer)
 	}

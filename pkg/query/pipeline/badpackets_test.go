@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // Hostile and broken input: every malformed packet gets the outcome RFC
@@ -145,7 +146,7 @@ func TestBadPacketTable(t *testing.T) {
 			t.Run(proto+"/"+c.name, func(t *testing.T) {
 				var b []byte
 				if proto == "udp" {
-					b = raw(t, addr, c.pkt)
+					b = dnstest.ExchangeRawUDP(t, addr, c.pkt)
 				} else {
 					b = rawTCP(t, tcpAddr, c.pkt)
 				}
@@ -157,7 +158,7 @@ func TestBadPacketTable(t *testing.T) {
 		t.Fatalf("%d panics recovered", n)
 	}
 	// The server still answers after all that.
-	if r := exchange(t, addr, "udp", q("still.example.", dns.TypeA)); r.Rcode != dns.RcodeSuccess {
+	if r := dnstest.Exchange(t, addr, "udp", q("still.example.", dns.TypeA)); r.Rcode != dns.RcodeSuccess {
 		t.Fatalf("after the bad packets: %v", r)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
@@ -24,7 +25,7 @@ type fakeCluster struct {
 	lookups   atomic.Int64
 }
 
-var clusterSOA = mustRR("cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 5")
+var clusterSOA = dnstest.MustRRf("cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 5")
 
 func (f *fakeCluster) Zone() string { return "cluster.local." }
 
@@ -42,7 +43,7 @@ func (f *fakeCluster) Lookup(name string, qtype uint16) (stage.Result, bool) {
 	}
 	m := &dns.Msg{MsgHdr: dns.MsgHdr{Authoritative: true}}
 	if t, ok := f.external[name]; ok {
-		m.Answer = []dns.RR{mustRR("%s 5 IN CNAME %s", name, t)}
+		m.Answer = []dns.RR{dnstest.MustRRf("%s 5 IN CNAME %s", name, t)}
 		return stage.Result{Msg: m, ExternalTarget: t}, true
 	}
 	rrs, ok := f.names[name]
@@ -75,10 +76,10 @@ func externalResolver() *fakeResolver {
 	return &fakeResolver{fn: func(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
 		m := new(dns.Msg)
 		m.SetReply(q)
-		soa := mustRR("example.com. 60 IN SOA ns.example.com. h.example.com. 1 2 3 4 60")
+		soa := dnstest.MustRRf("example.com. 60 IN SOA ns.example.com. h.example.com. 1 2 3 4 60")
 		switch {
 		case q.Question[0].Name == "api.example.com." && q.Question[0].Qtype == dns.TypeA:
-			m.Answer = []dns.RR{mustRR("api.example.com. 60 IN A 192.0.2.10")}
+			m.Answer = []dns.RR{dnstest.MustRRf("api.example.com. 60 IN A 192.0.2.10")}
 		case q.Question[0].Name == "api.example.com.":
 			m.Ns = []dns.RR{soa}
 		default:
@@ -92,8 +93,8 @@ func externalResolver() *fakeResolver {
 func testCluster() *fakeCluster {
 	return &fakeCluster{
 		names: map[string][]dns.RR{
-			"web.team-a.svc.cluster.local.": {mustRR("web.team-a.svc.cluster.local. 5 IN A 10.96.0.10")},
-			"db.team-b.svc.cluster.local.":  {mustRR("db.team-b.svc.cluster.local. 5 IN A 10.96.0.11")},
+			"web.team-a.svc.cluster.local.": {dnstest.MustRRf("web.team-a.svc.cluster.local. 5 IN A 10.96.0.10")},
+			"db.team-b.svc.cluster.local.":  {dnstest.MustRRf("db.team-b.svc.cluster.local. 5 IN A 10.96.0.11")},
 		},
 		external: map[string]string{"ext.team-a.svc.cluster.local.": "api.example.com."},
 	}
@@ -103,20 +104,20 @@ func TestClusterAnswers(t *testing.T) {
 	res := externalResolver()
 	cl := testCluster()
 	_, addr := start(t, Config{Resolver: res, Cluster: cl})
-	r := exchange(t, addr, "udp", q("Web.Team-A.svc.Cluster.Local.", dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q("Web.Team-A.svc.Cluster.Local.", dns.TypeA))
 	if r.Rcode != dns.RcodeSuccess || !r.Authoritative || len(r.Answer) != 1 || r.Answer[0].Header().Name != "Web.Team-A.svc.Cluster.Local." {
 		t.Fatalf("cluster A: %v", r)
 	}
-	r = exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeAAAA))
+	r = dnstest.Exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeAAAA))
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 0 || len(r.Ns) != 1 {
 		t.Fatalf("cluster AAAA NODATA: %v", r)
 	}
-	r = exchange(t, addr, "udp", q("nope.team-a.svc.cluster.local.", dns.TypeA))
+	r = dnstest.Exchange(t, addr, "udp", q("nope.team-a.svc.cluster.local.", dns.TypeA))
 	if r.Rcode != dns.RcodeNameError || len(r.Ns) != 1 {
 		t.Fatalf("cluster NXDOMAIN: %v", r)
 	}
 	// ExternalName: the CNAME and the target's answer, resolved upstream.
-	r = exchange(t, addr, "udp", q("ext.team-a.svc.cluster.local.", dns.TypeA))
+	r = dnstest.Exchange(t, addr, "udp", q("ext.team-a.svc.cluster.local.", dns.TypeA))
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 2 || r.Answer[0].Header().Rrtype != dns.TypeCNAME ||
 		r.Answer[1].(*dns.A).A.String() != "192.0.2.10" {
 		t.Fatalf("ExternalName: %v", r)
@@ -130,12 +131,12 @@ func TestClusterNotSynced(t *testing.T) {
 	cl := testCluster()
 	cl.notSynced = true
 	_, addr := start(t, Config{Resolver: externalResolver(), Cluster: cl})
-	if r := exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA)); r.Rcode != dns.RcodeServerFailure {
+	if r := dnstest.Exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA)); r.Rcode != dns.RcodeServerFailure {
 		t.Fatalf("before sync without --cluster-dns: rcode %d, want SERVFAIL", r.Rcode)
 	}
 	central := &fakeExchanger{}
 	_, addr2 := start(t, Config{Resolver: externalResolver(), Cluster: cl, ClusterDNS: central})
-	if r := exchange(t, addr2, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA)); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+	if r := dnstest.Exchange(t, addr2, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA)); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
 		t.Fatalf("before sync with --cluster-dns: %v", r)
 	}
 	if central.calls.Load() != 1 {
@@ -149,7 +150,7 @@ func (f *fakeExchanger) Exchange(ctx context.Context, _ stage.Origin, q *dns.Msg
 	f.calls.Add(1)
 	m := new(dns.Msg)
 	m.SetReply(q)
-	m.Answer = []dns.RR{mustRR("%s 5 IN A 10.96.0.99", q.Question[0].Name)}
+	m.Answer = []dns.RR{dnstest.MustRRf("%s 5 IN A 10.96.0.99", q.Question[0].Name)}
 	return m, nil
 }
 
@@ -167,7 +168,7 @@ func TestAutopath(t *testing.T) {
 	addr, res, _ := autopathServer(t, "team-a", []string{"corp.example."})
 
 	// An external name: one query, CNAME to the bare name plus its answer.
-	r := exchange(t, addr, "udp", q("Api.Example.Com.team-a.svc.cluster.local.", dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q("Api.Example.Com.team-a.svc.cluster.local.", dns.TypeA))
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 2 {
 		t.Fatalf("external via autopath: %v", r)
 	}
@@ -184,25 +185,25 @@ func TestAutopath(t *testing.T) {
 	}
 
 	// AAAA of the same name: NODATA at the winner is NODATA for the name.
-	r = exchange(t, addr, "udp", q("api.example.com.team-a.svc.cluster.local.", dns.TypeAAAA))
+	r = dnstest.Exchange(t, addr, "udp", q("api.example.com.team-a.svc.cluster.local.", dns.TypeAAAA))
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 0 {
 		t.Fatalf("AAAA via autopath: %v", r)
 	}
 
 	// A service in the pod's own namespace: no CNAME, the direct answer.
-	r = exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA))
+	r = dnstest.Exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA))
 	if len(r.Answer) != 1 || r.Answer[0].Header().Rrtype != dns.TypeA {
 		t.Fatalf("own service: %v", r)
 	}
 
 	// svc.otherns: found at the second step, in the cluster.
-	r = exchange(t, addr, "udp", q("db.team-b.team-a.svc.cluster.local.", dns.TypeA))
+	r = dnstest.Exchange(t, addr, "udp", q("db.team-b.team-a.svc.cluster.local.", dns.TypeA))
 	if len(r.Answer) != 2 || r.Answer[0].(*dns.CNAME).Target != "db.team-b.svc.cluster.local." {
 		t.Fatalf("other namespace service: %v", r)
 	}
 
 	// Nothing anywhere: NXDOMAIN.
-	r = exchange(t, addr, "udp", q("nothing.here.team-a.svc.cluster.local.", dns.TypeA))
+	r = dnstest.Exchange(t, addr, "udp", q("nothing.here.team-a.svc.cluster.local.", dns.TypeA))
 	if r.Rcode != dns.RcodeNameError {
 		t.Fatalf("nowhere: %v", r)
 	}
@@ -212,7 +213,7 @@ func TestAutopathOtherNamespaceNoWalk(t *testing.T) {
 	// The client is a pod in team-b asking team-a's expansion: no walk, the
 	// name as asked, which does not exist.
 	addr, res, _ := autopathServer(t, "team-b", nil)
-	r := exchange(t, addr, "udp", q("api.example.com.team-a.svc.cluster.local.", dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q("api.example.com.team-a.svc.cluster.local.", dns.TypeA))
 	if r.Rcode != dns.RcodeNameError || res.calls.Load() != 0 {
 		t.Fatalf("other namespace: rcode %d, upstream calls %d", r.Rcode, res.calls.Load())
 	}
@@ -222,7 +223,7 @@ func TestAutopathOff(t *testing.T) {
 	res := externalResolver()
 	pods := fakePods{netip.MustParseAddr("127.0.0.1"): "team-a"}
 	_, addr := start(t, Config{Resolver: res, Cluster: testCluster(), Pods: pods, Autopath: false})
-	r := exchange(t, addr, "udp", q("api.example.com.team-a.svc.cluster.local.", dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q("api.example.com.team-a.svc.cluster.local.", dns.TypeA))
 	if r.Rcode != dns.RcodeNameError || res.calls.Load() != 0 {
 		t.Fatalf("autopath off: %v", r)
 	}
@@ -234,25 +235,25 @@ func TestAutopathSamePathForAAndAAAA(t *testing.T) {
 	res := &fakeResolver{fn: func(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
 		m := new(dns.Msg)
 		m.SetReply(q)
-		soa := mustRR("corp.example. 60 IN SOA ns.corp.example. h.corp.example. 1 2 3 4 60")
+		soa := dnstest.MustRRf("corp.example. 60 IN SOA ns.corp.example. h.corp.example. 1 2 3 4 60")
 		switch q.Question[0].Name {
 		case "app.corp.example.":
 			// A broken server: the name exists for A, NXDOMAIN for AAAA.
 			if q.Question[0].Qtype == dns.TypeA {
-				m.Answer = []dns.RR{mustRR("app.corp.example. 60 IN A 192.0.2.20")}
+				m.Answer = []dns.RR{dnstest.MustRRf("app.corp.example. 60 IN A 192.0.2.20")}
 			} else {
 				m.Rcode = dns.RcodeNameError
 				m.Ns = []dns.RR{soa}
 			}
 		default:
-			m.Answer = []dns.RR{mustRR("%s 60 IN AAAA 2001:db8::20", q.Question[0].Name)}
+			m.Answer = []dns.RR{dnstest.MustRRf("%s 60 IN AAAA 2001:db8::20", q.Question[0].Name)}
 		}
 		return m, nil
 	}}
 	pods := fakePods{netip.MustParseAddr("127.0.0.1"): "team-a"}
 	_, addr := start(t, Config{Resolver: res, Cluster: testCluster(), Pods: pods, Autopath: true, Search: []string{"corp.example."}})
-	a := exchange(t, addr, "udp", q("app.team-a.svc.cluster.local.", dns.TypeA))
-	aaaa := exchange(t, addr, "udp", q("app.team-a.svc.cluster.local.", dns.TypeAAAA))
+	a := dnstest.Exchange(t, addr, "udp", q("app.team-a.svc.cluster.local.", dns.TypeA))
+	aaaa := dnstest.Exchange(t, addr, "udp", q("app.team-a.svc.cluster.local.", dns.TypeAAAA))
 	if len(a.Answer) == 0 || a.Answer[0].(*dns.CNAME).Target != "app.corp.example." {
 		t.Fatalf("A: %v", a)
 	}
@@ -296,7 +297,7 @@ func TestHugeHeadlessService(t *testing.T) {
 	if n := s.packed.len(); n != 1 {
 		t.Fatalf("%d packed entries, want the huge reply kept", n)
 	}
-	r := exchange(t, s.TCPAddrs()[0].String(), "tcp", q("huge.team-a.svc.cluster.local.", dns.TypeA))
+	r := dnstest.Exchange(t, s.TCPAddrs()[0].String(), "tcp", q("huge.team-a.svc.cluster.local.", dns.TypeA))
 	if r.Truncated || len(r.Answer) != hugeEndpoints {
 		t.Fatalf("TCP: TC %v, %d answers, want %d", r.Truncated, len(r.Answer), hugeEndpoints)
 	}

@@ -47,7 +47,7 @@ func conformanceServer(t *testing.T) (udp, tcp string, up *dnstest.Server) {
 	cl := testCluster()
 	var many []dns.RR
 	for i := 0; i < 40; i++ { // 40 A records: ~700 octets
-		many = append(many, mustRR("many.team-a.svc.cluster.local. 5 IN A 10.96.1.%d", i))
+		many = append(many, dnstest.MustRRf("many.team-a.svc.cluster.local. 5 IN A 10.96.1.%d", i))
 	}
 	cl.names["many.team-a.svc.cluster.local."] = many
 	s, addr := start(t, Config{Resolver: c, Cluster: cl})
@@ -97,7 +97,7 @@ func TestConformance(t *testing.T) {
 						pkt := conformance.Query(c, uint16(1000+i*4+j), qname, qtype)
 						var b []byte
 						if proto == "udp" {
-							b = raw(t, udp, pkt)
+							b = dnstest.ExchangeRawUDP(t, udp, pkt)
 						} else {
 							b = rawTCP(t, tcp, pkt)
 						}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
 	"github.com/nodedns/nodedns/pkg/query/stage"
@@ -52,7 +53,7 @@ func answerA(ttl uint32, ede ...*dns.EDNS0_EDE) func(q *dns.Msg) (*dns.Msg, erro
 	return func(q *dns.Msg) (*dns.Msg, error) {
 		m := new(dns.Msg)
 		m.SetReply(q)
-		m.Answer = []dns.RR{mustRR("%s %d IN A 192.0.2.44", q.Question[0].Name, ttl)}
+		m.Answer = []dns.RR{dnstest.MustRRf("%s %d IN A 192.0.2.44", q.Question[0].Name, ttl)}
 		withEDE(m, ede...)
 		return m, nil
 	}
@@ -63,7 +64,7 @@ func rcodeReply(rcode int, ede ...*dns.EDNS0_EDE) func(q *dns.Msg) (*dns.Msg, er
 		m := new(dns.Msg)
 		m.SetRcode(q, rcode)
 		if rcode == dns.RcodeNameError {
-			m.Ns = []dns.RR{mustRR("example.test. 1 IN SOA ns.example.test. h.example.test. 1 2 3 4 1")}
+			m.Ns = []dns.RR{dnstest.MustRRf("example.test. 1 IN SOA ns.example.test. h.example.test. 1 2 3 4 1")}
 		}
 		withEDE(m, ede...)
 		return m, nil

@@ -5,6 +5,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/query/server"
 )
 
@@ -31,7 +32,7 @@ func TestEventListenerSizesDO(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					r := exchange(t, addr, proto, m)
+					r := dnstest.Exchange(t, addr, proto, m)
 					got := ev.last()
 					if got.Listener != li || got.Proto != proto {
 						t.Errorf("%s to listener %d: event says listener %d, %s", proto, li, got.Listener, got.Proto)

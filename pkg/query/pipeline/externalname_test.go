@@ -6,6 +6,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 	"github.com/nodedns/nodedns/pkg/query/template"
@@ -44,7 +45,7 @@ func TestExternalNameTargetFailure(t *testing.T) {
 			for i := range 2 {
 				m := q("ext.team-a.svc.cluster.local.", dns.TypeA)
 				m.SetEdns0(1232, false)
-				r := exchange(t, addr, "udp", m)
+				r := dnstest.Exchange(t, addr, "udp", m)
 				if r.Rcode != want {
 					t.Fatalf("query %d, target %s: %v; want %s", i, dns.RcodeToString[rc], r, dns.RcodeToString[want])
 				}
@@ -81,7 +82,7 @@ func TestTemplateTargetFailure(t *testing.T) {
 				want = dns.RcodeSuccess
 			}
 			for i := range 2 {
-				r := exchange(t, addr, "udp", q("x.ext.example.", dns.TypeA))
+				r := dnstest.Exchange(t, addr, "udp", q("x.ext.example.", dns.TypeA))
 				if r.Rcode != want || want == dns.RcodeSuccess && len(r.Answer) != 1 || want != dns.RcodeSuccess && len(r.Answer) != 0 {
 					t.Fatalf("query %d, target %s: %v; want %s", i, dns.RcodeToString[rc], r, dns.RcodeToString[want])
 				}

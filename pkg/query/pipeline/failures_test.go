@@ -11,6 +11,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
 )
@@ -38,28 +39,11 @@ func (l *recordLimiter) got() []string {
 	return append([]string(nil), l.reasons...)
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestServfailLogged: every SERVFAIL the server sends is put to the failure
 // limiter with its reason and written at warn level, without debug.
 func TestServfailLogged(t *testing.T) {
 	lim := &recordLimiter{}
-	var logs syncBuffer
+	var logs dnstest.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	res := &fakeResolver{fn: func(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
 		switch q.Question[0].Name {
@@ -78,11 +62,11 @@ func TestServfailLogged(t *testing.T) {
 	cl.notSynced = true
 	_, addr := start(t, Config{Resolver: res, Cluster: cl, Failures: lim, Logger: log})
 	for _, n := range []string{"down.example.", "sf.example.", "web.team-a.svc.cluster.local."} {
-		if r := exchange(t, addr, "udp", q(n, dns.TypeA)); r.Rcode != dns.RcodeServerFailure {
+		if r := dnstest.Exchange(t, addr, "udp", q(n, dns.TypeA)); r.Rcode != dns.RcodeServerFailure {
 			t.Fatalf("%s: rcode %d, want SERVFAIL", n, r.Rcode)
 		}
 	}
-	if r := exchange(t, addr, "udp", q("ok.example.", dns.TypeA)); r.Rcode != dns.RcodeSuccess {
+	if r := dnstest.Exchange(t, addr, "udp", q("ok.example.", dns.TypeA)); r.Rcode != dns.RcodeSuccess {
 		t.Fatalf("ok.example.: rcode %d", r.Rcode)
 	}
 	want := []string{failUpstream, failUpstreamSF, failNotSynced}

@@ -68,12 +68,12 @@ func TestStalledZoneUpstreamShare(t *testing.T) {
 				}
 				defer fl.Close()
 				for j := 0; j < 40; j++ {
-					if _, err := fl.Write(packTB(t, q(sprintf("r%d-%d.stalled.example.", i, j), dns.TypeA))); err != nil {
+					if _, err := fl.Write(dnstest.Pack(q(sprintf("r%d-%d.stalled.example.", i, j), dns.TypeA))); err != nil {
 						t.Fatal(err)
 					}
 				}
 			}
-			waitFor(t, func() bool { return stalled.Count() >= 4*tc.flooders })
+			dnstest.WaitFor(t, 5*time.Second, "every flooder stalled at the upstream", func() bool { return stalled.Count() >= 4*tc.flooders })
 			time.Sleep(200 * time.Millisecond) // let the flood settle
 
 			other, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr(tc.flooders), 0)), server)

@@ -68,7 +68,7 @@ func (b *badUpstream) answer(pkt []byte) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetReply(q)
 	if q.Question[0].Qtype == dns.TypeA {
-		m.Answer = []dns.RR{mustRR("%s 1 IN A 192.0.2.66", q.Question[0].Name)}
+		m.Answer = []dns.RR{dnstest.MustRRf("%s 1 IN A 192.0.2.66", q.Question[0].Name)}
 	}
 	return m
 }
@@ -92,7 +92,7 @@ func (b *badUpstream) udp(pkt []byte, send func([]byte)) {
 		m.Id++
 	case faultWrongQ:
 		m.Question[0].Name = "evil.example."
-		m.Answer = []dns.RR{mustRR("evil.example. 3600 IN A 192.0.2.99")}
+		m.Answer = []dns.RR{dnstest.MustRRf("evil.example. 3600 IN A 192.0.2.99")}
 	case faultGarbage:
 		g := make([]byte, 1+rand.IntN(200))
 		for i := range g {
@@ -254,7 +254,7 @@ func (r *stormRig) storm(t *testing.T, round int) {
 	t.Helper()
 	for _, mode := range stormModes {
 		r.bad.mode.Store(faultOK)
-		waitFor(t, func() bool { return !r.badS.Down() }) // probes bring it back
+		dnstest.WaitFor(t, 5*time.Second, "the health probes bringing the bad upstream back", func() bool { return !r.badS.Down() }) // probes bring it back
 		r.bad.mode.Store(mode)
 		rc := r.ask(t, names(fmt.Sprintf("r%d-%s", round, mode), 20))
 		if n := count(rc, dns.RcodeSuccess); n != len(rc) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/query/dnswire"
 	"github.com/nodedns/nodedns/pkg/query/server"
@@ -33,19 +34,19 @@ func (stubExchanger) Exchange(_ context.Context, _ stage.Origin, q *dns.Msg) (*d
 	name := q.Question[0].Name
 	if strings.HasPrefix(name, "nx") {
 		m.Rcode = dns.RcodeNameError
-		m.Ns = []dns.RR{mustRR("example.test. 60 IN SOA ns.example.test. h.example.test. 1 2 3 4 60")}
+		m.Ns = []dns.RR{dnstest.MustRRf("example.test. 60 IN SOA ns.example.test. h.example.test. 1 2 3 4 60")}
 		return m, nil
 	}
 	if q.Question[0].Qtype == dns.TypeA {
-		m.Answer = []dns.RR{mustRR("%s 60 IN A 192.0.2.7", name)}
+		m.Answer = []dns.RR{dnstest.MustRRf("%s 60 IN A 192.0.2.7", name)}
 	}
 	if q.Question[0].Qtype == dns.TypeTXT {
 		for i := 0; i < 8; i++ {
-			m.Answer = append(m.Answer, mustRR(`%s 60 IN TXT "%s"`, name, strings.Repeat("t", 200)))
+			m.Answer = append(m.Answer, dnstest.MustRRf(`%s 60 IN TXT "%s"`, name, strings.Repeat("t", 200)))
 		}
 	}
 	if len(m.Answer) == 0 {
-		m.Ns = []dns.RR{mustRR("example.test. 60 IN SOA ns.example.test. h.example.test. 1 2 3 4 60")}
+		m.Ns = []dns.RR{dnstest.MustRRf("example.test. 60 IN SOA ns.example.test. h.example.test. 1 2 3 4 60")}
 	}
 	return m, nil
 }
@@ -93,14 +94,14 @@ func FuzzServe(f *testing.F) {
 	for _, seed := range fuzzSeeds(f) {
 		f.Add(seed, false, false)
 	}
-	f.Add(packTB(f, q("Web.Team-A.svc.cluster.local.", dns.TypeA)), false, false)
-	f.Add(packTB(f, q("www.example.test.team-a.svc.cluster.local.", dns.TypeA)), true, false)
-	f.Add(packTB(f, q("big.example.test.", dns.TypeTXT)), false, true)
+	f.Add(dnstest.Pack(q("Web.Team-A.svc.cluster.local.", dns.TypeA)), false, false)
+	f.Add(dnstest.Pack(q("www.example.test.team-a.svc.cluster.local.", dns.TypeA)), true, false)
+	f.Add(dnstest.Pack(q("big.example.test.", dns.TypeTXT)), false, true)
 	// Search-path shortcuts: an external winner (TXT too big for UDP), a
 	// cluster winner, NODATA.
-	f.Add(packTB(f, q("big.example.test.team-a.svc.cluster.local.", dns.TypeTXT)), true, false)
-	f.Add(packTB(f, q("db.team-b.team-a.svc.cluster.local.", dns.TypeA)), true, false)
-	f.Add(packTB(f, q("www.example.test.team-a.svc.cluster.local.", dns.TypeAAAA)), true, false)
+	f.Add(dnstest.Pack(q("big.example.test.team-a.svc.cluster.local.", dns.TypeTXT)), true, false)
+	f.Add(dnstest.Pack(q("db.team-b.team-a.svc.cluster.local.", dns.TypeA)), true, false)
+	f.Add(dnstest.Pack(q("www.example.test.team-a.svc.cluster.local.", dns.TypeAAAA)), true, false)
 	s := fuzzServer(f)
 	f.Fuzz(func(t *testing.T, pkt []byte, fromPod, tcp bool) {
 		client := netip.MustParseAddr("127.0.0.1")
@@ -182,7 +183,7 @@ func checkReply(t *testing.T, pkt []byte, r *server.Request, maxUDP int, reply [
 func fuzzSeeds(tb testing.TB) [][]byte {
 	tb.Helper()
 	var out [][]byte
-	add := func(m *dns.Msg) { out = append(out, packTB(tb, m)) }
+	add := func(m *dns.Msg) { out = append(out, dnstest.Pack(m)) }
 	add(q("www.example.test.", dns.TypeA))
 	add(q("WWW.Example.TEST.", dns.TypeAAAA))
 	add(q("nx.example.test.", dns.TypeA))
@@ -204,17 +205,8 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 	ch := q("version.bind.", dns.TypeTXT)
 	ch.Question[0].Qclass = dns.ClassCHAOS
 	add(ch)
-	loop := packTB(tb, q("a.example.", dns.TypeA))
+	loop := dnstest.Pack(q("a.example.", dns.TypeA))
 	out = append(out, append(loop[:12:12], 0xC0, 12, 0, 1, 0, 1))
 	out = append(out, []byte{0, 1, 2})
 	return out
-}
-
-func packTB(tb testing.TB, m *dns.Msg) []byte {
-	tb.Helper()
-	b, err := m.Pack()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
 }

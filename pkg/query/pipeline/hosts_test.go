@@ -6,6 +6,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/query/hosts"
 	"github.com/nodedns/nodedns/pkg/query/template"
 )
@@ -29,28 +30,28 @@ func TestHostsStage(t *testing.T) {
 		if proto == "tcp" {
 			a = s.TCPAddrs()[0].String()
 		}
-		r := exchange(t, a, proto, q("StAtIc.Example.", dns.TypeA))
+		r := dnstest.Exchange(t, a, proto, q("StAtIc.Example.", dns.TypeA))
 		if r.Rcode != dns.RcodeSuccess || !r.Authoritative || len(r.Answer) != 1 || r.Answer[0].Header().Name != "StAtIc.Example." ||
 			r.Answer[0].(*dns.A).A.String() != "192.0.2.50" || r.Answer[0].Header().Ttl != 3600 {
 			t.Fatalf("%s: %v", proto, r)
 		}
 	}
 	// Before the cluster zone, as in CoreDNS's plugin order.
-	r := exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA))
 	if len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "10.96.9.9" {
 		t.Fatalf("hosts before cluster: %v", r)
 	}
 	// NODATA for the other family.
-	r = exchange(t, addr, "udp", q("static.example.", dns.TypeAAAA))
+	r = dnstest.Exchange(t, addr, "udp", q("static.example.", dns.TypeAAAA))
 	if r.Rcode != dns.RcodeSuccess || !r.Authoritative || len(r.Answer) != 0 {
 		t.Fatalf("AAAA: %v", r)
 	}
-	r = exchange(t, addr, "udp", q("50.2.0.192.in-addr.arpa.", dns.TypePTR))
+	r = dnstest.Exchange(t, addr, "udp", q("50.2.0.192.in-addr.arpa.", dns.TypePTR))
 	if len(r.Answer) != 1 || r.Answer[0].(*dns.PTR).Ptr != "static.example." {
 		t.Fatalf("PTR: %v", r)
 	}
 	calls := res.calls.Load()
-	r = exchange(t, addr, "udp", q("other.example.", dns.TypeA))
+	r = dnstest.Exchange(t, addr, "udp", q("other.example.", dns.TypeA))
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || res.calls.Load() != calls+1 {
 		t.Fatalf("fallthrough to the resolver: %v", r)
 	}
@@ -61,10 +62,10 @@ func TestHostsStage(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, addr2 := start(t, Config{Resolver: res, Hosts: h2})
-	if r := exchange(t, addr2, "udp", q("other.example.", dns.TypeA)); r.Rcode != dns.RcodeServerFailure {
+	if r := dnstest.Exchange(t, addr2, "udp", q("other.example.", dns.TypeA)); r.Rcode != dns.RcodeServerFailure {
 		t.Fatalf("no fallthrough: %v", r)
 	}
-	if r := exchange(t, addr2, "udp", q("other.test.", dns.TypeA)); r.Rcode != dns.RcodeSuccess {
+	if r := dnstest.Exchange(t, addr2, "udp", q("other.test.", dns.TypeA)); r.Rcode != dns.RcodeSuccess {
 		t.Fatalf("outside the zones: %v", r)
 	}
 }
@@ -79,7 +80,7 @@ func TestHostsInSearchPathWalk(t *testing.T) {
 	pod := netip.MustParseAddr("127.0.0.1")
 	_, addr := start(t, Config{Resolver: externalResolver(), Cluster: testCluster(), Hosts: h,
 		Pods: fakePods{pod: "team-a"}, Autopath: true, Search: []string{"corp.example."}})
-	r := exchange(t, addr, "udp", q("legacy.team-a.svc.cluster.local.", dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q("legacy.team-a.svc.cluster.local.", dns.TypeA))
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 2 || r.Answer[0].(*dns.CNAME).Target != "legacy.corp.example." ||
 		r.Answer[1].(*dns.A).A.String() != "192.0.2.60" {
 		t.Fatalf("walk through hosts: %v", r)
@@ -117,7 +118,7 @@ func TestStageOrderForPodsOwnName(t *testing.T) {
 				cfg.Pods, cfg.Autopath = fakePods{pod: "team-a"}, autopath
 				_, addr := start(t, cfg)
 				for i := 0; i < 2; i++ {
-					r := exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA))
+					r := dnstest.Exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA))
 					if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
 						t.Fatalf("autopath %v, ask %d: %v", autopath, i+1, r)
 					}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/query/acl"
 	"github.com/nodedns/nodedns/pkg/query/builtin"
@@ -42,13 +43,13 @@ func hotServer(tb testing.TB, opts ...func(*Config)) *Pipeline {
 	r := new(dns.Msg)
 	r.SetQuestion("www.example.test.", dns.TypeA)
 	r.Response = true
-	r.Answer = []dns.RR{mustRR("www.example.test. 300 IN A 192.0.2.1")}
+	r.Answer = []dns.RR{dnstest.MustRRf("www.example.test. 300 IN A 192.0.2.1")}
 	c.Put(cache.KeyOf(r), r)
 	pool := new(dns.Msg)
 	pool.SetQuestion("pool.example.test.", dns.TypeA)
 	pool.Response = true
 	for _, ip := range []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"} {
-		pool.Answer = append(pool.Answer, mustRR("pool.example.test. 300 IN A %s", ip))
+		pool.Answer = append(pool.Answer, dnstest.MustRRf("pool.example.test. 300 IN A %s", ip))
 	}
 	c.Put(cache.KeyOf(pool), pool)
 	cl := testCluster()
@@ -73,7 +74,7 @@ const hugeEndpoints = 500
 func addHeadless(c *fakeCluster, name string, n int) {
 	rrs := make([]dns.RR, n)
 	for i := range rrs {
-		rrs[i] = mustRR("%s 5 IN A 10.244.%d.%d", name, i/250, i%250+1)
+		rrs[i] = dnstest.MustRRf("%s 5 IN A 10.244.%d.%d", name, i/250, i%250+1)
 	}
 	c.names[name] = rrs
 }
@@ -332,7 +333,7 @@ func (c *swapCluster) set(ip string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.m = &dns.Msg{MsgHdr: dns.MsgHdr{Authoritative: true},
-		Answer: []dns.RR{mustRR("web.team-a.svc.cluster.local. 5 IN A %s", ip)}}
+		Answer: []dns.RR{dnstest.MustRRf("web.team-a.svc.cluster.local. 5 IN A %s", ip)}}
 }
 
 // TestPackedRepliesFollowChanges: a changed message is packed again in

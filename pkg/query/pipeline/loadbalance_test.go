@@ -6,6 +6,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
@@ -17,9 +18,9 @@ func TestLoadBalanceRotates(t *testing.T) {
 	up := &fakeResolver{fn: func(ctx context.Context, q *dns.Msg) (*dns.Msg, error) {
 		m := new(dns.Msg)
 		m.SetReply(q)
-		m.Answer = []dns.RR{mustRR("%s 60 IN CNAME pool.example.", q.Question[0].Name)}
+		m.Answer = []dns.RR{dnstest.MustRRf("%s 60 IN CNAME pool.example.", q.Question[0].Name)}
 		for _, ip := range []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"} {
-			m.Answer = append(m.Answer, mustRR("pool.example. 60 IN A %s", ip))
+			m.Answer = append(m.Answer, dnstest.MustRRf("pool.example. 60 IN A %s", ip))
 		}
 		return m, nil
 	}}
@@ -31,7 +32,7 @@ func TestLoadBalanceRotates(t *testing.T) {
 	s, addr := start(t, Config{Resolver: c, LoadBalance: true})
 	first := map[string]int{}
 	for i := 0; i < 9; i++ {
-		r := exchange(t, addr, "udp", q("www.example.", dns.TypeA))
+		r := dnstest.Exchange(t, addr, "udp", q("www.example.", dns.TypeA))
 		if len(r.Answer) != 4 || r.Answer[0].Header().Rrtype != dns.TypeCNAME {
 			t.Fatalf("reply %d: %v", i, r)
 		}
@@ -42,7 +43,7 @@ func TestLoadBalanceRotates(t *testing.T) {
 	}
 	s.SetLoadBalance(false)
 	for i := 0; i < 3; i++ {
-		r := exchange(t, addr, "udp", q("www.example.", dns.TypeA))
+		r := dnstest.Exchange(t, addr, "udp", q("www.example.", dns.TypeA))
 		if r.Answer[1].(*dns.A).A.String() != "192.0.2.1" {
 			t.Fatalf("loadbalance off: %v", r.Answer)
 		}

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"encoding/binary"
-	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -44,7 +43,7 @@ func (f *fakeResolver) Resolve(ctx context.Context, _ stage.Origin, q *dns.Msg) 
 	}
 	m := new(dns.Msg)
 	m.SetReply(q)
-	m.Answer = []dns.RR{mustRR("%s 60 IN A 192.0.2.7", q.Question[0].Name)}
+	m.Answer = []dns.RR{dnstest.MustRRf("%s 60 IN A 192.0.2.7", q.Question[0].Name)}
 	up.Msg = m
 	return up, nil
 }
@@ -55,18 +54,6 @@ func (f *fakeResolver) AppendHit(dst []byte, _ string, _, _ uint16, _, _ bool) (
 
 func (f *fakeResolver) AppendHitRef(dst []byte, _ string, _, _ uint16, _, _ bool) ([]byte, int, stage.StoredHit, bool) {
 	return dst, 0, nil, false
-}
-
-func mustRR(format string, args ...any) dns.RR {
-	s := format
-	if len(args) > 0 {
-		s = sprintf(format, args...)
-	}
-	rr, err := dns.NewRR(s)
-	if err != nil {
-		panic(err)
-	}
-	return rr
 }
 
 // testAgent is a pipeline behind a real transport, as the agent runs
@@ -123,16 +110,6 @@ func startOn(t *testing.T, listen string, cfg Config, transport ...func(*server.
 	return &testAgent{Pipeline: p, srv: s}, s.Addrs()[0].String()
 }
 
-func exchange(t *testing.T, addr, proto string, m *dns.Msg) *dns.Msg {
-	t.Helper()
-	c := &dns.Client{Net: proto, Timeout: 3 * time.Second, UDPSize: 65535}
-	r, _, err := c.Exchange(m, addr)
-	if err != nil {
-		t.Fatalf("%s exchange %s: %v", proto, m.Question[0].Name, err)
-	}
-	return r
-}
-
 func q(name string, qtype uint16) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetQuestion(name, qtype)
@@ -148,7 +125,7 @@ func TestCasePreservedAndID(t *testing.T) {
 		}
 		m := q("WwW.ExAmPle.TEST.", dns.TypeA)
 		m.Id = 4242
-		r := exchange(t, a, proto, m)
+		r := dnstest.Exchange(t, a, proto, m)
 		if r.Id != 4242 || r.Question[0].Name != "WwW.ExAmPle.TEST." {
 			t.Fatalf("%s: id %d question %q", proto, r.Id, r.Question[0].Name)
 		}
@@ -159,35 +136,6 @@ func TestCasePreservedAndID(t *testing.T) {
 			t.Fatalf("%s: flags %+v", proto, r.MsgHdr)
 		}
 	}
-}
-
-// raw sends b over UDP and returns the reply, or nil after a short wait.
-func raw(t *testing.T, addr string, b []byte) []byte {
-	t.Helper()
-	c, err := net.Dial("udp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write(b); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-	buf := make([]byte, 65535)
-	n, err := c.Read(buf)
-	if err != nil {
-		return nil
-	}
-	return buf[:n]
-}
-
-func pack(t *testing.T, m *dns.Msg) []byte {
-	t.Helper()
-	b, err := m.Pack()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 func TestBadPackets(t *testing.T) {
@@ -206,9 +154,9 @@ func TestBadPackets(t *testing.T) {
 	badvers := q("a.example.", dns.TypeA)
 	badvers.SetEdns0(1232, false)
 	badvers.IsEdns0().SetVersion(1)
-	ptrLoop := pack(t, q("a.example.", dns.TypeA))
+	ptrLoop := dnstest.Pack(q("a.example.", dns.TypeA))
 	ptrLoop = append(ptrLoop[:12], 0xC0, 12, 0, 1, 0, 1) // question name pointing at itself
-	longLabel := append(pack(t, q("a.", dns.TypeA))[:12], 64)
+	longLabel := append(dnstest.Pack(q("a.", dns.TypeA))[:12], 64)
 	longLabel = append(longLabel, make([]byte, 64)...)
 	longLabel = append(longLabel, 0, 0, 1, 0, 1)
 
@@ -218,20 +166,20 @@ func TestBadPackets(t *testing.T) {
 		rcode int // -1: no reply
 	}{
 		{"short header", []byte{1, 2, 3}, -1},
-		{"response sent as query", pack(t, resp), -1},
-		{"qdcount 0", pack(t, zero), dns.RcodeFormatError},
-		{"qdcount 2", pack(t, two), dns.RcodeFormatError},
-		{"notify", pack(t, notify), dns.RcodeNotImplemented},
-		{"axfr", pack(t, axfr), dns.RcodeRefused},
-		{"chaos class", pack(t, chaos), dns.RcodeRefused},
-		{"edns version 1", pack(t, badvers), dns.RcodeBadVers},
+		{"response sent as query", dnstest.Pack(resp), -1},
+		{"qdcount 0", dnstest.Pack(zero), dns.RcodeFormatError},
+		{"qdcount 2", dnstest.Pack(two), dns.RcodeFormatError},
+		{"notify", dnstest.Pack(notify), dns.RcodeNotImplemented},
+		{"axfr", dnstest.Pack(axfr), dns.RcodeRefused},
+		{"chaos class", dnstest.Pack(chaos), dns.RcodeRefused},
+		{"edns version 1", dnstest.Pack(badvers), dns.RcodeBadVers},
 		{"pointer in question", ptrLoop, dns.RcodeFormatError},
 		{"label over 63", longLabel, dns.RcodeFormatError},
-		{"truncated question", pack(t, q("abc.example.", dns.TypeA))[:16], dns.RcodeFormatError},
+		{"truncated question", dnstest.Pack(q("abc.example.", dns.TypeA))[:16], dns.RcodeFormatError},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			b := raw(t, addr, c.pkt)
+			b := dnstest.ExchangeRawUDP(t, addr, c.pkt)
 			if c.rcode < 0 {
 				if b != nil {
 					t.Fatalf("got a reply, want silence")
@@ -258,7 +206,7 @@ func TestBadPackets(t *testing.T) {
 func TestANYMinimal(t *testing.T) {
 	res := &fakeResolver{}
 	_, addr := start(t, Config{Resolver: res})
-	r := exchange(t, addr, "udp", q("Example.test.", dns.TypeANY))
+	r := dnstest.Exchange(t, addr, "udp", q("Example.test.", dns.TypeANY))
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
 		t.Fatalf("ANY: %v", r)
 	}
@@ -281,10 +229,10 @@ func TestPanicIsServfail(t *testing.T) {
 		return m, nil
 	}}
 	s, addr := start(t, Config{Resolver: res})
-	if r := exchange(t, addr, "udp", q("boom.example.", dns.TypeA)); r.Rcode != dns.RcodeServerFailure {
+	if r := dnstest.Exchange(t, addr, "udp", q("boom.example.", dns.TypeA)); r.Rcode != dns.RcodeServerFailure {
 		t.Fatalf("rcode %d, want SERVFAIL", r.Rcode)
 	}
-	if r := exchange(t, addr, "udp", q("fine.example.", dns.TypeA)); r.Rcode != dns.RcodeSuccess {
+	if r := dnstest.Exchange(t, addr, "udp", q("fine.example.", dns.TypeA)); r.Rcode != dns.RcodeSuccess {
 		t.Fatalf("after panic: rcode %d", r.Rcode)
 	}
 	if s.Stats().Panics != 1 {
@@ -297,7 +245,7 @@ func bigResolver() *fakeResolver {
 		m := new(dns.Msg)
 		m.SetReply(q)
 		for i := 0; i < 10; i++ {
-			m.Answer = append(m.Answer, mustRR(`%s 60 IN TXT "%s"`, q.Question[0].Name, strings.Repeat("x", 200)))
+			m.Answer = append(m.Answer, dnstest.MustRRf(`%s 60 IN TXT "%s"`, q.Question[0].Name, strings.Repeat("x", 200)))
 		}
 		return m, nil
 	}}
@@ -306,19 +254,19 @@ func bigResolver() *fakeResolver {
 func TestTruncation(t *testing.T) {
 	s, addr := start(t, Config{Resolver: bigResolver()})
 	// No EDNS: 512 bytes at most.
-	r := exchange(t, addr, "udp", q("big.example.", dns.TypeTXT))
+	r := dnstest.Exchange(t, addr, "udp", q("big.example.", dns.TypeTXT))
 	if !r.Truncated || len(r.Answer) != 0 || r.Question[0].Name != "big.example." {
 		t.Fatalf("no EDNS: TC %v answers %d", r.Truncated, len(r.Answer))
 	}
 	// EDNS 4096, but the server caps UDP replies at 1232.
 	m := q("big.example.", dns.TypeTXT)
 	m.SetEdns0(4096, false)
-	r = exchange(t, addr, "udp", m)
+	r = dnstest.Exchange(t, addr, "udp", m)
 	if !r.Truncated || r.IsEdns0() == nil {
 		t.Fatalf("EDNS 4096: TC %v OPT %v", r.Truncated, r.IsEdns0())
 	}
 	// TCP: the whole answer.
-	r = exchange(t, s.TCPAddrs()[0].String(), "tcp", q("big.example.", dns.TypeTXT))
+	r = dnstest.Exchange(t, s.TCPAddrs()[0].String(), "tcp", q("big.example.", dns.TypeTXT))
 	if r.Truncated || len(r.Answer) != 10 {
 		t.Fatalf("TCP: TC %v answers %d", r.Truncated, len(r.Answer))
 	}
@@ -327,20 +275,9 @@ func TestTruncation(t *testing.T) {
 	m.SetEdns0(1232, true)
 	s2, addr2 := start(t, Config{Resolver: &fakeResolver{}})
 	_ = s2
-	r = exchange(t, addr2, "udp", m)
+	r = dnstest.Exchange(t, addr2, "udp", m)
 	if r.Truncated || r.IsEdns0() == nil || !r.IsEdns0().Do() || r.IsEdns0().UDPSize() != ourUDPSize {
 		t.Fatalf("EDNS echo: %v", r)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -361,7 +298,7 @@ func TestWithRealCacheAndUpstream(t *testing.T) {
 	for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeMX, dns.TypeTXT} {
 		for i := 0; i < 3; i++ {
 			name := "Www.Example.test."
-			r := exchange(t, addr, "udp", q(name, qt))
+			r := dnstest.Exchange(t, addr, "udp", q(name, qt))
 			if r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 || r.Answer[0].Header().Name != name {
 				t.Fatalf("type %d try %d: %v", qt, i, r)
 			}
@@ -371,13 +308,13 @@ func TestWithRealCacheAndUpstream(t *testing.T) {
 		}
 	}
 	// Over TCP, from the same cache.
-	r := exchange(t, s.TCPAddrs()[0].String(), "tcp", q("www.example.test.", dns.TypeA))
+	r := dnstest.Exchange(t, s.TCPAddrs()[0].String(), "tcp", q("www.example.test.", dns.TypeA))
 	if len(r.Answer) != 1 || up.CountName("www.example.test.", dns.TypeA) != 1 {
 		t.Fatalf("TCP hit: %v", r)
 	}
 	// NXDOMAIN is cached too, with the SOA.
 	for i := 0; i < 2; i++ {
-		r := exchange(t, addr, "udp", q("nx.example.test.", dns.TypeA))
+		r := dnstest.Exchange(t, addr, "udp", q("nx.example.test.", dns.TypeA))
 		if r.Rcode != dns.RcodeNameError || len(r.Ns) != 1 {
 			t.Fatalf("NXDOMAIN: %v", r)
 		}
@@ -387,11 +324,11 @@ func TestWithRealCacheAndUpstream(t *testing.T) {
 	}
 	// A truncated upstream answer is fetched over TCP and then served whole
 	// over TCP, truncated over plain UDP.
-	r = exchange(t, s.TCPAddrs()[0].String(), "tcp", q("big.example.test.", dns.TypeTXT))
+	r = dnstest.Exchange(t, s.TCPAddrs()[0].String(), "tcp", q("big.example.test.", dns.TypeTXT))
 	if len(r.Answer) != 12 || up.TCPCount() == 0 {
 		t.Fatalf("big TXT over TCP: %d answers, upstream TCP %d", len(r.Answer), up.TCPCount())
 	}
-	r = exchange(t, addr, "udp", q("big.example.test.", dns.TypeTXT))
+	r = dnstest.Exchange(t, addr, "udp", q("big.example.test.", dns.TypeTXT))
 	if !r.Truncated {
 		t.Fatalf("big TXT over UDP without EDNS not truncated")
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/query/acl"
 	"github.com/nodedns/nodedns/pkg/query/builtin"
 	"github.com/nodedns/nodedns/pkg/query/dnswire"
@@ -70,19 +71,19 @@ func TestPluginOrder(t *testing.T) {
 		Templates: mustTemplates(t, template.Config{Class: "IN", Type: "AAAA", Rcode: "NOERROR"})}
 	_, addr := start(t, Config{Resolver: &fakeResolver{}, Cluster: testCluster(), Rewriter: rw, Plugins: pl})
 
-	r := exchange(t, addr, "udp", q("www.localhost.", dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q("www.localhost.", dns.TypeA))
 	if len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "127.0.0.1" {
 		t.Fatalf("localhost rewritten before local answered: %v", r)
 	}
-	r = exchange(t, addr, "udp", qEDNS("alias.example.org.", dns.TypeA))
+	r = dnstest.Exchange(t, addr, "udp", qEDNS("alias.example.org.", dns.TypeA))
 	if r.Rcode != dns.RcodeRefused || !slices.Equal(edeCodes(r), []uint16{dns.ExtendedErrorCodeBlocked}) {
 		t.Fatalf("the rewritten name is blocked: rcode %d EDE %v", r.Rcode, edeCodes(r))
 	}
-	r = exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeAAAA))
+	r = dnstest.Exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeAAAA))
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer)+len(r.Ns) != 0 || !r.Authoritative {
 		t.Fatalf("template before the cluster zone: %v", r)
 	}
-	r = exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA))
+	r = dnstest.Exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA))
 	if len(r.Answer) != 1 {
 		t.Fatalf("A passed to the cluster zone: %v", r)
 	}
@@ -95,22 +96,22 @@ func TestACLReplies(t *testing.T) {
 		{Action: acl.Block, Types: []string{"HINFO"}},
 	}})
 	_, addr := start(t, Config{Resolver: &fakeResolver{}, Plugins: &Plugins{ACL: a}})
-	r := exchange(t, addr, "udp", qEDNS("www.example.com.", dns.TypeHINFO))
+	r := dnstest.Exchange(t, addr, "udp", qEDNS("www.example.com.", dns.TypeHINFO))
 	if r.Rcode != dns.RcodeRefused || len(r.Question) != 1 || !slices.Equal(edeCodes(r), []uint16{dns.ExtendedErrorCodeBlocked}) {
 		t.Fatalf("block: %v", r)
 	}
-	r = exchange(t, addr, "udp", qEDNS("www.example.com.", dns.TypeMX))
+	r = dnstest.Exchange(t, addr, "udp", qEDNS("www.example.com.", dns.TypeMX))
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer)+len(r.Ns) != 0 || !slices.Equal(edeCodes(r), []uint16{dns.ExtendedErrorCodeFiltered}) {
 		t.Fatalf("filter: %v", r)
 	}
 	// Without EDNS no OPT, so no EDE (CoreDNS adds an OPT anyway).
-	if r = exchange(t, addr, "udp", q("www.example.com.", dns.TypeMX)); r.IsEdns0() != nil {
+	if r = dnstest.Exchange(t, addr, "udp", q("www.example.com.", dns.TypeMX)); r.IsEdns0() != nil {
 		t.Fatalf("OPT for a client without EDNS: %v", r)
 	}
-	if b := raw(t, addr, pack(t, q("www.example.com.", dns.TypeTXT))); b != nil {
+	if b := dnstest.ExchangeRawUDP(t, addr, dnstest.Pack(q("www.example.com.", dns.TypeTXT))); b != nil {
 		t.Fatalf("drop: a reply of %d bytes", len(b))
 	}
-	if r = exchange(t, addr, "udp", q("www.example.com.", dns.TypeA)); len(r.Answer) != 1 {
+	if r = dnstest.Exchange(t, addr, "udp", q("www.example.com.", dns.TypeA)); len(r.Answer) != 1 {
 		t.Fatalf("pass: %v", r)
 	}
 }
@@ -121,7 +122,7 @@ func TestTemplateCNAMETarget(t *testing.T) {
 		Answer: []string{"{{ .Name }} 60 IN CNAME web.team-a.svc.cluster.local.", "{{ .Name }} 60 IN TXT \"x\""}},
 		template.Config{Class: "IN", Type: "A", Zones: []string{"ext.example"}, Answer: []string{"{{ .Name }} 60 IN CNAME www.example.net."}})}
 	_, addr := start(t, Config{Resolver: res, Cluster: testCluster(), Plugins: pl})
-	r := exchange(t, addr, "udp", q("App.Apps.Example.", dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q("App.Apps.Example.", dns.TypeA))
 	var got []string
 	for _, rr := range r.Answer {
 		got = append(got, strings.ToLower(strings.ReplaceAll(rr.String(), "\t", " ")))
@@ -132,7 +133,7 @@ func TestTemplateCNAMETarget(t *testing.T) {
 	if !slices.Equal(got, want) || !r.Authoritative {
 		t.Fatalf("answer %q (aa %v), want %q", got, r.Authoritative, want)
 	}
-	r = exchange(t, addr, "udp", q("x.ext.example.", dns.TypeA))
+	r = dnstest.Exchange(t, addr, "udp", q("x.ext.example.", dns.TypeA))
 	if len(r.Answer) != 2 || r.Answer[1].(*dns.A).A.String() != "192.0.2.7" {
 		t.Fatalf("target through the resolver: %v", r)
 	}
@@ -143,14 +144,14 @@ func TestHeaderRules(t *testing.T) {
 		Header: Header{Set: dnswire.FlagAA, Clear: dnswire.FlagRA | dnswire.FlagRD}}
 	_, addr := start(t, Config{Resolver: &fakeResolver{}, Cluster: testCluster(), Plugins: pl})
 	for _, name := range []string{"www.example.com.", "web.team-a.svc.cluster.local."} {
-		r := exchange(t, addr, "udp", q(name, dns.TypeA))
+		r := dnstest.Exchange(t, addr, "udp", q(name, dns.TypeA))
 		if !r.Authoritative || r.RecursionAvailable || r.RecursionDesired {
 			t.Errorf("%s: aa %v ra %v rd %v, want aa only", name, r.Authoritative, r.RecursionAvailable, r.RecursionDesired)
 		}
 	}
 	// Not on what the pipeline answers itself (local, errors).
 	for _, m := range []*dns.Msg{q("localhost.", dns.TypeA), q("www.example.com.", dns.TypeAXFR)} {
-		r := exchange(t, addr, "udp", m)
+		r := dnstest.Exchange(t, addr, "udp", m)
 		if r.Authoritative || !r.RecursionAvailable || !r.RecursionDesired {
 			t.Errorf("%s %s: header rules applied: %+v", m.Question[0].Name, dns.TypeToString[m.Question[0].Qtype], r.MsgHdr)
 		}
@@ -159,16 +160,16 @@ func TestHeaderRules(t *testing.T) {
 
 func TestMinimalResponses(t *testing.T) {
 	cl := testCluster()
-	cl.names["_http._tcp.web.team-a.svc.cluster.local."] = []dns.RR{mustRR("_http._tcp.web.team-a.svc.cluster.local. 5 IN SRV 0 100 80 web.team-a.svc.cluster.local.")}
+	cl.names["_http._tcp.web.team-a.svc.cluster.local."] = []dns.RR{dnstest.MustRRf("_http._tcp.web.team-a.svc.cluster.local. 5 IN SRV 0 100 80 web.team-a.svc.cluster.local.")}
 	withExtra := &extraCluster{fakeCluster: cl}
 	for _, minimal := range []bool{false, true} {
 		_, addr := start(t, Config{Resolver: &fakeResolver{}, Cluster: withExtra, MinimalResponses: minimal})
-		r := exchange(t, addr, "udp", q("_http._tcp.web.team-a.svc.cluster.local.", dns.TypeSRV))
+		r := dnstest.Exchange(t, addr, "udp", q("_http._tcp.web.team-a.svc.cluster.local.", dns.TypeSRV))
 		if len(r.Answer) != 1 || (len(r.Extra) == 0) != minimal {
 			t.Errorf("minimal %v: %v", minimal, r)
 		}
 		// A denial keeps its SOA.
-		r = exchange(t, addr, "udp", q("nope.team-a.svc.cluster.local.", dns.TypeA))
+		r = dnstest.Exchange(t, addr, "udp", q("nope.team-a.svc.cluster.local.", dns.TypeA))
 		if r.Rcode != dns.RcodeNameError || len(r.Ns) != 1 {
 			t.Errorf("minimal %v: denial %v", minimal, r)
 		}
@@ -182,7 +183,7 @@ type extraCluster struct{ *fakeCluster }
 func (e *extraCluster) Lookup(name string, qtype uint16) (stage.Result, bool) {
 	res, ok := e.fakeCluster.Lookup(name, qtype)
 	if ok && qtype == dns.TypeSRV && len(res.Msg.Answer) > 0 {
-		res.Msg.Extra = []dns.RR{mustRR("web.team-a.svc.cluster.local. 5 IN A 10.96.0.10")}
+		res.Msg.Extra = []dns.RR{dnstest.MustRRf("web.team-a.svc.cluster.local. 5 IN A 10.96.0.10")}
 	}
 	return res, ok
 }
@@ -192,13 +193,13 @@ func TestChaosClass(t *testing.T) {
 	_, addr := start(t, Config{Resolver: &fakeResolver{}, Plugins: pl})
 	m := q("version.bind.", dns.TypeTXT)
 	m.Question[0].Qclass = dns.ClassCHAOS
-	r := exchange(t, addr, "udp", m)
+	r := dnstest.Exchange(t, addr, "udp", m)
 	if len(r.Answer) != 1 || r.Answer[0].(*dns.TXT).Txt[0] != "nodedns-test" {
 		t.Fatalf("version.bind: %v", r)
 	}
 	m = q("other.bind.", dns.TypeTXT)
 	m.Question[0].Qclass = dns.ClassCHAOS
-	if r = exchange(t, addr, "udp", m); r.Rcode != dns.RcodeRefused {
+	if r = dnstest.Exchange(t, addr, "udp", m); r.Rcode != dns.RcodeRefused {
 		t.Fatalf("other CH name: %v", r)
 	}
 }
@@ -214,7 +215,7 @@ func TestACLStepsOfTheWalk(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := new(server.Request)
-	req.Read("udp", 0, netip.MustParseAddr("127.0.0.1"), time.Now(), pack(t, q("api.example.com.team-a.svc.cluster.local.", dns.TypeA)))
+	req.Read("udp", 0, netip.MustParseAddr("127.0.0.1"), time.Now(), dnstest.Pack(q("api.example.com.team-a.svc.cluster.local.", dns.TypeA)))
 	out := p.Resolve(context.Background(), nil, req)
 	r := new(dns.Msg)
 	if err := r.Unpack(out); err != nil {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/k8s"
 	"github.com/nodedns/nodedns/pkg/query/server"
@@ -42,10 +43,10 @@ func (ppUpstream) Exchange(_ context.Context, _ stage.Origin, q *dns.Msg) (*dns.
 	m := new(dns.Msg)
 	m.SetReply(q)
 	m.RecursionAvailable = true
-	soa := mustRR("example.com. 300 IN SOA ns.example.com. h.example.com. 1 2 3 4 300")
+	soa := dnstest.MustRRf("example.com. 300 IN SOA ns.example.com. h.example.com. 1 2 3 4 300")
 	switch qq := q.Question[0]; {
 	case qq.Name == "api.example.com." && qq.Qtype == dns.TypeA:
-		m.Answer = []dns.RR{mustRR("api.example.com. 300 IN A 192.0.2.10")}
+		m.Answer = []dns.RR{dnstest.MustRRf("api.example.com. 300 IN A 192.0.2.10")}
 	case qq.Name == "api.example.com.":
 		m.Ns = []dns.RR{soa}
 	default:
@@ -100,15 +101,7 @@ func ppIndex(tb testing.TB) *k8s.Index {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ix.Run(ctx) }()
-	tb.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Errorf("index Run: %v", err)
-		}
-	})
+	dnstest.RunUntilCleanup(tb, "index Run", ix.Run)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, ok := ix.PodNamespace(podClient); ok && ix.Synced() {
@@ -134,7 +127,7 @@ func ppServer(tb testing.TB, opts ...func(*Config)) *Pipeline {
 	r := new(dns.Msg)
 	r.SetQuestion("www.example.test.", dns.TypeA)
 	r.Response = true
-	r.Answer = []dns.RR{mustRR("www.example.test. 300 IN A 192.0.2.1")}
+	r.Answer = []dns.RR{dnstest.MustRRf("www.example.test. 300 IN A 192.0.2.1")}
 	c.Put(cache.KeyOf(r), r)
 	ix := ppIndex(tb)
 	cfg := Config{Resolver: c, Cluster: ix, Pods: ix, Autopath: true, Search: []string{"corp.example."}}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/query/hosts"
 	"github.com/nodedns/nodedns/pkg/query/rewrite"
 )
@@ -36,10 +37,10 @@ func TestRewriteStage(t *testing.T) {
 		m.SetReply(q)
 		if strings.HasPrefix(q.Question[0].Name, "nope.") {
 			m.Rcode = dns.RcodeNameError
-			m.Ns = []dns.RR{mustRR("new.example. 60 IN SOA ns.new.example. h.new.example. 1 2 3 4 60")}
+			m.Ns = []dns.RR{dnstest.MustRRf("new.example. 60 IN SOA ns.new.example. h.new.example. 1 2 3 4 60")}
 			return m, nil
 		}
-		m.Answer = []dns.RR{mustRR("%s 60 IN CNAME edge.cdn.example.", q.Question[0].Name), mustRR("edge.cdn.example. 60 IN A 192.0.2.7")}
+		m.Answer = []dns.RR{dnstest.MustRRf("%s 60 IN CNAME edge.cdn.example.", q.Question[0].Name), dnstest.MustRRf("edge.cdn.example. 60 IN A 192.0.2.7")}
 		return m, nil
 	}}
 	h, err := hosts.New(hosts.Config{Entries: []string{"192.0.2.80 static.internal"}, Fallthrough: []string{}})
@@ -58,19 +59,19 @@ func TestRewriteStage(t *testing.T) {
 			a = s.TCPAddrs()[0].String()
 		}
 		// To the cluster zone.
-		r := exchange(t, a, proto, q("API.Legacy.", dns.TypeA))
+		r := dnstest.Exchange(t, a, proto, q("API.Legacy.", dns.TypeA))
 		if r.Rcode != dns.RcodeSuccess || r.Question[0].Name != "API.Legacy." || len(r.Answer) != 1 ||
 			r.Answer[0].Header().Name != "API.Legacy." || r.Answer[0].(*dns.A).A.String() != "10.96.0.10" {
 			t.Fatalf("%s cluster: %v", proto, r)
 		}
 		// To static records.
-		r = exchange(t, a, proto, q("static.corp.", dns.TypeA))
+		r = dnstest.Exchange(t, a, proto, q("static.corp.", dns.TypeA))
 		if len(r.Answer) != 1 || r.Answer[0].Header().Name != "static.corp." || r.Answer[0].(*dns.A).A.String() != "192.0.2.80" {
 			t.Fatalf("%s hosts: %v", proto, r)
 		}
 	}
 	// To the upstream: it is asked the new name; the client sees the old.
-	r := exchange(t, addr, "udp", q("www.old.example.", dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q("www.old.example.", dns.TypeA))
 	mu.Lock()
 	if len(asked) != 1 || asked[0] != "www.new.example." {
 		t.Fatalf("upstream asked %q", asked)
@@ -80,19 +81,19 @@ func TestRewriteStage(t *testing.T) {
 		t.Fatalf("upstream answer: %v", r)
 	}
 	// The second time from the cache, on the reader, in the client's case.
-	r = exchange(t, addr, "udp", q("WWW.old.example.", dns.TypeA))
+	r = dnstest.Exchange(t, addr, "udp", q("WWW.old.example.", dns.TypeA))
 	if r.Question[0].Name != "WWW.old.example." || r.Answer[0].Header().Name != "WWW.old.example." {
 		t.Fatalf("second answer: %v", r)
 	}
 	// NXDOMAIN: the question is the client's; the zone's SOA is no
 	// rewritten name and stays as it is.
-	r = exchange(t, addr, "udp", q("nope.old.example.", dns.TypeA))
+	r = dnstest.Exchange(t, addr, "udp", q("nope.old.example.", dns.TypeA))
 	if r.Rcode != dns.RcodeNameError || r.Question[0].Name != "nope.old.example." || len(r.Ns) != 1 || r.Ns[0].Header().Name != "new.example." {
 		t.Fatalf("NXDOMAIN: %v", r)
 	}
 	// Live replacement: rules off.
 	s.SetRewriter(nil)
-	r = exchange(t, addr, "udp", q("api.legacy.", dns.TypeA))
+	r = dnstest.Exchange(t, addr, "udp", q("api.legacy.", dns.TypeA))
 	if len(r.Answer) != 2 || r.Answer[0].Header().Name != "api.legacy." {
 		t.Fatalf("after SetRewriter(nil): %v", r)
 	}
@@ -107,14 +108,14 @@ func TestRewriteBeforeWalk(t *testing.T) {
 		Rewriter: rw})
 	// web.legacy becomes web.team-a.svc.cluster.local: the walk's first
 	// step, which exists.
-	r := exchange(t, addr, "udp", q("web.legacy.", dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q("web.legacy.", dns.TypeA))
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || r.Answer[0].Header().Name != "web.legacy." ||
 		r.Answer[0].(*dns.A).A.String() != "10.96.0.10" {
 		t.Fatalf("rewritten to the first search step: %v", r)
 	}
 	// api.example.com.legacy becomes api.example.com.team-a.svc...: the
 	// walk ends at api.example.com, and the CNAME is from the name asked.
-	r = exchange(t, addr, "udp", q("api.example.com.legacy.", dns.TypeA))
+	r = dnstest.Exchange(t, addr, "udp", q("api.example.com.legacy.", dns.TypeA))
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 2 || r.Answer[0].Header().Name != "api.example.com.legacy." ||
 		r.Answer[0].(*dns.CNAME).Target != "api.example.com." {
 		t.Fatalf("walked after the rewrite: %v", r)
@@ -128,7 +129,7 @@ func TestRewriteInvalidIsServfail(t *testing.T) {
 	lim := &recordLimiter{}
 	_, addr := start(t, Config{Resolver: &fakeResolver{}, Rewriter: rw, Failures: lim})
 	name := "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb."
-	r := exchange(t, addr, "udp", q(name, dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q(name, dns.TypeA))
 	if r.Rcode != dns.RcodeServerFailure || r.Question[0].Name != name {
 		t.Fatalf("%v", r)
 	}

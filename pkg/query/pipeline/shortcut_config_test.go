@@ -7,6 +7,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/query/hosts"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
@@ -35,7 +36,7 @@ func (tp nameTemplate) Lookup(name string, qtype, _ uint16, _ netip.Addr, _ uint
 	}
 	m := &dns.Msg{MsgHdr: dns.MsgHdr{Authoritative: true}}
 	if qtype == dns.TypeA {
-		m.Answer = []dns.RR{mustRR("%s 60 IN A %s", name, tp.ip)}
+		m.Answer = []dns.RR{dnstest.MustRRf("%s 60 IN A %s", name, tp.ip)}
 	}
 	return stage.TemplateAnswer{Msg: m}, true
 }
@@ -51,9 +52,9 @@ func (corpUpstream) Exchange(ctx context.Context, o stage.Origin, q *dns.Msg) (*
 	m := new(dns.Msg)
 	m.SetReply(q)
 	if q.Question[0].Qtype == dns.TypeA {
-		m.Answer = []dns.RR{mustRR("api.example.com.corp.example. 300 IN A 192.0.2.88")}
+		m.Answer = []dns.RR{dnstest.MustRRf("api.example.com.corp.example. 300 IN A 192.0.2.88")}
 	} else {
-		m.Ns = []dns.RR{mustRR("corp.example. 300 IN SOA ns.corp.example. h.corp.example. 1 2 3 4 300")}
+		m.Ns = []dns.RR{dnstest.MustRRf("corp.example. 300 IN SOA ns.corp.example. h.corp.example. 1 2 3 4 300")}
 	}
 	return m, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/ndots"
 	"github.com/nodedns/nodedns/pkg/query/server"
@@ -75,7 +76,7 @@ func (c *genCluster) set(name string, rrs ...string) {
 	} else {
 		c.names[name] = nil
 		for _, s := range rrs {
-			c.names[name] = append(c.names[name], mustRR("%s", s))
+			c.names[name] = append(c.names[name], dnstest.MustRRf("%s", s))
 		}
 	}
 	c.msgs = map[stableKey]*dns.Msg{}
@@ -259,7 +260,7 @@ func TestShortcutCachedWinner(t *testing.T) {
 	r := new(dns.Msg)
 	r.SetQuestion("api.example.com.", dns.TypeA)
 	r.Response = true
-	r.Answer = []dns.RR{mustRR("api.example.com. 60 IN A 192.0.2.77")}
+	r.Answer = []dns.RR{dnstest.MustRRf("api.example.com. 60 IN A 192.0.2.77")}
 	e.c.Put(cache.KeyOf(r), r)
 	m, sc = e.ask(t, name, dns.TypeA)
 	if sc || len(m.Answer) != 2 || m.Answer[1].(*dns.A).A.String() != "192.0.2.77" {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/cache"
 	"github.com/nodedns/nodedns/pkg/query/server"
 	"github.com/nodedns/nodedns/pkg/query/view"
@@ -107,7 +108,7 @@ func TestViewsHotPath(t *testing.T) {
 	r := new(dns.Msg)
 	r.SetQuestion("www.example.test.", dns.TypeA)
 	r.Response = true
-	r.Answer = []dns.RR{mustRR("www.example.test. 300 IN A 192.0.2.99")}
+	r.Answer = []dns.RR{dnstest.MustRRf("www.example.test. 300 IN A 192.0.2.99")}
 	own.Put(cache.KeyOf(r), r)
 	s := hotServer(t, func(c *Config) {
 		c.Views = []View{{Name: "lan", Zones: []string{"."}, Cond: mustView(t, `incidr(client_ip(), '127.0.0.0/8') && type() in ['A', 'AAAA']`), Resolver: own}}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
@@ -52,13 +53,13 @@ func TestAutopathWinnerGone(t *testing.T) {
 	pods := fakePods{netip.MustParseAddr("127.0.0.1"): "team-a"}
 	_, addr := start(t, Config{Resolver: externalResolver(), Cluster: cl, Pods: pods, Autopath: true, Search: []string{"corp.example."}})
 	const name = "db.team-b.team-a.svc.cluster.local."
-	r := exchange(t, addr, "udp", q(name, dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q(name, dns.TypeA))
 	if len(r.Answer) != 2 || r.Answer[0].(*dns.CNAME).Target != "db.team-b.svc.cluster.local." {
 		t.Fatalf("before the delete: %v", r)
 	}
 	cl.gone.Store(true)
 	for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA} {
-		r = exchange(t, addr, "udp", q(name, qt))
+		r = dnstest.Exchange(t, addr, "udp", q(name, qt))
 		if r.Rcode != dns.RcodeNameError || len(r.Answer) != 0 {
 			t.Fatalf("%s after the delete: %v; want NXDOMAIN", dns.TypeToString[qt], r)
 		}
@@ -72,11 +73,11 @@ func TestAutopathSavedCounts(t *testing.T) {
 	pods := fakePods{netip.MustParseAddr("127.0.0.1"): "team-a"}
 	_, addr := start(t, Config{Resolver: externalResolver(), Cluster: testCluster(), Pods: pods, Autopath: true,
 		Search: []string{"corp.example."}, Observer: ev})
-	exchange(t, addr, "udp", q("api.example.com.team-a.svc.cluster.local.", dns.TypeA))
+	dnstest.Exchange(t, addr, "udp", q("api.example.com.team-a.svc.cluster.local.", dns.TypeA))
 	if e := ev.last(); e.AutopathSteps != 5 || e.AutopathSaved != 4 {
 		t.Fatalf("external name: steps %d saved %d, want 5 and 4", e.AutopathSteps, e.AutopathSaved)
 	}
-	r := exchange(t, addr, "udp", q("nothing.here.team-a.svc.cluster.local.", dns.TypeA))
+	r := dnstest.Exchange(t, addr, "udp", q("nothing.here.team-a.svc.cluster.local.", dns.TypeA))
 	if r.Rcode != dns.RcodeNameError {
 		t.Fatalf("nowhere: %v", r)
 	}
