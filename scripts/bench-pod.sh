@@ -187,9 +187,9 @@ CONF
 }
 
 for s in $pservers; do
+  # shellcheck disable=SC2086 # NODEDNS_B_ARGS: words on purpose
   case $s in
     nodedns) start_pod_nodedns nodedns ;;
-    # shellcheck disable=SC2086 # NODEDNS_B_ARGS: words on purpose
     nodedns-b) start_pod_nodedns nodedns-b ${NODEDNS_B_ARGS:-} ;;
     nodedns-noautopath) start_pod_nodedns nodedns-noautopath --autopath=false ;;
     nodedns-g*) start_pod_nodedns "$s" --gomaxprocs "${s#nodedns-g}" ;;

@@ -130,6 +130,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A command that fails outside a test (and so ends the run under set -e) is
+# named on stderr: file, line, the command, its status and the functions it
+# ran in. A subshell's failure is named where the shell that ran it sees it.
+set -E
+bench_err() {
+  local rc=$1 line=$2 cmd=$3 i src
+  [[ $BASHPID == "$$" ]] || return 0
+  echo "bench: ${BASH_SOURCE[1]}:$line: $cmd exited $rc" >&2
+  # The line itself: when a function failed, the command above is the last
+  # one it ran.
+  src=$(sed -n "${line}{s/^[[:space:]]*//;p;q}" "${BASH_SOURCE[1]}" 2>/dev/null)
+  [[ -z $src || $src == "$cmd" ]] || echo "bench:   line $line: $src" >&2
+  for ((i = 1; i < ${#FUNCNAME[@]} - 1; i++)); do
+    echo "bench:   in ${FUNCNAME[i]}, called from ${BASH_SOURCE[i + 1]}:${BASH_LINENO[i]}" >&2
+  done
+}
+trap 'bench_err $? "$LINENO" "$BASH_COMMAND"' ERR
+
 secs=10 rounds=3 qps=20000 out="" servers="nodedns unbound dnsmasq" workloads="hit nx cluster pod" nsvc=1000 with_coredns=0 zero_loss=0
 gai_threads=4 gmp_variants="" cpu_limit="" churn_rate="" allow_dirty=0
 usage() {
@@ -227,7 +245,26 @@ if [[ -z ${NODEDNS_BENCH_NETNS:-} ]]; then
   fi
   node_ns=nd-bench-$$
   ip netns add "$node_ns"
-  trap 'ip netns del "$node_ns"' EXIT
+  # The node's namespace goes whatever the run inside did. Its removal runs
+  # with errexit off (a failed command in an EXIT trap under set -e would
+  # end the script with that command's status, in silence), and what
+  # matters is checked: a namespace still there is named and fails the
+  # run; one already gone is not a failure.
+  # shellcheck disable=SC2317 # run by the EXIT trap
+  node_cleanup() {
+    local rc=$? err
+    set +e
+    trap - ERR
+    if [[ -e /run/netns/$node_ns ]]; then
+      err=$(ip netns del "$node_ns" 2>&1)
+      if [[ -e /run/netns/$node_ns ]]; then
+        echo "bench: cleanup: left behind: the network namespace $node_ns (ip netns del: ${err:-no message}); remove it with: ip netns del $node_ns" >&2
+        ((rc)) || rc=1
+      fi
+    fi
+    exit "$rc"
+  }
+  trap node_cleanup EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
   nsenter --net="/run/netns/$node_ns" ip link set lo up
@@ -241,38 +278,99 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 work=$(mktemp -d /tmp/nodedns-bench.XXXXXX)
 pids=()     # everything started, in start order; stopped in reverse
 etcd_pid="" # stopped last, after the API server
-alive() { [[ -r /proc/$1/stat ]] && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]; }
-# stop_all SECONDS PID...: SIGTERM each, wait up to SECONDS for all, SIGKILL what is left.
+# alive PID: PID is a child of this shell that has not exited. A pid
+# whose process ended and was reaped is no longer ours: it may name
+# another process by now (on a machine that forks as busily as a test run
+# does), which must not be signalled.
+alive() {
+  local st state parent
+  read -r st 2>/dev/null <"/proc/$1/stat" || return 1
+  # Past the command name, which may hold spaces and parentheses.
+  read -r state parent _ <<<"${st##*) }"
+  [[ $state != [ZX] && $parent == "$$" ]]
+}
+# stop_all SECONDS PID...: SIGTERM each, wait up to SECONDS for all, SIGKILL
+# what is left and wait up to 5 s more. A process that exits before its
+# signal reaches it is stopped, as wanted: a failed kill is not a failure
+# (under load a server slow to die may end between the check and the
+# kill). Returns 1, naming them, when processes outlive their SIGKILL.
 stop_all() {
-  local secs=$1 p i left
+  local secs=$1 p i left=() still=()
   shift
   (($#)) || return 0
   for p in "$@"; do kill "$p" 2>/dev/null || true; done
-  for ((i = 0; i < secs * 10; i++)); do
-    left=0
-    for p in "$@"; do alive "$p" && left=1; done
-    ((left)) || break
+  left=("$@")
+  for ((i = 0; i < secs * 10 + 50 && ${#left[@]}; i++)); do
+    if ((i == secs * 10)); then
+      for p in "${left[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    fi
     sleep 0.1
+    still=()
+    for p in "${left[@]}"; do if alive "$p"; then still+=("$p"); fi; done
+    left=("${still[@]}")
   done
-  for p in "$@"; do alive "$p" && kill -9 "$p" 2>/dev/null; done
-  return 0
+  ((${#left[@]})) || return 0
+  for p in "${left[@]}"; do
+    echo "bench: process $p still runs 5 s after SIGKILL: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c 1-160)" >&2
+  done
+  return 1
 }
 pod_ns="" pod_if="" netns_dir="" netns_top=0 cgroups=()
+# cleanup, on exit whatever ended the run: every step runs whatever the
+# ones before it did. Errexit is off here: under set -e one failed command
+# in an EXIT trap ends the trap, leaving the rest behind, and the script,
+# with that command's status: a run that passed ended "exit 1" that way,
+# with nothing said and its pod's namespace left behind. What each step
+# was to remove is checked after it instead: a process still running, the
+# pod's link, its network namespace, its resolv.conf directory or a CPU
+# cgroup still there is named on stderr and fails a run that passed (the
+# run promises to leave nothing behind). A command that failed with nothing
+# left (a kill of a process that had exited, rmdir of an /etc/netns that
+# other namespaces use too) is not a failure.
 cleanup() {
-  local rev=() i
+  local rc=$? rev=() i err left=()
+  set +e
+  trap - ERR
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do rev+=("${pids[i]}"); done
-  stop_all 20 "${rev[@]}"
-  [[ -z $etcd_pid ]] || stop_all 10 "$etcd_pid"
-  wait 2>/dev/null || true
+  stop_all 20 "${rev[@]}" || left+=("the processes named above")
+  if [[ -n $etcd_pid ]]; then stop_all 10 "$etcd_pid" || left+=("etcd (named above)"); fi
+  # Reap what stopped; not when something outlived SIGKILL (it would block).
+  ((${#left[@]})) || wait 2>/dev/null
   # The pod link and namespace (its iptables counters go with it), its
   # resolv.conf, and the CPU cgroups (empty once their servers stopped).
-  [[ -n $pod_if ]] && ip link show "$pod_if" >/dev/null 2>&1 && ip link del "$pod_if"
-  [[ -n $pod_ns ]] && ip netns del "$pod_ns" 2>/dev/null
-  [[ -n $netns_dir ]] && rm -rf "$netns_dir"
-  ((netns_top)) && rmdir /etc/netns 2>/dev/null
-  for i in "${cgroups[@]}"; do rmdir "$i" 2>/dev/null || echo "bench: could not remove cgroup $i" >&2; done
-  rm -rf "$work"
-  return 0
+  if [[ -n $pod_if ]] && ip link show "$pod_if" >/dev/null 2>&1; then
+    err=$(ip link del "$pod_if" 2>&1)
+    if ip link show "$pod_if" >/dev/null 2>&1; then left+=("the pod's link $pod_if (ip link del: ${err:-no message})"); fi
+  fi
+  if [[ -n $pod_ns && -e /run/netns/$pod_ns ]]; then
+    err=$(ip netns del "$pod_ns" 2>&1)
+    if [[ -e /run/netns/$pod_ns ]]; then left+=("the pod's network namespace $pod_ns (ip netns del: ${err:-no message})"); fi
+  fi
+  if [[ -n $netns_dir && -e $netns_dir ]]; then
+    err=$(rm -rf "$netns_dir" 2>&1)
+    if [[ -e $netns_dir ]]; then left+=("$netns_dir (rm: ${err:-no message})"); fi
+  fi
+  # Not empty: other namespaces' files are there; it stays, as it should.
+  if ((netns_top)); then rmdir /etc/netns 2>/dev/null; fi
+  for i in "${cgroups[@]}"; do
+    [[ -d $i ]] || continue
+    err=$(rmdir "$i" 2>&1)
+    if [[ -d $i ]]; then left+=("the cgroup $i (rmdir: ${err:-no message})"); fi
+  done
+  # The temporary directory: reported, not a failure.
+  if [[ -n ${work:-} && -e $work ]]; then
+    err=$(rm -rf "$work" 2>&1)
+    if [[ -e $work ]]; then echo "bench: cleanup: could not remove $work (rm: ${err:-no message})" >&2; fi
+  fi
+  if ((${#left[@]})); then
+    echo "bench: cleanup: left behind:" >&2
+    printf 'bench:   %s\n' "${left[@]}" >&2
+    if ((rc == 0)); then
+      echo "bench: cleanup: the run passed, but left the above behind: exit 1" >&2
+      rc=1
+    fi
+  fi
+  exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT

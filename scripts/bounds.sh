@@ -23,10 +23,24 @@ done
 
 work=$(mktemp -d /tmp/nodedns-bounds.XXXXXX)
 pids=()
+# ours PID: PID is a running child of this shell (a pid that exited and was
+# reaped may name another process by now, not ours to signal).
+ours() {
+  local st state parent
+  read -r st 2>/dev/null <"/proc/$1/stat" || return 1
+  read -r state parent _ <<<"${st##*) }"
+  [[ $state != [ZX] && $parent == "$$" ]]
+}
+# cleanup, on exit: every step runs (errexit off: under set -e a failed
+# command would end the trap, and the script with its status), and the
+# run's own status is kept; a temporary directory left behind is reported.
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
+  local rc=$? p
+  set +e
+  for p in "${pids[@]}"; do if ours "$p"; then kill "$p" 2>/dev/null; fi; done
+  wait 2>/dev/null
+  rm -rf "$work" || echo "bounds: could not remove $work (left behind)" >&2
+  exit "$rc"
 }
 trap cleanup EXIT
 
@@ -49,11 +63,22 @@ start_agent() {
   echo "agent did not start:"; cat "$work/nodedns.log"; exit 1
 }
 
+# stop_agent: the agent stopped at the end of a phase. One already gone
+# died during the phase: that is named, with its log, and fails the run.
+stop_agent() {
+  if ! kill "$agent" 2>/dev/null; then
+    echo "bounds: the agent (pid $agent) exited during the phase; its log:" >&2
+    tail -n 20 "$work/nodedns.log" >&2
+    exit 1
+  fi
+  wait "$agent" 2>/dev/null || true
+}
+
 if ((n > 0)); then
   echo "== sweep: $n distinct names, --cache-size $cache $extra"
   start_agent
   "$work/stress" -mode sweep -server $DNS -admin $ADMIN -pid "$agent" -n "$n" -sample $((n / 20))
-  kill "$agent"; wait "$agent" 2>/dev/null || true
+  stop_agent
 fi
 
 for r in $rates; do
@@ -61,5 +86,5 @@ for r in $rates; do
   echo "== flood fairness: flooder at ${r/#0/open loop} q/s, $fsecs s per phase $extra"
   start_agent
   "$work/stress" -mode flood -server $DNS -admin $ADMIN -pid "$agent" -secs "$fsecs" -flood-qps "$r"
-  kill "$agent"; wait "$agent" 2>/dev/null || true
+  stop_agent
 done

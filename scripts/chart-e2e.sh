@@ -52,20 +52,50 @@ ok() { log "ok: $*"; }
 k() { scripts/cluster.sh kubectl "$@"; }
 h() { "$HELM" --kubeconfig "$KUBECONFIG" "$@"; }
 
+# A command that fails outside a check (and so ends the run under set -e)
+# is named: file, line, command, status, and the functions it ran in. A
+# subshell's failure is named where this shell sees it.
+set -E
+on_err() {
+	local i
+	[[ $BASHPID == "$$" ]] || return 0
+	log "FAIL: ${BASH_SOURCE[1]}:$2: $3 exited $1"
+	for ((i = 1; i < ${#FUNCNAME[@]} - 1; i++)); do
+		log "  in ${FUNCNAME[i]}, called from ${BASH_SOURCE[i + 1]}:${BASH_LINENO[i]}"
+	done
+}
+trap 'on_err $? "$LINENO" "$BASH_COMMAND"' ERR
+
+# cleanup, on exit whatever ended the run: every step runs whatever the
+# ones before it did (errexit off: under set -e one failed command would
+# end the trap, leaving the cluster up, and the script with that command's
+# status, in silence); a step that fails where it matters (the cluster not
+# taken down, the machine not as before or not compared) is named and
+# fails the run; the logs directory or the work directory not written or
+# not removed is only reported.
 cleanup() {
-	local rc=$?
+	local rc=$? st
+	set +e
+	trap - ERR
 	if [[ "$KEEP" != 1 ]]; then
 		if [[ $rc != 0 ]]; then
-			mkdir -p "${work}/logs"
+			mkdir -p "${work}/logs" || log "cleanup: could not make ${work}/logs"
 			k -n kube-system logs -l app.kubernetes.io/instance=nodedns --all-containers --tail=200 --prefix >"${work}/logs/pods.log" 2>&1 || true
 			k get events -A --sort-by=.lastTimestamp >"${work}/logs/events.txt" 2>&1 || true
 			tail -n 40 "${work}/logs/pods.log" >&2 || true
 		fi
-		scripts/cluster.sh down || rc=1
+		scripts/cluster.sh down
+		st=$?
+		if ((st != 0)); then
+			log "FAIL: cleanup: scripts/cluster.sh down failed (exit ${st}; its output above)"
+			rc=1
+		fi
 		if [[ $rc == 0 && $failed == 0 ]]; then
 			step "5. scripts/cluster.sh down leaves nothing behind"
-			scripts/cluster.sh snapshot "${work}/after.txt"
-			if ! diff -u "${work}/before.txt" "${work}/after.txt" >&2; then
+			if ! scripts/cluster.sh snapshot "${work}/after.txt"; then
+				log "FAIL: cleanup: scripts/cluster.sh snapshot failed: the machine was not compared with before 'up'"
+				rc=1
+			elif ! diff -u "${work}/before.txt" "${work}/after.txt" >&2; then
 				log "FAIL: the machine differs from before 'up' (diff above)"
 				rc=1
 			else
@@ -74,7 +104,7 @@ cleanup() {
 		fi
 	fi
 	if [[ $rc == 0 ]]; then
-		rm -rf "$work"
+		rm -rf "$work" || log "cleanup: could not remove ${work} (left behind)"
 		log "PASS in $(($(date +%s) - START))s"
 	else
 		log "logs kept in ${work}"

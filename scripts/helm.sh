@@ -22,7 +22,9 @@ build() {
 	local tmp
 	tmp="$(mktemp -d "${DIR}/.build.XXXXXX")"
 	# shellcheck disable=SC2064 # expand now: tmp is local
-	trap "rm -rf '${tmp}'" RETURN
+	# Left behind, it is named by rm and fails nothing (under set -e a
+	# failed command in the trap would end the script with its status).
+	trap "rm -rf '${tmp}' || true" RETURN
 	log "building helm.sh/helm/v3/cmd/helm@${HELM_VERSION} (a few minutes on 2 cores)"
 	# GOBIN is a fresh directory so that a failed build leaves no binary.
 	# Versions are stamped the way helm's Makefile does: its own (helm

@@ -40,7 +40,9 @@ die() { log "$*"; exit 1; }
 
 mkdir -p "$IMAGES"
 work=$(mktemp -d "${TMPDIR:-/tmp}/nodedns-image.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# A temporary directory left behind is named by rm and does not fail the
+# run: under set -e a failed command in the trap would exit with its status.
+trap 'rm -rf "$work" || true' EXIT
 
 need_pkgs() {
 	local missing=() p

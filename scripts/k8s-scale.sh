@@ -51,7 +51,9 @@ if [[ $mode == race || $mode == all ]]; then
 fi
 
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# A temporary directory left behind is named by rm and does not fail the
+# run: under set -e a failed command in the trap would exit with its status.
+trap 'rm -rf "$tmp" || true' EXIT
 if [[ -n ${SCALE_BASE_REV:-} ]]; then
 	echo "k8s-scale: building nodedns at ${SCALE_BASE_REV} as nodedns-base" >&2
 	git archive "$SCALE_BASE_REV" | tar -x -C "$tmp"

@@ -57,7 +57,9 @@ build() {
 
 	tmp="$(mktemp -d "${TMPDIR:-/tmp}/kube-build.XXXXXX")"
 	# shellcheck disable=SC2064 # expand now: tmp is local
-	trap "rm -rf '${tmp}'" RETURN
+	# Left behind, it is named by rm and fails nothing (under set -e a
+	# failed command in the trap would end the script with its status).
+	trap "rm -rf '${tmp}' || true" RETURN
 
 	log "downloading k8s.io/kubernetes@${KUBE_VERSION} metadata"
 	gomod="$(cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" |

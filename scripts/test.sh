@@ -42,7 +42,13 @@
 # the time of each phase.
 #
 # The exit status is non-zero when any step fails (each step's own status,
-# not a search of its log). On a machine shared by several engineers,
+# not a search of its log). A failure is named where it happens and again
+# at the end: a command that fails under set -e prints its file, line,
+# command, status and the functions it ran in; each step's output (stdout
+# and stderr, still printed as before) is kept in $out/step-NN-NAME.log;
+# and the run ends with each failed step (a background job's too), its
+# exit status and the last 20 lines of its log, then "== FAILED (exit N):"
+# with the steps named. On a machine shared by several engineers,
 # NODEDNS_HOST_LOCK=/tmp/nodedns-host.lock runs each step that changes the
 # host (integration, the bench round, each e2e) under that flock(1) lock,
 # and only those, one at a time: the lock is taken and released per step.
@@ -74,17 +80,81 @@ ALLOW_SKIPS=(
 
 # step TITLE: a phase header with the time since the start, so a CI log
 # says where the time went; the phases and their times are printed again at
-# the end.
+# the end. The step's output goes on to the console as before and is also
+# kept in its own log, $out/step-NN-NAME.log (tee, one for stdout and one
+# for stderr, ignoring INT and TERM so that the end of an interrupted run
+# is still printed), for the summary of a failed run.
 T0=$(date +%s)
 phases=()
-phase_name="" phase_t=$T0
-step() {
+phase_name="" phase_t=$T0 phase_log="" phase_n=0 phase_failed=0 err_where=""
+exec {console_out}>&1 {console_err}>&2
+tee_pids=()
+# log_close: the console back on stdout and stderr, and the tees given up
+# to 10 s to copy what they hold (a process the step left running may hold
+# their pipe: its output goes on being copied, and the run goes on).
+log_close() {
+  exec 1>&"$console_out" 2>&"$console_err"
+  local i p up
+  for ((i = 0; i < 100; i++)); do
+    up=0
+    for p in "${tee_pids[@]}"; do if kill -0 "$p" 2>/dev/null; then up=1; fi; done
+    ((up)) || break
+    sleep 0.1
+  done
+  tee_pids=()
+}
+phase_next() {
   local now
   now=$(date +%s)
   [[ -z $phase_name ]] || phases+=("$(printf '%6ds  %s' $((now - phase_t)) "$phase_name")")
-  phase_name=$* phase_t=$now
+  phase_name=$* phase_t=$now phase_failed=0 err_where=""
   echo "== [+$((now - T0))s] $*"
 }
+step() {
+  log_close
+  phase_n=$((phase_n + 1))
+  local slug
+  slug=$(tr -cs '[:alnum:]' '-' <<<"$*" | tr '[:upper:]' '[:lower:]' | cut -c 1-40)
+  phase_log=$(printf '%s/step-%02d-%s.log' "$out" "$phase_n" "${slug%-}")
+  : >"$phase_log"
+  exec > >(trap '' INT TERM; exec tee -a "$phase_log" >&"$console_out")
+  tee_pids+=($!)
+  exec 2> >(trap '' INT TERM; exec tee -a "$phase_log" >&"$console_err")
+  tee_pids+=($!)
+  phase_next "$@"
+}
+
+# The failures, for the end: NAME, exit status, log, where (the failing
+# command, when the ERR trap saw it).
+fail_name=() fail_rc=() fail_log=() fail_where=()
+failed() {
+  fail_name+=("$1") fail_rc+=("$2") fail_log+=("$3") fail_where+=("${4:-}")
+  phase_failed=1
+}
+# A command that fails outside a checked context (which ends the run under
+# set -e) is named at once: file, line, command, status, and the functions
+# it ran in with the lines they were called from. A subshell's failure is
+# named where this shell sees it (the command that ran the subshell).
+set -E
+on_err() {
+  local rc=$1 line=$2 cmd=$3 i src
+  [[ $BASHPID == "$$" ]] || return 0
+  {
+    echo "test.sh: ${BASH_SOURCE[1]}:$line: $cmd exited $rc"
+    # The line itself: when a function failed, the command above is the
+    # last one it ran.
+    src=$(sed -n "${line}{s/^[[:space:]]*//;p;q}" "${BASH_SOURCE[1]}" 2>/dev/null)
+    [[ -z $src || $src == "$cmd" ]] || echo "test.sh:   line $line: $src"
+    err_where="${BASH_SOURCE[1]}:$line: ${src:-$cmd} exited $rc"
+    for ((i = 1; i < ${#FUNCNAME[@]} - 1; i++)); do
+      src=$(sed -n "${BASH_LINENO[i]}{s/^[[:space:]]*//;p;q}" "${BASH_SOURCE[i + 1]}" 2>/dev/null)
+      echo "test.sh:   in ${FUNCNAME[i]}, called from ${BASH_SOURCE[i + 1]}:${BASH_LINENO[i]}: $src"
+    done
+    # For the summary: where the step's own line called what failed.
+    ((i == 1)) || err_where+=", in ${FUNCNAME[i - 1]} called from ${BASH_SOURCE[i]}:${BASH_LINENO[i - 1]}: $src"
+  } >&2
+}
+trap 'on_err $? "$LINENO" "$BASH_COMMAND"' ERR
 
 # locked CMD...: CMD (a command or a function of this script) under the
 # host lock when NODEDNS_HOST_LOCK names one, released as soon as CMD ends.
@@ -139,17 +209,26 @@ bg_wait() {
   else
     tail -n 30 "$out/$name.log"
   fi
+  ((rc == 0)) || failed "background: $name" "$rc" "$out/$name.log"
   return "$rc"
 }
-# bg_stop: the background jobs still running, stopped (group and all).
+# bg_stop: the background jobs still running, stopped (group and all);
+# each is listed with the failures, stopped unfinished, unless it had
+# ended (its .end file) with status 0.
 bg_stop() {
-  local name pid
+  local name pid ended rc
   for name in "${!bg_pid[@]}"; do
-    pid=${bg_pid[$name]}
+    pid=${bg_pid[$name]} ended=0 rc=0
+    [[ -e $out/$name.end ]] && ended=1
     echo "== stopping the background job $name (process group $pid)"
     kill -TERM -- "-$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || rc=$?
     unset "bg_pid[$name]"
+    if ((!ended)); then
+      failed "background: $name" "stopped unfinished, the run ended early" "$out/$name.log"
+    elif ((rc != 0)); then
+      failed "background: $name" "$rc" "$out/$name.log"
+    fi
   done
 }
 
@@ -176,33 +255,66 @@ gotest() {
 }
 
 # The end, passed or not: what every go test stream ran, skipped and why,
-# and the phases with their times.
+# the phases with their times, and what failed: each failed step with its
+# status, where it failed and the last lines of its log. Errexit is off:
+# one failed command here must not cut the summary short or replace the
+# run's status with its own.
 finish() {
-  local rc=$?
+  local rc=$? i
+  set +e
+  trap - ERR
+  log_close
+  # The step the run ended in, unless its failure is listed already: by
+  # the step itself, or a background job's that made it exit (its failing
+  # command, or the signal that stopped the run, is listed whatever).
+  if ((rc != 0 && !phase_failed)) && [[ -n $phase_name ]] && [[ -n $err_where || ${#fail_name[@]} == 0 ]]; then
+    failed "step: $phase_name" "$rc" "$phase_log" "$err_where"
+  fi
   if ((${#bg_pid[@]})); then
     bg_stop
     rc=$((rc ? rc : 1))
   fi
-  step "end"
+  phase_next "end"
   local streams=("$out"/*.json)
   if [[ -e ${streams[0]} && -x $testsum_bin ]]; then
     echo "== tests, all steps (streams and logs in $out):"
-    "$testsum_bin" "${allow_args[@]}" "${streams[@]}" || rc=$((rc ? rc : 1))
+    "$testsum_bin" "${allow_args[@]}" "${streams[@]}" >"$out/tests-all.log"
+    i=$?
+    cat "$out/tests-all.log"
+    # A failure of its own only when no step failed: a failed test failed
+    # its step already.
+    if ((i != 0 && rc == 0)); then
+      failed "tests, all steps (testsum over every go test stream)" "$i" "$out/tests-all.log"
+      rc=1
+    fi
   fi
   echo "== phases (seconds):"
   printf '%s\n' "${phases[@]}"
   printf '%6ds  total\n' $(($(date +%s) - T0))
   if ((rc == 0)); then
     echo "== all passed"
-  else
-    echo "== FAILED (exit $rc)"
+    exit 0
   fi
+  local list="" st
+  echo "== failed (logs in $out):"
+  for i in "${!fail_name[@]}"; do
+    st=${fail_rc[i]}
+    [[ $st == *[!0-9]* ]] || st="exit $st"
+    echo "-- ${fail_name[i]}: $st${fail_where[i]:+; ${fail_where[i]}}; log ${fail_log[i]:-none}, its last 20 lines:"
+    if [[ -s ${fail_log[i]:-} ]]; then
+      tail -n 20 "${fail_log[i]}" | sed 's/^/   | /'
+    else
+      echo "   (empty)"
+    fi
+    list+="${list:+; }${fail_name[i]} ($st)"
+  done
+  echo "== FAILED (exit $rc): ${list:-no step recorded a failure}"
   exit "$rc"
 }
 trap finish EXIT
 # Stopped by a signal, the run must not end "all passed".
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap 'err_where="stopped by SIGINT"; exit 130' INT
+trap 'err_where="stopped by SIGTERM"; exit 143' TERM
 
 step "Debian packages (scripts/deps.sh)"
 scripts/deps.sh
@@ -247,7 +359,7 @@ fi
 fuzz_rc=0
 if [[ $what == fuzz ]]; then
   step "fuzz: every target ${FUZZ_SECONDS}s (scripts/fuzz.sh)"
-  scripts/fuzz.sh "$FUZZ_SECONDS" || fuzz_rc=$?
+  scripts/fuzz.sh "$FUZZ_SECONDS" || { fuzz_rc=$?; failed "step: $phase_name" "$fuzz_rc" "$phase_log"; }
 fi
 
 if [[ $what == all || $what == integration ]]; then
@@ -292,8 +404,16 @@ if [[ $what == all || $what == integration ]]; then
   # are not kept, so the tree may be dirty (-D: a test run is not a
   # measurement, and a fuzz finding above leaves a corpus file behind).
   step "scripts/bench.sh pod workloads, one short round (with CoreDNS and node-cache, no loss)"
-  locked scripts/bench.sh -c -z -D -w 'pod pod-shortcut pod-hit' -l 1 -r 1 -n 100 -Q 2000 -T 2 >"$out/bench.txt"
+  # Its table is printed failed or not (a failure after the measurements,
+  # its cleanup's, is read against them).
+  bench_rc=0
+  locked scripts/bench.sh -c -z -D -w 'pod pod-shortcut pod-hit' -l 1 -r 1 -n 100 -Q 2000 -T 2 >"$out/bench.txt" || bench_rc=$?
   tail -n 40 "$out/bench.txt"
+  if ((bench_rc != 0)); then
+    echo "scripts/bench.sh failed (exit $bench_rc): its reason is in its stderr above; its stdout in $out/bench.txt" >&2
+    failed "step: $phase_name" "$bench_rc" "$phase_log" "scripts/bench.sh exited $bench_rc"
+    exit "$bench_rc"
+  fi
 fi
 
 if [[ $what == all || $what == e2e ]]; then
