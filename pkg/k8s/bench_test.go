@@ -9,6 +9,8 @@ import (
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/nodedns/nodedns/pkg/k8s/pbdecode"
 )
 
 // synthetic builds an index of nsvc services in 100 namespaces, each with
@@ -35,7 +37,7 @@ func synthetic(tb testing.TB, nsvc, eps int) *Index {
 			s = clusterIPSvc(nsName, name, []string{netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}).String()},
 				svcPort("http", tcp, 80), svcPort("metrics", tcp, 9090))
 		}
-		ix.onService(nil, newService(s))
+		ix.onService(nil, newService(pbdecode.ServiceOf(s)))
 		var list []ep
 		for j := range eps {
 			k := i*eps + j
@@ -46,7 +48,7 @@ func synthetic(tb testing.TB, nsvc, eps int) *Index {
 			list = append(list, e)
 		}
 		sl := slice(nsName, name+"-abcde", name, discoveryv1.AddressTypeIPv4, []discoveryv1.EndpointPort{slicePort("http", tcp, 8080)}, list...)
-		ix.onSlice(nil, newEndpointSlice(sl, false))
+		ix.onSlice(nil, newEndpointSlice(pbdecode.EndpointSliceOf(sl), false))
 	}
 	ix.synced.Store(true)
 	return ix
@@ -109,7 +111,7 @@ func TestAllocs(t *testing.T) {
 		{"svc10.ns10.svc.cluster.local.", dns.TypeA},
 		{"example.com.ns1.svc.cluster.local.", dns.TypeA},
 		{"example.com.svc.cluster.local.", dns.TypeA},
-		// Assembled once, then kept in the service's view.
+		// Assembled once, then kept in the service's records.
 		{"svc1.ns1.svc.cluster.local.", dns.TypeSRV},
 		{"svc10-1.svc10.ns10.svc.cluster.local.", dns.TypeA},
 		{"10-128-0-10.svc3.ns3.svc.cluster.local.", dns.TypeA},

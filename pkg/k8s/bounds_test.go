@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
+	"github.com/nodedns/nodedns/pkg/k8s/pbdecode"
 )
 
 // testLabelKeys are the namespace labels the decoder tests keep.
@@ -40,7 +41,7 @@ func TestNamespaceLabelsKeptAreTheSelectors(t *testing.T) {
 	keys := selectorKeys(sel)
 	for name, f := range map[string]func() (any, error){
 		"transform": func() (any, error) { return namespaceTransform(keys)(o) },
-		"decoder":   func() (any, error) { return namespaceDecoder(keys)(b) },
+		"decoder":   func() (any, error) { return namespaceDecoder(keys)(new(pbdecode.Decoder), b) },
 	} {
 		got, err := f()
 		if err != nil {
@@ -154,7 +155,7 @@ func TestAttackServicePortsBounded(t *testing.T) {
 	}
 	for name, f := range map[string]func() (any, error){
 		"transform": func() (any, error) { return transformService(o) },
-		"decoder":   func() (any, error) { return decodeService(b) },
+		"decoder":   func() (any, error) { return decodeService(new(pbdecode.Decoder), b) },
 	} {
 		got, err := f()
 		if err != nil {

@@ -6,17 +6,22 @@
 //
 // It owns the Service, EndpointSlice (discovery.k8s.io/v1), Namespace and,
 // when a mode needs them, Pod informers (for multicluster zones also the
-// ServiceImport and imported EndpointSlice informers), and how they list
-// (list.go): at resourceVersion "0", whole, from the API server's watch cache, never a
-// paged quorum read from etcd; the protobuf list is read as a stream and
-// each item decoded straight into the stripped object DNS needs
-// (decode.go), watch events by an informer transform. An event rebuilds
-// the records of the one Service it touches. A query is a few map lookups: the answers of bare service
-// names and the zone's negative answers are prebuilt, shared messages;
-// endpoint, port, SRV, pod and PTR answers are assembled from prebuilt
-// per-service data in time proportional to the answer, and the service's
-// view keeps them for the next query. The index holds about 200 bytes per
-// Service or endpoint address.
+// ServiceImport and imported EndpointSlice informers); how they list
+// (list.go): at resourceVersion "0", whole, from the API server's watch
+// cache, never a paged quorum read from etcd; the stripped objects the
+// informer stores hold in place of the API types, each made by one
+// constructor per kind (objects.go); and the index built from them. A
+// protobuf list is read as a stream, each item read in place by package
+// pbdecode (pkg/k8s/pbdecode, which owns the wire format) for the fields
+// the constructor reads; a watch event's object, decoded by client-go, is
+// read for the same fields by the informer transform. An event rebuilds
+// the records of the one Service it touches (records.go). A query is a
+// few map lookups: the answers of bare service names and the zone's
+// negative answers are prebuilt, shared messages; endpoint, port, SRV, pod
+// and PTR answers are assembled from prebuilt per-service data in time
+// proportional to the answer, and the service's records keep them for the
+// next query. The index holds about 200 bytes per Service or endpoint
+// address.
 //
 // The semantics are those of CoreDNS's kubernetes plugin, which implements
 // the Kubernetes DNS specification v1.1.0; comments mark each deliberate
@@ -44,7 +49,7 @@
 //     (never NXDOMAIN) and reverse names are left to the upstream.
 //   - After the API server goes away, the last known state is served while
 //     client-go relists; there is no staleness limit.
-//   - One answer holds at most what one reply carries over TCP (view.go:
+//   - One answer holds at most what one reply carries over TCP (records.go:
 //     4,000 A, 2,300 AAAA, 1,000 SRV records and the work to build them):
 //     a Service with more ready endpoints answers with the first of them,
 //     and says so in the log. Namespaces keep only the labels the

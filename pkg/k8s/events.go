@@ -103,32 +103,32 @@ func (st *svcStore) putSlice(skey string, e *endpointSlice) (prev *endpointSlice
 	return prev, keys
 }
 
-// buildViews builds, with build, the views of the services of keys that
-// exist (putSlice's keys).
-func (st *svcStore) buildViews(keys [2]string, build func(key string, s *service, sl []*endpointSlice) *svcView) (views [2]*svcView) {
+// recordsFor builds, with build, the records of the services of keys
+// that exist (putSlice's keys).
+func (st *svcStore) recordsFor(keys [2]string, build func(key string, s *service, sl []*endpointSlice) *svcRecords) (recs [2]*svcRecords) {
 	for i, k := range keys {
 		if s := st.svcs[k]; k != "" && s != nil {
-			views[i] = build(k, s, st.bySvc[k])
+			recs[i] = build(k, s, st.bySvc[k])
 		}
 	}
-	return views
+	return recs
 }
 
-// publish puts views, rebuilt for keys, in to (mu held); a nil view
+// publish puts recs, rebuilt for keys, in to (mu held); a nil entry
 // leaves its key as it was.
-func publish(to map[string]*svcView, keys [2]string, views [2]*svcView) {
+func publish(to map[string]*svcRecords, keys [2]string, recs [2]*svcRecords) {
 	for i, k := range keys {
-		if views[i] != nil {
-			to[k] = views[i]
+		if recs[i] != nil {
+			to[k] = recs[i]
 		}
 	}
 }
 
-// setView publishes v as the view of key, or deletes key when v is nil
-// (mu held).
-func setView(to map[string]*svcView, key string, v *svcView) {
-	if v != nil {
-		to[key] = v
+// setRecords publishes r as the records of key, or deletes key when r is
+// nil (mu held).
+func setRecords(to map[string]*svcRecords, key string, r *svcRecords) {
+	if r != nil {
+		to[key] = r
 	} else {
 		delete(to, key)
 	}
@@ -166,9 +166,9 @@ func (ix *Index) sliceEvent(st *svcStore, old, cur any, apply func(e, prev *endp
 func (ix *Index) onService(old, cur any) {
 	ix.serviceEvent(&ix.svcStore, old, cur, func(key string, s, prev *service) {
 		ix.objCount[objServices] = len(ix.svcs)
-		var view *svcView
+		var recs *svcRecords
 		if s != nil {
-			view = ix.buildView(s, ix.bySvc[key], nil)
+			recs = ix.buildRecords(s, ix.bySvc[key], nil)
 		}
 		ix.mu.Lock()
 		if prev != nil {
@@ -176,12 +176,12 @@ func (ix *Index) onService(old, cur any) {
 				ix.clusterIPs.remove(ip, key)
 			}
 		}
-		if view != nil {
+		if recs != nil {
 			for _, ip := range s.ips {
 				ix.clusterIPs.add(ip, key)
 			}
 		}
-		setView(ix.views, key, view)
+		setRecords(ix.records, key, recs)
 		ix.mu.Unlock()
 		ix.touch(key == ix.dnsSvcKey)
 	})
@@ -191,8 +191,8 @@ func (ix *Index) onService(old, cur any) {
 func (ix *Index) onSlice(old, cur any) {
 	ix.sliceEvent(&ix.svcStore, old, cur, func(e, prev *endpointSlice, keys [2]string) {
 		ix.objCount[objSlices] = len(ix.sliceByKey)
-		views := ix.buildViews(keys, func(k string, s *service, sl []*endpointSlice) *svcView {
-			return ix.buildView(s, sl, ix.peekView(k))
+		recs := ix.recordsFor(keys, func(k string, s *service, sl []*endpointSlice) *svcRecords {
+			return ix.buildRecords(s, sl, ix.peekRecords(k))
 		})
 		ix.mu.Lock()
 		if prev != nil && prev.service != "" {
@@ -207,18 +207,18 @@ func (ix *Index) onSlice(old, cur any) {
 			}
 			ix.endpoints += e.len()
 		}
-		publish(ix.views, keys, views)
+		publish(ix.records, keys, recs)
 		ix.mu.Unlock()
 		ix.touch(false)
 	})
 }
 
-// peekView returns the published view of key. Called with wmu held: only
-// writers publish, so no read lock is needed against them.
-func (ix *Index) peekView(key string) *svcView {
+// peekRecords returns the published records of key. Called with wmu
+// held: only writers publish, so no read lock is needed against them.
+func (ix *Index) peekRecords(key string) *svcRecords {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	return ix.views[key]
+	return ix.records[key]
 }
 
 func insertSlice(s []*endpointSlice, e *endpointSlice) []*endpointSlice {
@@ -227,7 +227,7 @@ func insertSlice(s []*endpointSlice, e *endpointSlice) []*endpointSlice {
 }
 
 func removeSlice(s []*endpointSlice, e *endpointSlice) []*endpointSlice {
-	// Copy: published views share the old slice.
+	// Copy: published records share the old slice.
 	out := make([]*endpointSlice, 0, len(s))
 	for _, x := range s {
 		if x != e {

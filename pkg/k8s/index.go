@@ -18,11 +18,11 @@ import (
 // Its methods are safe for concurrent use.
 //
 // Locking: informer handlers are serialized by wmu and own the writer-side
-// maps (svcs, slices). They build a service's new view outside any reader
-// lock and then swap it in, together with the reverse and pod indexes,
-// under a short write lock of mu. Lookups hold the read lock of mu while
-// they run: a few map reads and, for the colder record forms, assembling
-// the answer from immutable views.
+// maps (svcs, slices). They build a service's new records (records.go)
+// outside any reader lock and then swap them in, together with the reverse
+// and pod indexes, under a short write lock of mu. Lookups hold the read
+// lock of mu while they run: a few map reads and, for the colder record
+// forms, assembling the answer from immutable records.
 type Index struct {
 	cfg       Config
 	zone      string   // primary zone, lower-case FQDN
@@ -72,17 +72,17 @@ type Index struct {
 	syncedAt   time.Time                      // zero until synced
 	startedAt  time.Time                      // when Run started the informers
 	objCount   [4]int                         // services, slices, namespaces, pods
-	counters   struct{ events, rebuilds int } // informer events applied, views built
+	counters   struct{ events, rebuilds int } // informer events applied, service records built
 
 	// Reader side: guarded by mu.
 	mu         sync.RWMutex
-	views      map[string]*svcView // key "name.ns": services and their records
-	nss        map[string]struct{} // namespaces that exist and are exposed
-	clusterIPs addrIndex[string]   // ClusterIP -> service keys (PTR)
-	epIPs      epIndex             // ready endpoint IP -> endpoints (PTR, IP labels)
-	podIPs     addrIndex[*pod]     // verified mode: pod IP -> pods, cluster-wide
-	localPods  addrIndex[*pod]     // this node's pods (PodNamespace)
-	mcViews    map[string]*svcView // key "name.ns": ServiceImports and their records
+	records    map[string]*svcRecords // key "name.ns": services and their records
+	nss        map[string]struct{}    // namespaces that exist and are exposed
+	clusterIPs addrIndex[string]      // ClusterIP -> service keys (PTR)
+	epIPs      epIndex                // ready endpoint IP -> endpoints (PTR, IP labels)
+	podIPs     addrIndex[*pod]        // verified mode: pod IP -> pods, cluster-wide
+	localPods  addrIndex[*pod]        // this node's pods (PodNamespace)
+	mcRecords  map[string]*svcRecords // key "name.ns": ServiceImports and their records
 }
 
 const (
@@ -118,7 +118,7 @@ func New(client kubernetes.Interface, cfg Config) (*Index, error) {
 		svcStore:   newSvcStore(),
 		podByKey:   make(map[string]*pod),
 		syncCh:     make(chan struct{}),
-		views:      make(map[string]*svcView),
+		records:    make(map[string]*svcRecords),
 		nss:        make(map[string]struct{}),
 		clusterIPs: make(addrIndex[string]),
 		epIPs:      newEPIndex(),
@@ -126,7 +126,7 @@ func New(client kubernetes.Interface, cfg Config) (*Index, error) {
 		localPods:  make(addrIndex[*pod]),
 		answers:    newAnswerMemo(),
 		mcZones:    c.MulticlusterZones,
-		mcViews:    make(map[string]*svcView),
+		mcRecords:  make(map[string]*svcRecords),
 	}
 	if len(ix.mcZones) > 0 {
 		ix.mc = newMCState()
@@ -236,7 +236,7 @@ type Stats struct {
 	// or all in verified mode), ObjEndpoints (ready addresses indexed).
 	Objects      map[string]int `json:"objects,omitempty"`
 	Events       int            `json:"-"` // informer events that changed the index
-	Rebuilds     int            `json:"-"` // service views rebuilt
+	Rebuilds     int            `json:"-"` // service records rebuilt
 	LastChange   time.Time      `json:"-"` // time of the last change (the SOA serial)
 	SyncDuration time.Duration  `json:"-"`
 	Zone         string         `json:"-"`

@@ -252,7 +252,7 @@ func (ix *Index) reserveServices(items []runtime.Object) {
 	}
 	ix.svcs = sized(ix.svcs, n)
 	ix.mu.Lock()
-	ix.views = sized(ix.views, n)
+	ix.records = sized(ix.records, n)
 	ix.clusterIPs = sized(ix.clusterIPs, n)
 	ix.mu.Unlock()
 }

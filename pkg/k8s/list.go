@@ -2,9 +2,7 @@ package k8s
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodedns/nodedns/pkg/k8s/pbdecode"
 )
 
 // How the informers list.
@@ -39,12 +39,13 @@ import (
 // types at once (10,000 Services and their EndpointSlices are some 40 MB of
 // decoded objects, several times that with the fields a real cluster fills
 // in: managed fields, target references). So the list is read as a stream:
-// the protobuf response is walked item by item, and each item is decoded
-// straight into the stripped object (decode.go); nothing else of it is
-// kept. JSON responses (a server or proxy that will
-// not speak protobuf) and clients without a REST client (fakes in tests)
-// take the typed path: the list decoded whole, then stripped by the
-// informer transforms, which also strip every watch event.
+// the protobuf response is walked item by item, and each item is read in
+// place for the fields DNS needs (package pbdecode) and made into the
+// stripped object by the constructor the informer transform uses
+// (objects.go); nothing else of it is kept. JSON responses (a server or
+// proxy that will not speak protobuf) and clients without a REST client
+// (fakes in tests) take the typed path: the list decoded whole, then
+// stripped by the informer transforms, which also strip every watch event.
 
 // listSpec describes how one resource is listed.
 type listSpec struct {
@@ -54,7 +55,7 @@ type listSpec struct {
 	transform cache.TransformFunc
 	// decode turns the protobuf bytes of one list item into the stripped
 	// object.
-	decode func([]byte) (any, error)
+	decode itemDecoder
 	// opts sets the selectors of the resource on list and watch options.
 	opts func(*metav1.ListOptions)
 	// sized, when set, is told each list's stripped items before the
@@ -66,21 +67,12 @@ type listSpec struct {
 	log    *slog.Logger // nil: no log
 }
 
-// maxListItem bounds the size of one encoded list item. etcd refuses
-// values above 1.5 MiB unless told otherwise; this is far above any
-// object the API server can store and keeps a corrupt length from
-// allocating without bound.
-const maxListItem = 16 << 20
-
 // maxJSONList bounds a list body that is not protobuf, which is decoded
 // whole: the API server sends protobuf, so such a body comes from
 // something in between (a proxy, an aggregated API), and one that never
 // ends must not be read until the node runs out of memory. A GiB is far
 // above any cluster's list as JSON. (A variable for the test.)
 var maxJSONList = 1 << 30
-
-// pbMagic starts every Kubernetes protobuf body.
-var pbMagic = []byte{'k', '8', 's', 0}
 
 // contentTypes asks for protobuf and accepts JSON.
 const contentTypes = "application/vnd.kubernetes.protobuf, application/json"
@@ -190,12 +182,12 @@ func stripList(obj runtime.Object, transform cache.TransformFunc) (*strippedList
 
 // decodeListStream reads a list response. A protobuf body is walked item
 // by item; anything else is decoded whole as JSON and stripped.
-func decodeListStream(br *bufio.Reader, decode func([]byte) (any, error), transform cache.TransformFunc) (*strippedList, error) {
-	head, err := br.Peek(len(pbMagic))
+func decodeListStream(br *bufio.Reader, decode itemDecoder, transform cache.TransformFunc) (*strippedList, error) {
+	head, err := br.Peek(len(pbdecode.Magic))
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
-	if !bytes.Equal(head, pbMagic) {
+	if string(head) != pbdecode.Magic {
 		data, err := io.ReadAll(io.LimitReader(br, int64(maxJSONList)+1))
 		if err != nil {
 			return nil, err
@@ -209,194 +201,75 @@ func decodeListStream(br *bufio.Reader, decode func([]byte) (any, error), transf
 		}
 		return stripList(obj, transform)
 	}
-	_, _ = br.Discard(len(pbMagic))
-
-	// The body is a runtime.Unknown message that runs to EOF; its field 2
-	// (raw) is the list message: ListMeta (1) and the items (2).
 	out := &strippedList{}
-	pr := &pbReader{br: br, n: -1}
-	sawRaw := false
-	for {
-		field, wt, err := pr.tag()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	var d pbdecode.Decoder // one for the list: its items are read in turn
+	lm, err := pbdecode.ReadList(br, func(item []byte) error {
+		obj, err := decode(&d, item)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		switch {
-		case field == 2 && wt == 2 && !sawRaw:
-			sawRaw = true
-			n, err := pr.length()
-			if err != nil {
-				return nil, err
-			}
-			if err := decodeList(&pbReader{br: br, n: n}, out, decode); err != nil {
-				return nil, err
-			}
-		case field == 3 && wt == 2:
-			enc, err := pr.bytes(nil, 256)
-			if err != nil {
-				return nil, err
-			}
-			if len(enc) > 0 {
-				return nil, fmt.Errorf("protobuf list with content encoding %q", enc)
-			}
-		default:
-			if err := pr.skip(wt); err != nil {
-				return nil, err
-			}
-		}
+		out.Items = append(out.Items, obj.(runtime.Object))
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	if !sawRaw {
-		return nil, errors.New("protobuf body without a list")
-	}
+	out.ListMeta = lm
 	return out, nil
 }
 
-// decodeList reads the fields of a list message from pr.
-func decodeList(pr *pbReader, out *strippedList, decode func([]byte) (any, error)) error {
-	var buf []byte
-	for pr.n > 0 {
-		field, wt, err := pr.tag()
+// itemDecoder turns the protobuf bytes of one list item into the stripped
+// object, reading them with d.
+type itemDecoder func(d *pbdecode.Decoder, item []byte) (any, error)
+
+// The item decoders of the four kinds: each makes the stripped object
+// with the constructor its informer transform uses, from the same fields
+// read from the bytes.
+
+// decodeService is the item decoder of v1.Services, matching
+// transformService.
+func decodeService(d *pbdecode.Decoder, b []byte) (any, error) {
+	f, err := d.Service(b)
+	if err != nil {
+		return nil, err
+	}
+	return newService(f), nil
+}
+
+// endpointSliceDecoder returns the item decoder of discovery/v1
+// EndpointSlices matching endpointSliceTransform(podNames).
+func endpointSliceDecoder(podNames bool) itemDecoder {
+	return func(d *pbdecode.Decoder, b []byte) (any, error) {
+		f, err := d.EndpointSlice(b, podNames)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		switch {
-		case field == 1 && wt == 2:
-			if buf, err = pr.bytes(buf, maxListItem); err != nil {
-				return err
-			}
-			var lm metav1.ListMeta
-			if err := lm.Unmarshal(buf); err != nil {
-				return fmt.Errorf("list metadata: %w", err)
-			}
-			out.ListMeta = lm
-		case field == 2 && wt == 2:
-			if buf, err = pr.bytes(buf, maxListItem); err != nil {
-				return err
-			}
-			obj, err := decode(buf)
-			if err != nil {
-				return fmt.Errorf("list item %d: %w", len(out.Items), err)
-			}
-			out.Items = append(out.Items, obj.(runtime.Object))
-		default:
-			if err := pr.skip(wt); err != nil {
-				return err
-			}
-		}
+		return newEndpointSlice(f, podNames), nil
 	}
-	return nil
 }
 
-// pbReader reads protobuf fields from a stream: n bytes of one message,
-// or up to EOF when n is negative.
-type pbReader struct {
-	br *bufio.Reader
-	n  int64
-}
-
-var errTruncated = errors.New("protobuf: truncated message")
-
-func (p *pbReader) ReadByte() (byte, error) {
-	if p.n == 0 {
-		return 0, errTruncated
-	}
-	b, err := p.br.ReadByte()
-	if err != nil {
-		if p.n > 0 && errors.Is(err, io.EOF) {
-			err = errTruncated
+// namespaceDecoder returns the item decoder of v1.Namespaces matching
+// namespaceTransform(keys).
+func namespaceDecoder(keys labelKeys) itemDecoder {
+	return func(d *pbdecode.Decoder, b []byte) (any, error) {
+		f, err := d.Namespace(b, len(keys) > 0)
+		if err != nil {
+			return nil, err
 		}
-		return 0, err
+		return newNamespace(f, keys), nil
 	}
-	if p.n > 0 {
-		p.n--
-	}
-	return b, nil
 }
 
-// tag reads a field's key. At the end of an unbounded message it returns
-// io.EOF.
-func (p *pbReader) tag() (field uint64, wireType int, err error) {
-	if p.n < 0 {
-		if _, err := p.br.Peek(1); errors.Is(err, io.EOF) {
-			return 0, 0, io.EOF
+// podDecoder returns the item decoder of v1.Pods for node, matching
+// podTransform(node).
+func podDecoder(node string) itemDecoder {
+	return func(d *pbdecode.Decoder, b []byte) (any, error) {
+		f, err := d.Pod(b)
+		if err != nil {
+			return nil, err
 		}
+		return newPod(f, node), nil
 	}
-	k, err := binary.ReadUvarint(p)
-	if err != nil {
-		return 0, 0, fmt.Errorf("protobuf key: %w", err)
-	}
-	if k>>3 == 0 {
-		return 0, 0, errors.New("protobuf: field number 0")
-	}
-	return k >> 3, int(k & 7), nil
-}
-
-// length reads the length of a length-delimited field.
-func (p *pbReader) length() (int64, error) {
-	v, err := binary.ReadUvarint(p)
-	if err != nil {
-		return 0, fmt.Errorf("protobuf length: %w", err)
-	}
-	if v > 1<<40 || (p.n >= 0 && int64(v) > p.n) {
-		return 0, errTruncated
-	}
-	return int64(v), nil
-}
-
-// bytes reads a length-delimited field of at most limit bytes into buf.
-func (p *pbReader) bytes(buf []byte, limit int64) ([]byte, error) {
-	n, err := p.length()
-	if err != nil {
-		return nil, err
-	}
-	if n > limit {
-		return nil, fmt.Errorf("protobuf field of %d bytes, over the limit of %d", n, limit)
-	}
-	buf = slices.Grow(buf[:0], int(n))[:n]
-	if _, err := io.ReadFull(p.br, buf); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			err = errTruncated
-		}
-		return nil, err
-	}
-	if p.n > 0 {
-		p.n -= n
-	}
-	return buf, nil
-}
-
-// skip skips a field's value.
-func (p *pbReader) skip(wireType int) error {
-	var n int64
-	switch wireType {
-	case 0:
-		_, err := binary.ReadUvarint(p)
-		return err
-	case 1:
-		n = 8
-	case 2:
-		var err error
-		if n, err = p.length(); err != nil {
-			return err
-		}
-	case 5:
-		n = 4
-	default:
-		return fmt.Errorf("protobuf: unsupported wire type %d", wireType)
-	}
-	if p.n >= 0 && n > p.n {
-		return errTruncated
-	}
-	if d, err := p.br.Discard(int(n)); err != nil || int64(d) != n {
-		return errTruncated
-	}
-	if p.n > 0 {
-		p.n -= n
-	}
-	return nil
 }
 
 // strippedList is a list of stripped objects with the list's metadata.
@@ -410,19 +283,4 @@ func (l *strippedList) DeepCopyObject() runtime.Object {
 	c := *l
 	c.Items = slices.Clone(l.Items)
 	return &c
-}
-
-// protoDecoder returns a decode function for listSpec: the item is
-// unmarshalled into a T and stripped by transform.
-func protoDecoder[T any, PT interface {
-	*T
-	Unmarshal([]byte) error
-}](transform cache.TransformFunc) func([]byte) (any, error) {
-	return func(b []byte) (any, error) {
-		o := PT(new(T))
-		if err := o.Unmarshal(b); err != nil {
-			return nil, err
-		}
-		return transform(o)
-	}
 }

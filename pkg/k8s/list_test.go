@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"reflect"
 	"strings"
 	"sync"
@@ -35,6 +34,7 @@ import (
 	"sigs.k8s.io/randfill"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
+	"github.com/nodedns/nodedns/pkg/k8s/pbdecode"
 )
 
 // fakeAPI is an HTTP API server for the list path: it serves fixed lists of
@@ -314,7 +314,7 @@ func TestListStreamMatchesTyped(t *testing.T) {
 	)
 	specs := map[string]struct {
 		transform cache.TransformFunc
-		decode    func([]byte) (any, error)
+		decode    itemDecoder
 	}{
 		"/api/v1/services":                         {transformService, decodeService},
 		"/apis/discovery.k8s.io/v1/endpointslices": {endpointSliceTransform(true), endpointSliceDecoder(true)},
@@ -363,7 +363,7 @@ func dumpItems(items []runtime.Object) string {
 func TestListStreamErrors(t *testing.T) {
 	l := apiLists("5", fixture()...)["/api/v1/services"]
 	good := protoList(t, l)
-	decode := protoDecoder[corev1.Service](transformService)
+	decode := decodeService
 	run := func(body []byte) error {
 		_, err := decodeListStream(bufio.NewReader(bytes.NewReader(body)), decode, transformService)
 		return err
@@ -375,7 +375,7 @@ func TestListStreamErrors(t *testing.T) {
 	// short is not a shorter list). What follows the list in the envelope
 	// (empty content encoding and type) may go.
 	var u runtime.Unknown
-	if err := u.Unmarshal(good[len(pbMagic):]); err != nil {
+	if err := u.Unmarshal(good[len(pbdecode.Magic):]); err != nil {
 		t.Fatal(err)
 	}
 	end := bytes.Index(good, u.Raw) + len(u.Raw)
@@ -386,11 +386,11 @@ func TestListStreamErrors(t *testing.T) {
 	}
 	// An item whose length is over the bound is refused before it is read.
 	var huge []byte
-	huge = append(huge, pbMagic...)
+	huge = append(huge, pbdecode.Magic...)
 	huge = append(huge, 2<<3|2)
-	huge = binary.AppendUvarint(huge, maxListItem+100)
+	huge = binary.AppendUvarint(huge, pbdecode.MaxItem+100)
 	huge = append(huge, 2<<3|2)
-	huge = binary.AppendUvarint(huge, maxListItem+1)
+	huge = binary.AppendUvarint(huge, pbdecode.MaxItem+1)
 	if err := run(huge); err == nil || !strings.Contains(err.Error(), "over the limit") {
 		t.Errorf("oversized item: %v", err)
 	}
@@ -404,7 +404,7 @@ func TestListStreamErrors(t *testing.T) {
 		t.Error("an HTML body decoded")
 	}
 	// Protobuf magic without a list.
-	if err := run(pbMagic); err == nil {
+	if err := run([]byte(pbdecode.Magic)); err == nil {
 		t.Error("a body without a list decoded")
 	}
 }
@@ -416,7 +416,7 @@ func TestListExpired(t *testing.T) {
 	f := newFakeAPI(t, apiLists("1"))
 	f.gone = true
 	ls := listSpec{resource: "services", rc: f.client(t).CoreV1().RESTClient(), transform: transformService,
-		decode: protoDecoder[corev1.Service](transformService)}
+		decode: decodeService}
 	_, err := ls.lister()(bg, metav1.ListOptions{ResourceVersion: "17"})
 	if !apierrors.IsResourceExpired(err) {
 		t.Fatalf("410 Gone gave %v, want an Expired error", err)
@@ -430,13 +430,13 @@ func FuzzListStream(f *testing.F) {
 		f.Add(protoList(f, l))
 	}
 	f.Add([]byte("{}"))
-	f.Add(pbMagic)
+	f.Add([]byte(pbdecode.Magic))
 	decoders := []struct {
-		decode    func([]byte) (any, error)
+		decode    itemDecoder
 		transform cache.TransformFunc
 	}{
-		{protoDecoder[corev1.Service](transformService), transformService},
-		{protoDecoder[discoveryv1.EndpointSlice](endpointSliceTransform(false)), endpointSliceTransform(false)},
+		{decodeService, transformService},
+		{endpointSliceDecoder(false), endpointSliceTransform(false)},
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, d := range decoders {
@@ -460,7 +460,29 @@ type decodeCase struct {
 	name  string
 	b     []byte
 	typed func([]byte) (any, error) // API type + informer transform
-	fast  func([]byte) (any, error) // decode.go
+	fast  func([]byte) (any, error) // the list path: package pbdecode + the same constructor
+}
+
+// protoDecoder returns the typed path of one list item: unmarshalled into
+// a T, then stripped by transform.
+func protoDecoder[T any, PT interface {
+	*T
+	Unmarshal([]byte) error
+}](transform cache.TransformFunc) func([]byte) (any, error) {
+	return func(b []byte) (any, error) {
+		o := PT(new(T))
+		if err := o.Unmarshal(b); err != nil {
+			return nil, err
+		}
+		return transform(o)
+	}
+}
+
+// withDecoder is the list path of one item: dec with a Decoder of its
+// own, kept from one call to the next as a list keeps it.
+func withDecoder(dec itemDecoder) func([]byte) (any, error) {
+	var d pbdecode.Decoder
+	return func(b []byte) (any, error) { return dec(&d, b) }
 }
 
 func checkDecode(t *testing.T, c decodeCase) {
@@ -487,23 +509,24 @@ func marshal(t *testing.T, o interface{ Marshal() ([]byte, error) }) []byte {
 	return b
 }
 
-// TestDecodeMatchesTyped checks the protobuf decoders of decode.go against
-// the API types plus the informer transforms, on the fixture cluster and
+// TestDecodeMatchesTyped checks the list path's item decoders (package
+// pbdecode's Decoder, then the constructors) against the API types plus
+// the informer transforms, on the fixture cluster and
 // on thousands of random objects (every field filled at random, then the
 // fields DNS reads steered to values with a meaning: service types,
 // ClusterIPs and "None", address types, addresses valid and not, ready
 // conditions, hostnames in mixed case, ports with and without numbers).
 func TestDecodeMatchesTyped(t *testing.T) {
-	svcT := protoDecoder[corev1.Service](transformService)
+	svcT, svcF := protoDecoder[corev1.Service](transformService), withDecoder(decodeService)
 	type pair struct{ typed, fast func([]byte) (any, error) }
 	// Each option of the transforms: endpoint pod names, namespace labels.
 	slicePairs := []pair{
-		{protoDecoder[discoveryv1.EndpointSlice](endpointSliceTransform(false)), endpointSliceDecoder(false)},
-		{protoDecoder[discoveryv1.EndpointSlice](endpointSliceTransform(true)), endpointSliceDecoder(true)},
+		{protoDecoder[discoveryv1.EndpointSlice](endpointSliceTransform(false)), withDecoder(endpointSliceDecoder(false))},
+		{protoDecoder[discoveryv1.EndpointSlice](endpointSliceTransform(true)), withDecoder(endpointSliceDecoder(true))},
 	}
 	nsPairs := []pair{
-		{protoDecoder[corev1.Namespace](namespaceTransform(nil)), namespaceDecoder(nil)},
-		{protoDecoder[corev1.Namespace](namespaceTransform(testLabelKeys)), namespaceDecoder(testLabelKeys)},
+		{protoDecoder[corev1.Namespace](namespaceTransform(nil)), withDecoder(namespaceDecoder(nil))},
+		{protoDecoder[corev1.Namespace](namespaceTransform(testLabelKeys)), withDecoder(namespaceDecoder(testLabelKeys))},
 	}
 	checkAll := func(name string, b []byte, ps []pair) {
 		t.Helper()
@@ -512,7 +535,7 @@ func TestDecodeMatchesTyped(t *testing.T) {
 		}
 	}
 	podT := protoDecoder[corev1.Pod](podTransform("node-a"))
-	podF := podDecoder("node-a")
+	podF := withDecoder(podDecoder("node-a"))
 
 	objs := append(fixture(),
 		testPod("ns1", "p1", "node-a", testNow, "10.244.0.9", "fd00:244::9"),
@@ -526,7 +549,7 @@ func TestDecodeMatchesTyped(t *testing.T) {
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *corev1.Service:
-			checkDecode(t, decodeCase{"service " + o.Name, marshal(t, o), svcT, decodeService})
+			checkDecode(t, decodeCase{"service " + o.Name, marshal(t, o), svcT, svcF})
 		case *discoveryv1.EndpointSlice:
 			checkAll("slice "+o.Name, marshal(t, o), slicePairs)
 		case *corev1.Namespace:
@@ -570,7 +593,7 @@ func TestDecodeMatchesTyped(t *testing.T) {
 			s.Spec.Ports[j].Name = pick("HTTP", "dns", "")
 			s.Spec.Ports[j].Protocol = corev1.Protocol(pick("TCP", "udp", "SCTP", "Other", ""))
 		}
-		checkDecode(t, decodeCase{fmt.Sprintf("random service %d", i), marshal(t, &s), svcT, decodeService})
+		checkDecode(t, decodeCase{fmt.Sprintf("random service %d", i), marshal(t, &s), svcT, svcF})
 
 		var e discoveryv1.EndpointSlice
 		f.Fill(&e)
@@ -659,11 +682,11 @@ func FuzzDecode(f *testing.F) {
 		}
 	}
 	pairs := []struct{ typed, fast func([]byte) (any, error) }{
-		{protoDecoder[corev1.Service](transformService), decodeService},
-		{protoDecoder[discoveryv1.EndpointSlice](endpointSliceTransform(false)), endpointSliceDecoder(false)},
-		{protoDecoder[discoveryv1.EndpointSlice](endpointSliceTransform(true)), endpointSliceDecoder(true)},
-		{protoDecoder[corev1.Namespace](namespaceTransform(testLabelKeys)), namespaceDecoder(testLabelKeys)},
-		{protoDecoder[corev1.Pod](podTransform("node-a")), podDecoder("node-a")},
+		{protoDecoder[corev1.Service](transformService), withDecoder(decodeService)},
+		{protoDecoder[discoveryv1.EndpointSlice](endpointSliceTransform(false)), withDecoder(endpointSliceDecoder(false))},
+		{protoDecoder[discoveryv1.EndpointSlice](endpointSliceTransform(true)), withDecoder(endpointSliceDecoder(true))},
+		{protoDecoder[corev1.Namespace](namespaceTransform(testLabelKeys)), withDecoder(namespaceDecoder(testLabelKeys))},
+		{protoDecoder[corev1.Pod](podTransform("node-a")), withDecoder(podDecoder("node-a"))},
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, p := range pairs {
@@ -677,30 +700,6 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
-}
-
-// TestParseAddr checks the in-place IPv4 parser against netip.ParseAddr.
-func TestParseAddr(t *testing.T) {
-	for _, s := range []string{"10.244.1.5", "0.0.0.0", "255.255.255.255", "256.1.1.1", "1.2.3", "1.2.3.4.5", "01.2.3.4",
-		"1.2.3.04", "1.2.3.0", "1..2.3", ".1.2.3", "1.2.3.", "", "fd00::1", "::ffff:10.1.2.3", "1.2.3.4%eth0", "1.2.3.a",
-		"1.2.3.1000", "10.0.0.00", "9.9.9.9 "} {
-		checkParseAddr(t, s)
-	}
-}
-
-func checkParseAddr(t *testing.T, s string) {
-	t.Helper()
-	got, ok := parseAddr([]byte(s))
-	want, err := netip.ParseAddr(s)
-	if ok != (err == nil) || (ok && got != want) {
-		t.Errorf("parseAddr(%q) = %v, %v; ParseAddr gives %v, %v", s, got, ok, want, err)
-	}
-}
-
-func FuzzParseAddr(f *testing.F) {
-	f.Add("10.244.1.5")
-	f.Add("fd00::1")
-	f.Fuzz(checkParseAddr)
 }
 
 // TestPodsForbidden runs the index against an API server whose RBAC does
@@ -760,14 +759,5 @@ func TestPodsForbidden(t *testing.T) {
 				t.Errorf("the forbidden pods list logged %d times, want once:\n%s", n, logs.String())
 			}
 		})
-	}
-}
-
-// TestIsLabelBytes keeps the decoder's label rule that of isLabel.
-func TestIsLabelBytes(t *testing.T) {
-	for _, s := range []string{"", "a", "web-0", "-a", "a-", "A", "a.b", "a_b", strings.Repeat("a", 63), strings.Repeat("a", 64), "0", "é"} {
-		if isLabelBytes([]byte(s)) != isLabel(s) {
-			t.Errorf("isLabelBytes(%q) = %v, isLabel says %v", s, isLabelBytes([]byte(s)), isLabel(s))
-		}
 	}
 }

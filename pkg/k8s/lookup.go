@@ -171,11 +171,11 @@ func (ix *Index) resolveSvc(zm *zoneMsgs, name, rel string, lab *[maxLabels]stri
 	// "<svc>.<ns>" is a contiguous part of rel: the map key, no allocation.
 	end := len(rel) - len(lab[0]) - 1
 	key := rel[end-len(lab[1])-1-len(lab[2]) : end]
-	views := ix.views
+	recs := ix.records
 	if zm.mc {
-		views = ix.mcViews
+		recs = ix.mcRecords
 	}
-	v := views[key]
+	v := recs[key]
 	if v == nil || !v.exists {
 		// Also every name below a service that does not exist (an
 		// empty headless service, an ignored empty one): CoreDNS skips
@@ -197,10 +197,10 @@ func (ix *Index) resolveSvc(zm *zoneMsgs, name, rel string, lab *[maxLabels]stri
 	if v.svc.kind == kindExternal {
 		return zm.nxdomain, "" // no endpoint or port names under an ExternalName
 	}
-	// The answers assembled per query are kept in the view, so a name
-	// asked again gets the same message (the server keeps replies packed
-	// by message). A change to the service or its slices builds a new view
-	// and so drops them.
+	// The answers assembled per query are kept in the service's records,
+	// so a name asked again gets the same message (the server keeps
+	// replies packed by message). A change to the service or its slices
+	// builds new records and so drops them.
 	memo := qtype == dns.TypeA || qtype == dns.TypeAAAA || qtype == dns.TypeSRV
 	if memo {
 		if m := v.memoGet(name, qtype); m != nil {
@@ -228,15 +228,15 @@ func (ix *Index) resolveSvc(zm *zoneMsgs, name, rel string, lab *[maxLabels]stri
 	return m, ""
 }
 
-func (ix *Index) resolveBare(zm *zoneMsgs, v *svcView, name string, qtype uint16, depth int) (*dns.Msg, string) {
+func (ix *Index) resolveBare(zm *zoneMsgs, v *svcRecords, name string, qtype uint16, depth int) (*dns.Msg, string) {
 	if !v.exists {
 		return zm.nxdomain, ""
 	}
-	vz := v.in(zm.idx)
+	zr := v.in(zm.idx)
 	if v.svc.kind == kindExternal {
 		switch qtype {
 		case dns.TypeCNAME:
-			return vz.cname, ""
+			return zr.cname, ""
 		case dns.TypeA, dns.TypeAAAA:
 			return ix.chase(zm, v, name, qtype, depth)
 		}
@@ -246,9 +246,9 @@ func (ix *Index) resolveBare(zm *zoneMsgs, v *svcView, name string, qtype uint16
 	}
 	switch qtype {
 	case dns.TypeA:
-		return orNodata(vz.a, zm), ""
+		return orNodata(zr.a, zm), ""
 	case dns.TypeAAAA:
-		return orNodata(vz.aaaa, zm), ""
+		return orNodata(zr.aaaa, zm), ""
 	case dns.TypeSRV:
 		var entries []srvEntry
 		if v.svc.kind == kindClusterIP {
@@ -268,7 +268,7 @@ func (ix *Index) resolveBare(zm *zoneMsgs, v *svcView, name string, qtype uint16
 // the target's answer when the target is in the zone asked, or
 // ExternalTarget for the caller to resolve (as CoreDNS, which looks a
 // target in another of its zones up through the server).
-func (ix *Index) chase(zm *zoneMsgs, v *svcView, name string, qtype uint16, depth int) (*dns.Msg, string) {
+func (ix *Index) chase(zm *zoneMsgs, v *svcRecords, name string, qtype uint16, depth int) (*dns.Msg, string) {
 	target := v.svc.external
 	if target == name || depth > maxChain {
 		return zm.nodata, "" // x CNAME x, or a chain too long: CoreDNS drops it
@@ -292,7 +292,7 @@ func (ix *Index) chase(zm *zoneMsgs, v *svcView, name string, qtype uint16, dept
 // address times every port of its slice that matches (qport, qproto),
 // targeting <endpoint>.<svc>.<ns>.svc.<zone zi>; at most maxAnswerSRV in
 // all (the work of a query stops there too).
-func (ix *Index) headlessSRV(v *svcView, zi int, qport, qproto string, out []srvEntry) []srvEntry {
+func (ix *Index) headlessSRV(v *svcRecords, zi int, qport, qproto string, out []srvEntry) []srvEntry {
 	fqdn := v.in(zi).fqdn
 	for _, e := range v.slices {
 		for i := range e.len() {
@@ -322,7 +322,7 @@ func (ix *Index) headlessSRV(v *svcView, zi int, qport, qproto string, out []srv
 // resolvePort answers _<port>._<proto>.<svc>.<ns>.svc. Like CoreDNS it
 // answers A and AAAA too (the addresses behind the matching ports), and an
 // empty label ("_") matches any port or protocol.
-func (ix *Index) resolvePort(zm *zoneMsgs, v *svcView, name, qport, qproto string, qtype uint16) *dns.Msg {
+func (ix *Index) resolvePort(zm *zoneMsgs, v *svcRecords, name, qport, qproto string, qtype uint16) *dns.Msg {
 	var entries []srvEntry
 	if v.svc.kind == kindClusterIP {
 		matched := false
@@ -361,7 +361,7 @@ func (ix *Index) resolvePort(zm *zoneMsgs, v *svcView, name, qport, qproto strin
 // resolveEndpoint answers <endpoint>.<svc>.<ns>.svc, for headless and
 // ClusterIP services alike (as CoreDNS does). The label is an endpoint's
 // hostname or, for endpoints without one, its address with dashes.
-func (ix *Index) resolveEndpoint(zm *zoneMsgs, v *svcView, name, label string, qtype uint16) *dns.Msg {
+func (ix *Index) resolveEndpoint(zm *zoneMsgs, v *svcRecords, name, label string, qtype uint16) *dns.Msg {
 	var buf [4]epRef
 	refs := append(buf[:0], v.hosts[label]...)
 	if ip, ok := parseDashIP(label); ok {
@@ -642,7 +642,7 @@ func (ix *Index) reverse(name string, ip netip.Addr) *dns.Msg {
 	// both.)
 	filter := ix.cfg.filtersNamespaces()
 	for _, key := range ix.clusterIPs[ip] {
-		v := ix.views[key]
+		v := ix.records[key]
 		if v == nil {
 			continue
 		}

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodedns/nodedns/pkg/k8s/pbdecode"
 )
 
 // Multi-Cluster Services (KEP-1645, sigs.k8s.io/mcs-api), as CoreDNS's
@@ -143,7 +145,7 @@ func mcSliceTransform(podNames bool) func(any) (any, error) {
 		case *endpointSlice:
 			return o, nil
 		case *discoveryv1.EndpointSlice:
-			e := newEndpointSlice(o, podNames)
+			e := newEndpointSlice(pbdecode.EndpointSliceOf(o), podNames)
 			e.service = o.Labels[mcsLabelServiceName]
 			e.cluster = strings.ToLower(o.Labels[mcsLabelSourceCluster])
 			return e, nil
@@ -205,12 +207,12 @@ func (ix *Index) touchMC() {
 // onImport applies a ServiceImport event.
 func (ix *Index) onImport(old, cur any) {
 	ix.serviceEvent(&ix.mc.svcStore, old, cur, func(key string, s, _ *service) {
-		var view *svcView
+		var recs *svcRecords
 		if s != nil {
-			view = ix.buildImportView(s, ix.mc.bySvc[key])
+			recs = ix.buildImportRecords(s, ix.mc.bySvc[key])
 		}
 		ix.mu.Lock()
-		setView(ix.mcViews, key, view)
+		setRecords(ix.mcRecords, key, recs)
 		ix.mu.Unlock()
 		ix.touchMC()
 	})
@@ -219,26 +221,26 @@ func (ix *Index) onImport(old, cur any) {
 // onMCSlice applies an event of an imported EndpointSlice.
 func (ix *Index) onMCSlice(old, cur any) {
 	ix.sliceEvent(&ix.mc.svcStore, old, cur, func(_, _ *endpointSlice, keys [2]string) {
-		views := ix.mc.buildViews(keys, func(_ string, s *service, sl []*endpointSlice) *svcView {
-			return ix.buildImportView(s, sl)
+		recs := ix.mc.recordsFor(keys, func(_ string, s *service, sl []*endpointSlice) *svcRecords {
+			return ix.buildImportRecords(s, sl)
 		})
 		ix.mu.Lock()
-		publish(ix.mcViews, keys, views)
+		publish(ix.mcRecords, keys, recs)
 		ix.mu.Unlock()
 		ix.touchMC()
 	})
 }
 
-// buildImportView builds the view of an import with its slices, its
+// buildImportRecords builds the records of an import with its slices, its
 // names and bare-name answers in every multicluster zone (wmu held).
 // hosts holds every ready endpoint by its name label (hostname, pod name
 // with endpoint-pod-names, else the address with dashes), to be matched
 // with its cluster (resolveMCEndpoint).
-func (ix *Index) buildImportView(s *service, sl []*endpointSlice) *svcView {
+func (ix *Index) buildImportRecords(s *service, sl []*endpointSlice) *svcRecords {
 	ix.counters.rebuilds++
-	v := &svcView{svc: s, slices: sl}
+	v := &svcRecords{svc: s, slices: sl}
 	if len(ix.mcZones) > 1 {
-		v.more = make([]viewZone, len(ix.mcZones)-1)
+		v.more = make([]zoneRecords, len(ix.mcZones)-1)
 	}
 	var ready []netip.Addr
 	seen := map[netip.Addr]struct{}{}
@@ -266,9 +268,9 @@ func (ix *Index) buildImportView(s *service, sl []*endpointSlice) *svcView {
 		v.exists = len(ready) > 0 || !ix.cfg.IgnoreEmptyService
 	}
 	for zi, zone := range ix.mcZones {
-		vz := v.in(zi)
-		vz.fqdn = s.name + "." + s.namespace + ".svc." + zone
-		vz.a, vz.aaaa = ix.addrAnswers(vz.fqdn, ips)
+		zr := v.in(zi)
+		zr.fqdn = s.name + "." + s.namespace + ".svc." + zone
+		zr.a, zr.aaaa = ix.addrAnswers(zr.fqdn, ips)
 	}
 	return v
 }
@@ -277,7 +279,7 @@ func (ix *Index) buildImportView(s *service, sl []*endpointSlice) *svcView {
 // "": <endpoint>.<svc>.<ns>.svc) in a multicluster zone, for headless and
 // ClusterSetIP imports alike: the ready endpoints of that name label in
 // slices of that source cluster.
-func (ix *Index) resolveMCEndpoint(zm *zoneMsgs, v *svcView, name, label, cluster string, qtype uint16) *dns.Msg {
+func (ix *Index) resolveMCEndpoint(zm *zoneMsgs, v *svcRecords, name, label, cluster string, qtype uint16) *dns.Msg {
 	var buf [4]epRef
 	refs := buf[:0]
 	for _, r := range v.hosts[label] {

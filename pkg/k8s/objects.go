@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -15,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodedns/nodedns/pkg/k8s/pbdecode"
 )
 
 // The informer stores hold these stripped objects instead of the API types:
@@ -23,6 +24,13 @@ import (
 // event is handled. Each keeps only what an answer needs. The index refers
 // to these same objects, so nothing is stored twice. They are immutable
 // once built.
+//
+// Each kind has one constructor (newService, newEndpointSlice,
+// newNamespace, newPod), which makes the object from the fields DNS reads
+// of it (package pbdecode's field structs) and holds every rule of what
+// they mean: the informer transform reads those fields from the decoded
+// API object, the list path from the item's protobuf bytes (list.go), and
+// both get the same objects.
 
 // svcKind is how a Service is answered.
 type svcKind uint8
@@ -137,14 +145,12 @@ type pod struct {
 	ownerKind, ownerName string
 }
 
-// podTemplateHash is the label a Deployment's ReplicaSets put on their
-// pods; the ReplicaSet's name is the Deployment's and "-" and the hash.
-const podTemplateHash = "pod-template-hash"
-
 // workload names the workload a pod's controller ownerReference (kind,
 // name) stands for: a Deployment for a ReplicaSet named after it with the
-// pod's template hash, else the owner itself (StatefulSet, DaemonSet, Job,
-// a bare ReplicaSet, ...).
+// pod's template hash (the pod-template-hash label a Deployment's
+// ReplicaSets put on their pods; the ReplicaSet's name is the
+// Deployment's and "-" and the hash), else the owner itself (StatefulSet,
+// DaemonSet, Job, a bare ReplicaSet, ...).
 func workload(kind, name, hash string) (string, string) {
 	if kind == "ReplicaSet" && hash != "" && strings.HasSuffix(name, "-"+hash) && len(name) > len(hash)+1 {
 		return "Deployment", name[:len(name)-len(hash)-1]
@@ -183,81 +189,68 @@ func transformService(obj any) (any, error) {
 	case *service:
 		return o, nil
 	case *corev1.Service:
-		return newService(o), nil
+		return newService(pbdecode.ServiceOf(o)), nil
 	}
 	return nil, fmt.Errorf("service transform: unexpected %T", obj)
 }
 
-func newService(o *corev1.Service) *service {
-	var ports []port
-	if len(o.Spec.Ports) > 0 {
-		ports = make([]port, min(len(o.Spec.Ports), maxServicePorts))
-		for i, p := range o.Spec.Ports[:len(ports)] {
-			ports[i] = port{name: strings.ToLower(p.Name), proto: protoName(string(p.Protocol)), port: p.Port}
-		}
+// newService makes the stripped Service from the fields DNS reads of it.
+// Past maxServicePorts only the first ports are kept.
+func newService[S pbdecode.Text](f pbdecode.Service[S]) *service {
+	s := &service{
+		name: string(f.Name), namespace: string(f.Namespace),
+		ports: newPorts(f.Ports[:min(len(f.Ports), maxServicePorts)]),
 	}
-	return buildService(o.Name, o.Namespace, string(o.Spec.Type), o.Spec.ClusterIP, o.Spec.ClusterIPs, o.Spec.ExternalName, ports)
-}
-
-// buildService makes the stripped Service from the fields DNS reads; both
-// the informer transform and the protobuf list decoder go through it.
-// ports are already lower-cased; none means noPorts; past maxServicePorts
-// only the first are kept (in a slice of their own: the decoder's may be
-// far larger).
-func buildService(name, ns, typ, clusterIP string, clusterIPs []string, externalName string, ports []port) *service {
-	if len(ports) > maxServicePorts {
-		kept := make([]port, maxServicePorts)
-		copy(kept, ports)
-		ports = kept
-	}
-	s := &service{name: name, namespace: ns, ports: ports}
 	switch {
-	case typ == string(corev1.ServiceTypeExternalName):
+	case string(f.Type) == string(corev1.ServiceTypeExternalName):
 		s.kind = kindExternal
-		target := strings.ToLower(strings.TrimSuffix(externalName, "."))
+		target := strings.ToLower(strings.TrimSuffix(string(f.ExternalName), "."))
 		if _, err := netip.ParseAddr(target); err == nil || target == "" {
 			s.externalIsIP = true
 		} else {
 			s.external = target + "."
 		}
-	case isHeadless(clusterIP, clusterIPs):
+	case isHeadless(f.ClusterIP, f.ClusterIPs):
 		s.kind = kindHeadless
 	default:
 		s.kind = kindClusterIP
-		ips := clusterIPs
-		if len(ips) == 0 && clusterIP != "" {
-			ips = []string{clusterIP}
+		ips := f.ClusterIPs
+		if len(ips) == 0 && len(f.ClusterIP) > 0 {
+			ips = []S{f.ClusterIP}
 		}
 		for _, ip := range ips {
-			if a, err := netip.ParseAddr(ip); err == nil {
+			if a, ok := parseAddr(ip); ok {
 				s.ips = append(s.ips, a.Unmap())
 			}
 		}
 	}
-	if len(s.ports) == 0 {
-		s.ports = noPorts
-	}
 	return s
 }
 
-func isHeadless(clusterIP string, clusterIPs []string) bool {
+// isHeadless reports whether a Service's ClusterIP is "None": its first
+// ClusterIPs entry, or its ClusterIP when it has none.
+func isHeadless[S pbdecode.Text](clusterIP S, clusterIPs []S) bool {
 	if len(clusterIPs) > 0 {
-		return clusterIPs[0] == corev1.ClusterIPNone
+		return string(clusterIPs[0]) == corev1.ClusterIPNone
 	}
-	return clusterIP == corev1.ClusterIPNone
+	return string(clusterIP) == corev1.ClusterIPNone
 }
 
-// protoName lower-cases a protocol, sharing the common spellings.
-func protoName(p string) string {
-	switch p {
-	case "TCP", "tcp":
-		return "tcp"
-	case "UDP", "udp":
-		return "udp"
-	case "SCTP", "sctp":
-		return "sctp"
+// newPorts makes the ports of a Service or an EndpointSlice: names and
+// protocols lower-case, a port without a number -1 (an EndpointPort's is
+// optional); noPorts for none.
+func newPorts[S pbdecode.Text](ps []pbdecode.Port[S]) []port {
+	if len(ps) == 0 {
+		return noPorts
 	}
-	return strings.ToLower(p)
+	out := make([]port, len(ps))
+	for i, p := range ps {
+		out[i] = port{name: strings.ToLower(string(p.Name)), proto: protoName(p.Protocol), port: -1}
+		if p.HasPort {
+			out[i].port = p.Port
+		}
+	}
+	return out
 }
 
 func (s *service) equal(o *service) bool {
@@ -274,101 +267,76 @@ func endpointSliceTransform(podNames bool) func(any) (any, error) {
 		case *endpointSlice:
 			return o, nil
 		case *discoveryv1.EndpointSlice:
-			return newEndpointSlice(o, podNames), nil
+			return newEndpointSlice(pbdecode.EndpointSliceOf(o), podNames), nil
 		}
 		return nil, fmt.Errorf("endpointslice transform: unexpected %T", obj)
 	}
 }
 
-// endpointLabel is the name label of an endpoint, "" when it is named by
-// its address: its hostname, else with podNames the name of its targetRef
-// (CoreDNS's endpoint_pod_names takes the targetRef whatever its kind).
-// CoreDNS skips names longer than 63 bytes; we also skip names that are
-// not one DNS label (a pod name may hold dots): CoreDNS would use them and
-// give SRV and PTR targets that do not resolve.
-func endpointLabel(e *discoveryv1.Endpoint, podNames bool) string {
-	if e.Hostname != nil && *e.Hostname != "" {
-		return strings.ToLower(*e.Hostname)
-	}
-	if podNames && e.TargetRef != nil && isLabel(e.TargetRef.Name) {
-		return e.TargetRef.Name
-	}
-	return ""
-}
-
-// isLabel reports whether s is a DNS-1123 label (what a pod's generated
-// name and a hostname are): 1-63 of [a-z0-9-], not starting or ending
-// with '-'.
-func isLabel(s string) bool {
-	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-			return false
-		}
-	}
-	return true
-}
-
-func newEndpointSlice(o *discoveryv1.EndpointSlice, podNames bool) *endpointSlice {
+// newEndpointSlice makes the stripped EndpointSlice from the fields DNS
+// reads of it; podNames names endpoints without a hostname after their
+// targetRef (endpointName).
+func newEndpointSlice[S pbdecode.Text](f pbdecode.EndpointSlice[S], podNames bool) *endpointSlice {
 	e := &endpointSlice{
-		name: o.Name, namespace: o.Namespace,
-		service: o.Labels[discoveryv1.LabelServiceName],
-	}
-	if len(o.Ports) == 0 {
-		e.ports = noPorts
-	} else {
-		e.ports = make([]port, len(o.Ports))
-		for i, p := range o.Ports {
-			pp := port{port: -1}
-			if p.Port != nil {
-				pp.port = *p.Port
-			}
-			if p.Name != nil {
-				pp.name = strings.ToLower(*p.Name)
-			}
-			if p.Protocol != nil {
-				pp.proto = protoName(string(*p.Protocol))
-			}
-			e.ports[i] = pp
-		}
+		name: string(f.Name), namespace: string(f.Namespace), service: string(f.ServiceName),
+		ports: newPorts(f.Ports),
 	}
 	// FQDN slices are skipped: their addresses are names, and DNS for them
 	// is not defined by the Kubernetes DNS specification.
-	if o.AddressType != discoveryv1.AddressTypeIPv4 && o.AddressType != discoveryv1.AddressTypeIPv6 {
+	v4 := string(f.AddressType) == string(discoveryv1.AddressTypeIPv4)
+	if !v4 && string(f.AddressType) != string(discoveryv1.AddressTypeIPv6) {
 		return e
 	}
-	e.v6 = o.AddressType == discoveryv1.AddressTypeIPv6
+	e.v6 = !v4
+	// A first pass counts the ready addresses and whether one of them has
+	// a name, to size the packed arrays once; a second fills them.
+	// publishNotReadyAddresses reaches us through the ready condition too
+	// (the controller sets ready=true). serving and terminating are
+	// ignored, as in CoreDNS.
 	n, hosts := 0, false
-	for _, ep := range o.Endpoints {
+	for i := range f.Endpoints {
+		ep := &f.Endpoints[i]
 		e.total += len(ep.Addresses)
-		// Ready nil means unknown, which consumers treat as ready.
-		// publishNotReadyAddresses reaches us through this condition too
-		// (the controller sets ready=true). serving and terminating are
-		// ignored, as in CoreDNS.
-		if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+		if ep.Ready {
 			n += len(ep.Addresses)
-			hosts = hosts || endpointLabel(&ep, podNames) != ""
+			hosts = hosts || len(endpointName(ep, podNames)) > 0
 		}
 	}
 	if n == 0 {
 		return e
 	}
 	e.reserve(n, hosts)
-	for _, ep := range o.Endpoints {
-		if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+	for i := range f.Endpoints {
+		ep := &f.Endpoints[i]
+		if !ep.Ready {
 			continue
 		}
-		host := endpointLabel(&ep, podNames)
+		host := strings.ToLower(string(endpointName(ep, podNames)))
 		for _, a := range ep.Addresses {
-			if ip, err := netip.ParseAddr(a); err == nil {
+			if ip, ok := parseAddr(a); ok {
 				e.add(ip, host)
 			}
 		}
 	}
 	return e
+}
+
+// endpointName is the text of an endpoint's name label (the label once
+// lower-cased), empty when it is named by its address: its hostname, else
+// with podNames the name of its targetRef (CoreDNS's endpoint_pod_names
+// takes the targetRef whatever its kind). CoreDNS skips names longer than
+// 63 bytes; we also skip names that are not one DNS label (a pod name may
+// hold dots): CoreDNS would use them and give SRV and PTR targets that do
+// not resolve.
+func endpointName[S pbdecode.Text](ep *pbdecode.Endpoint[S], podNames bool) S {
+	if len(ep.Hostname) > 0 {
+		return ep.Hostname
+	}
+	if podNames && ep.TargetRef && isLabel(ep.TargetRefName) {
+		return ep.TargetRefName
+	}
+	var none S
+	return none
 }
 
 // reserve makes room for n ready addresses, and for their name labels
@@ -420,10 +388,16 @@ func namespaceTransform(keys labelKeys) func(any) (any, error) {
 		case *namespace:
 			return o, nil
 		case *corev1.Namespace:
-			return &namespace{name: o.Name, labels: keys.keep(o.Labels)}, nil
+			return newNamespace(pbdecode.NamespaceOf(o), keys), nil
 		}
 		return nil, fmt.Errorf("namespace transform: unexpected %T", obj)
 	}
+}
+
+// newNamespace makes the stripped Namespace from the fields DNS reads of
+// it, with the labels of keys.
+func newNamespace[S pbdecode.Text](f pbdecode.Namespace[S], keys labelKeys) *namespace {
+	return &namespace{name: string(f.Name), labels: keys.keep(f.Labels)}
 }
 
 // labelKeys are the label keys of namespaces the index keeps: those a
@@ -467,43 +441,34 @@ func podTransform(node string) func(any) (any, error) {
 		case *pod:
 			return o, nil
 		case *corev1.Pod:
-			var ips []string
-			for _, ip := range o.Status.PodIPs {
-				ips = append(ips, ip.IP)
-			}
-			local := node != "" && o.Spec.NodeName == node
-			p := buildPod(o.Name, o.Namespace, o.CreationTimestamp.Time, o.DeletionTimestamp != nil, local,
-				o.Spec.HostNetwork, string(o.Status.Phase), o.Status.PodIP, ips)
-			if local {
-				if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
-					p.ownerKind, p.ownerName = workload(ref.Kind, ref.Name, o.Labels[podTemplateHash])
-				}
-			}
-			return p, nil
+			return newPod(pbdecode.PodOf(o), node), nil
 		}
 		return nil, fmt.Errorf("pod transform: unexpected %T", obj)
 	}
 }
 
-// buildPod makes the stripped Pod from the fields DNS reads; both the
-// informer transform and the protobuf list decoder go through it.
-func buildPod(name, ns string, created time.Time, deleting, local, hostNetwork bool, phase, podIP string, podIPs []string) *pod {
+// newPod makes the stripped Pod from the fields DNS reads of it; node is
+// this node's name. Only this node's pods keep their workload.
+func newPod[S pbdecode.Text](f pbdecode.Pod[S], node string) *pod {
 	p := &pod{
-		name: name, namespace: ns,
-		created:     created.UnixNano(),
-		local:       local,
-		hostNetwork: hostNetwork,
-		done:        phase == string(corev1.PodSucceeded) || phase == string(corev1.PodFailed),
-		deleting:    deleting,
+		name: string(f.Name), namespace: string(f.Namespace),
+		created:     f.Created.UnixNano(),
+		local:       node != "" && string(f.NodeName) == node,
+		hostNetwork: f.HostNetwork,
+		done:        string(f.Phase) == string(corev1.PodSucceeded) || string(f.Phase) == string(corev1.PodFailed),
+		deleting:    f.Deleting,
 	}
-	ips := podIPs
-	if len(ips) == 0 && podIP != "" {
-		ips = []string{podIP}
+	ips := f.PodIPs
+	if len(ips) == 0 && len(f.PodIP) > 0 {
+		ips = []S{f.PodIP}
 	}
 	for _, ip := range ips {
-		if a, err := netip.ParseAddr(ip); err == nil {
+		if a, ok := parseAddr(ip); ok {
 			p.ips = append(p.ips, a.Unmap())
 		}
+	}
+	if p.local && f.HasController {
+		p.ownerKind, p.ownerName = workload(string(f.Controller.Kind), string(f.Controller.Name), string(f.TemplateHash))
 	}
 	return p
 }

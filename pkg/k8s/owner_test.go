@@ -4,10 +4,15 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
 )
+
+// podTemplateHash is the label a Deployment's ReplicaSets put on their
+// pods.
+const podTemplateHash = appsv1.DefaultDeploymentUniqueLabelKey
 
 // workload names the Deployment behind a ReplicaSet by the pod's template
 // hash, and any other controller as it is.

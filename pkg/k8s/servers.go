@@ -37,7 +37,7 @@ func (ix *Index) ServiceServers(namespace, name string, perFamily int) (v4, v6 [
 	}
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	v := ix.views[name+"."+namespace]
+	v := ix.records[name+"."+namespace]
 	if v == nil {
 		return nil, nil, false
 	}

@@ -23,25 +23,26 @@ const (
 	maxAnswerA    = 4000
 	maxAnswerAAAA = 2300
 	maxAnswerSRV  = 1000
-	// maxServicePorts bounds the ports a Service keeps (buildService): the
+	// maxServicePorts bounds the ports a Service keeps (newService): the
 	// API server bounds them only by the object's size (some 50,000 in
 	// 1.5 MiB), every SRV query walks them, and past maxAnswerSRV ports no
 	// SRV answer could hold another.
 	maxServicePorts = maxAnswerSRV
 )
 
-// svcView is everything Lookup needs about one Service, built when the
-// Service or one of its EndpointSlices changes and immutable afterwards.
+// svcRecords is a Service's records: everything Lookup needs about one
+// Service, built when the Service or one of its EndpointSlices changes and
+// immutable afterwards (but for the memo of assembled answers).
 //
 // The answers for the bare service name (A, AAAA, the ExternalName CNAME)
 // are complete shared messages: those names carry nearly all cluster
 // traffic, and a search-path walk's negative answers are shared zone-wide.
 // SRV, endpoint names, port names and PTR answers are assembled per query
-// from this view, in time proportional to the answer (about 1 µs for one
+// from these records, in time proportional to the answer (about 1 µs for one
 // record). Prebuilding them too would cost some 300 bytes per endpoint
 // address, more than the rest of the index, for names that are rarely
 // asked.
-type svcView struct {
+type svcRecords struct {
 	svc    *service
 	slices []*endpointSlice   // the service's slices, by name
 	hosts  map[string][]epRef // endpoint name label -> endpoints; nil when none has one
@@ -55,25 +56,25 @@ type svcView struct {
 
 	// The service's name and prebuilt answers in each zone: primary for
 	// the first zone, more for the others (nil with one zone).
-	primary viewZone
-	more    []viewZone
+	primary zoneRecords
+	more    []zoneRecords
 
-	// memo keeps the positive answers assembled per query for this view's
-	// names (endpoint and port names, SRV). Bounded by the names the
-	// service has, not by traffic: negative answers are never kept.
+	// memo keeps the positive answers assembled per query for the
+	// service's names (endpoint and port names, SRV). Bounded by the names
+	// the service has, not by traffic: negative answers are never kept.
 	memoMu sync.Mutex
 	memo   map[memoKey]*dns.Msg
 }
 
-// viewZone is a service's name and bare-name answers in one zone.
-type viewZone struct {
+// zoneRecords is a service's name and bare-name answers in one zone.
+type zoneRecords struct {
 	fqdn    string   // "name.ns.svc.<zone>"
 	a, aaaa *dns.Msg // bare name; nil: NODATA
 	cname   *dns.Msg // ExternalName: the CNAME alone
 }
 
 // in returns the service's names and answers in zone zi (Index.zones).
-func (v *svcView) in(zi int) *viewZone {
+func (v *svcRecords) in(zi int) *zoneRecords {
 	if zi == 0 {
 		return &v.primary
 	}
@@ -85,7 +86,7 @@ type memoKey struct {
 	qtype uint16
 }
 
-func (v *svcView) memoGet(name string, qtype uint16) *dns.Msg {
+func (v *svcRecords) memoGet(name string, qtype uint16) *dns.Msg {
 	v.memoMu.Lock()
 	m := v.memo[memoKey{name, qtype}]
 	v.memoMu.Unlock()
@@ -94,7 +95,7 @@ func (v *svcView) memoGet(name string, qtype uint16) *dns.Msg {
 
 // memoPut keeps m, a positive answer, under its owner name (a string the
 // index owns, unlike the query name).
-func (v *svcView) memoPut(qtype uint16, m *dns.Msg) {
+func (v *svcRecords) memoPut(qtype uint16, m *dns.Msg) {
 	if len(m.Answer) == 0 {
 		return
 	}
@@ -107,22 +108,22 @@ func (v *svcView) memoPut(qtype uint16, m *dns.Msg) {
 	v.memoMu.Unlock()
 }
 
-// buildView builds the view of s with its slices. prev, when it is the
+// buildRecords builds the records of s with its slices. prev, when it is the
 // same Service, lets a ClusterIP service keep its prebuilt answers: only
 // its endpoint data changed. Called with wmu held.
-func (ix *Index) buildView(s *service, sl []*endpointSlice, prev *svcView) *svcView {
+func (ix *Index) buildRecords(s *service, sl []*endpointSlice, prev *svcRecords) *svcRecords {
 	ix.counters.rebuilds++
-	v := &svcView{svc: s, slices: sl}
+	v := &svcRecords{svc: s, slices: sl}
 	if len(ix.zones) > 1 {
-		v.more = make([]viewZone, len(ix.zones)-1)
+		v.more = make([]zoneRecords, len(ix.zones)-1)
 	}
 	same := prev != nil && prev.svc == s
 	for zi, zone := range ix.zones {
-		vz := v.in(zi)
+		zr := v.in(zi)
 		if same {
-			vz.fqdn = prev.in(zi).fqdn
+			zr.fqdn = prev.in(zi).fqdn
 		} else {
-			vz.fqdn = s.name + "." + s.namespace + ".svc." + zone
+			zr.fqdn = s.name + "." + s.namespace + ".svc." + zone
 		}
 	}
 	ready := false
@@ -148,8 +149,8 @@ func (ix *Index) buildView(s *service, sl []*endpointSlice, prev *svcView) *svcV
 		v.exists = !s.externalIsIP
 		if v.exists {
 			for zi := range ix.zones {
-				vz := v.in(zi)
-				vz.cname = ix.answer([]dns.RR{&dns.CNAME{Hdr: ix.hdr(vz.fqdn, dns.TypeCNAME), Target: s.external}}, nil)
+				zr := v.in(zi)
+				zr.cname = ix.answer([]dns.RR{&dns.CNAME{Hdr: ix.hdr(zr.fqdn, dns.TypeCNAME), Target: s.external}}, nil)
 			}
 		}
 	case kindClusterIP:
@@ -159,13 +160,13 @@ func (ix *Index) buildView(s *service, sl []*endpointSlice, prev *svcView) *svcV
 		// of the service's slices.
 		v.exists = ready || !ix.cfg.IgnoreEmptyService
 		for zi := range ix.zones {
-			vz := v.in(zi)
+			zr := v.in(zi)
 			if same {
 				pz := prev.in(zi)
-				vz.a, vz.aaaa = pz.a, pz.aaaa
+				zr.a, zr.aaaa = pz.a, pz.aaaa
 				continue
 			}
-			vz.a, vz.aaaa = ix.addrAnswers(vz.fqdn, s.ips)
+			zr.a, zr.aaaa = ix.addrAnswers(zr.fqdn, s.ips)
 		}
 	case kindHeadless:
 		v.exists = ready
@@ -183,8 +184,8 @@ func (ix *Index) buildView(s *service, sl []*endpointSlice, prev *svcView) *svcV
 			}
 		}
 		for zi := range ix.zones {
-			vz := v.in(zi)
-			vz.a, vz.aaaa = ix.addrAnswers(vz.fqdn, ips)
+			zr := v.in(zi)
+			zr.a, zr.aaaa = ix.addrAnswers(zr.fqdn, ips)
 		}
 		if v4, v6 := countFamilies(ips); v4 > maxAnswerA || v6 > maxAnswerAAAA {
 			v.capped = true
@@ -309,7 +310,7 @@ func matchPort(qport, qproto string, p port) bool {
 // clusterSRV appends the SRV entries of a ClusterIP service for the ports
 // matching (qport, qproto): every matching port times every ClusterIP,
 // targeting the service name in zone zi; at most maxAnswerSRV in all.
-func (ix *Index) clusterSRV(v *svcView, zi int, qport, qproto string, out []srvEntry) []srvEntry {
+func (ix *Index) clusterSRV(v *svcRecords, zi int, qport, qproto string, out []srvEntry) []srvEntry {
 	target := v.in(zi).fqdn
 	for _, p := range v.svc.ports {
 		if !matchPort(qport, qproto, p) {
