@@ -9,7 +9,7 @@ package integration
 // 6840) sent over UDP and TCP to the nodedns agent and, side by side, to
 // CoreDNS 1.15 set up the same way: (a) a name answered authoritatively
 // from local data (hosts entries: the binary's authoritative path without a
-// cluster; pkg/server's TestConformance covers the cluster zone), and (b)
+// cluster; pkg/query/pipeline's TestConformance covers the cluster zone), and (b)
 // an external name through cache and forward, asked twice (miss, hit).
 // nodedns must pass every case; CoreDNS's departures from the table are
 // reported (logged and counted), not failed: it is the reference for

@@ -39,7 +39,7 @@ func (c *Cache) AppendHitRef(dst []byte, name string, qtype, qclass uint16, do, 
 }
 
 // StoredHit is one stored reply, kept by a caller that copied it
-// (pkg/query/pipeline's search-path shortcuts build a reply around it). A stored
+// (pkg/ndots's search-path shortcuts build a reply around it). A stored
 // reply never changes: a refresh stores a new one, and this one is gone.
 type StoredHit struct {
 	c *Cache
