@@ -23,9 +23,9 @@ var repoPath = regexp.MustCompile(`(?:^|[^\w./-])((?:pkg|internal|cmd|integratio
 
 // notOurs are paths that look like the tree's but name something else.
 var notOurs = map[string]string{
-	"cmd/test2json":       "Go's own command",
-	"pkg/apis/v1alpha1":   "the multicluster API's module path",
-	"pkg/testdata/fuzz":   "scripts/fuzz.sh's pattern, $pkg/testdata/fuzz",
+	"cmd/test2json":     "Go's own command",
+	"pkg/apis/v1alpha1": "the multicluster API's module path",
+	"pkg/testdata/fuzz": "scripts/fuzz.sh's pattern, $pkg/testdata/fuzz",
 }
 
 // root is the repository's top directory.
