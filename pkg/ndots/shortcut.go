@@ -253,4 +253,3 @@ func (t *shortcutTable) len() int {
 	}
 	return n
 }
-
