@@ -104,22 +104,6 @@ func (p *Pipeline) aclStep(c *call, name string) bool {
 	return pl.ACL.Decide(name, c.q.Type, c.req.Client) == stage.ACLPass
 }
 
-// aclSteps reports whether the access list lets c's client visit every
-// name of steps for qtype (aclStep): a decision or shortcut made for one
-// client of a namespace is another's only so. No allocation.
-func (p *Pipeline) aclSteps(c *call, steps []string, qtype uint16) bool {
-	pl := p.plugins.Load()
-	if pl == nil || pl.ACL == nil || !pl.ACL.ByName() {
-		return true
-	}
-	for _, s := range steps {
-		if pl.ACL.Decide(s, qtype, c.req.Client) != stage.ACLPass {
-			return false
-		}
-	}
-	return true
-}
-
 // template answers (name, qtype) from the templates: ok false when none
 // does. Without c.wait an answer whose CNAME targets must be looked up
 // waits.

@@ -56,8 +56,10 @@ func (p *Pipeline) searchPath(dst []byte, c *call, ns string) ([]byte, server.Ve
 			}
 			return ndots.Answer{Result: a.Result, Stored: a.stored, Stable: a.stable, Wait: a.wait}, ok, a.err
 		},
-		Allowed: func(name string) bool { return p.aclStep(c, name) },
-		Pack:    func(m *dns.Msg) ([]byte, error) { return p.pack(nil, c, m) },
+		Pack: func(m *dns.Msg) ([]byte, error) { return p.pack(nil, c, m) },
+	}
+	if pl := p.plugins.Load(); pl != nil && pl.ACL != nil && pl.ACL.ByName() {
+		st.Allowed = func(name string) bool { return p.aclStep(c, name) }
 	}
 	start := len(dst)
 	r := p.search.Serve(dst, &q, &st)
