@@ -2,10 +2,12 @@ package ndots
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync/atomic"
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/pkg/query/dnswire"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
@@ -252,4 +254,107 @@ func (t *shortcutTable) len() int {
 		}
 	}
 	return n
+}
+
+// hit appends the kept shortcut reply to q to dst, into r, when there is
+// one for q.NS and it still holds. One kept for another namespace is not
+// q's (q is no expansion of that namespace's list) and stays.
+func (s *SearchPath) hit(dst []byte, q *Query, st *Stages, r *Result) bool {
+	k := scKey{name: q.Asked, qtype: q.Type, flags: q.Flags}
+	e := s.table.get(s.table.hash(k), k)
+	if e == nil || e.ns != q.NS {
+		return false
+	}
+	if e.set != s.Settings() || !e.memo.alive(q.Now) || e.memo.conf != q.Conf || !s.clusterStillHolds(e, q.Type) {
+		s.table.remove(e)
+		return false
+	}
+	if !allowed(st, e.steps) {
+		// Another client of the namespace may still use it.
+		return false
+	}
+	start := len(dst)
+	if e.cluster == nil {
+		// The winner's hit first: it is what may end the shortcut.
+		ttl, ok := e.winHit.Hit()
+		if !ok {
+			s.table.remove(e)
+			return false
+		}
+		dst = append(dst, e.wire...)
+		dnswire.PutTTLs(dst[start:], e.ttls, ttl)
+	} else {
+		dst = append(dst, e.wire...)
+	}
+	r.Outcome, r.Out, r.Steps, r.Saved, r.Synthesized = Shortcut, dst, 1, e.idx(), e.idx() > 0
+	r.Figures = Figures{Expansion: true, First: true, List: e.list, Won: e.idx(),
+		Cut: 1 + len(q.NS) + len(".svc.") + len(s.cluster.Zone())}
+	return true
+}
+
+// clusterStillHolds reports whether the cluster still answers as it did
+// when e was built: nothing changed since (the generation), or every
+// earlier step in the zone is still NXDOMAIN and a cluster winner still has
+// the same message. An earlier step that now exists ends the decision: the
+// name is walked again.
+func (s *SearchPath) clusterStillHolds(e *scEntry, qtype uint16) bool {
+	gen := s.cluster.Generation()
+	if gen != 0 && e.gen.Load() == gen {
+		return true
+	}
+	if !s.stepsStillMissing(e.steps[:e.idx()], qtype) {
+		s.memo.forget(e.memo)
+		return false
+	}
+	if e.cluster != nil {
+		res, ok := s.cluster.Lookup(e.steps[e.idx()], qtype)
+		if !ok || res.NotSynced || res.ExternalTarget != "" || res.Msg != e.cluster {
+			return false
+		}
+	}
+	e.gen.Store(gen)
+	return true
+}
+
+// keep keeps m, the reply the walk built on the reader for q from the
+// decision me and the winner's answer a (steps: the walk's names up to
+// the winner; list: the whole list's length), as a shortcut, when a is
+// the cluster's or a cached one (a static record is answered, not kept).
+// gen is the cluster generation read before any answer was.
+func (s *SearchPath) keep(q *Query, st *Stages, set *Settings, me *Decision, steps []string, a Answer, m *dns.Msg, gen uint64, list int) {
+	if a.Source != stage.SourceCluster && a.Stored == nil {
+		return
+	}
+	wire, err := st.Pack(m)
+	if err != nil {
+		return // answered all the same, packed again by the pipeline
+	}
+	ttls, err := dnswire.TTLOffsets(wire)
+	if err != nil {
+		return
+	}
+	k := scKey{name: strings.Clone(q.Asked), qtype: q.Type, flags: q.Flags}
+	e := &scEntry{h: s.table.hash(k), key: k, ns: q.NS, set: set, memo: me, steps: steps, list: list, wire: wire, ttls: ttls}
+	if a.Source == stage.SourceCluster {
+		e.cluster = a.Msg
+	} else {
+		if len(ttls) == 0 {
+			return // nothing to count down
+		}
+		e.winHit = a.Stored
+	}
+	e.gen.Store(gen)
+	s.table.add(e, q.Now)
+}
+
+// Kept is the shortcut kept for (asked, qtype, flags), as an opaque value
+// that is the same while the same reply is kept (nil: none): for tests
+// and debugging, to tell a reply served from a kept shortcut from one
+// built again.
+func (s *SearchPath) Kept(asked string, qtype uint16, flags uint8) any {
+	k := scKey{name: asked, qtype: qtype, flags: flags}
+	if e := s.table.get(s.table.hash(k), k); e != nil {
+		return e
+	}
+	return nil
 }
