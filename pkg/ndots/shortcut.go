@@ -16,7 +16,7 @@ import (
 // A pod with ndots:5 asks for an external name, or a Service of another
 // namespace, as `<name>.<its namespace>.svc.<zone>` first; with autopath
 // the answer to that one query is `<asked> CNAME <winner>` plus the
-// winner's answer (searchpath.go). Building that reply takes a walk, a message
+// winner's answer (walk.go). Building that reply takes a walk, a message
 // and a pack. The reply is kept here in wire form, keyed by the name asked
 // (which names the pod's namespace: a namespace's shortcuts can only be
 // found by a pod of that namespace), type, DO and CD, so the next query for
