@@ -1,8 +1,8 @@
-// Package cache keeps answers for external names and fetches misses through
-// an upstream (a stage.Exchanger). It owns the caching rules: what is stored and for
-// how long (RFC 2308 negative caching, clamps, short-lived SERVFAIL and
-// upstream failures, zones not cached), TTLs that count down (or are
-// kept), serve-stale when the upstream fails (RFC 8767; verify or
+// Package cache keeps answers for external names and fetches misses
+// through an upstream (a stage.Exchanger). It owns the caching rules: what
+// is stored and for how long (RFC 2308 negative caching, clamps,
+// short-lived SERVFAIL and upstream failures, zones not cached), TTLs that
+// count down (or are kept), serve-stale when the upstream fails (RFC 8767; verify or
 // immediate, prefer-positive) and prefetch of popular entries before they
 // expire: CoreDNS 1.15's cache options.
 //

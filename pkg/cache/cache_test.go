@@ -1170,7 +1170,7 @@ func TestStoredHit(t *testing.T) {
 	r := new(dns.Msg)
 	r.SetQuestion("www.example.test.", dns.TypeA)
 	r.Response = true
-	r.Answer = []dns.RR{mustParse(t, "www.example.test. 60 IN A 192.0.2.99")}
+	r.Answer = []dns.RR{dnstest.MustRR("www.example.test. 60 IN A 192.0.2.99")}
 	c.Put(cache.KeyOf(r), r)
 	if _, ok := h.Hit(); ok {
 		t.Error("Hit after the answer was replaced: ok")
@@ -1189,15 +1189,6 @@ func TestStoredHit(t *testing.T) {
 	if _, ok := h.Hit(); ok {
 		t.Error("Hit past the TTL: ok")
 	}
-}
-
-func mustParse(t *testing.T, s string) dns.RR {
-	t.Helper()
-	rr, err := dns.NewRR(s)
-	if err != nil {
-		t.Fatalf("%s: %v", s, err)
-	}
-	return rr
 }
 
 // resolveFor is Cache.Resolve for no client, its Source spelt as the flags

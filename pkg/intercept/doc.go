@@ -45,4 +45,9 @@
 // result of the last pass, not a live check, because /ready must stay cheap.
 // Nothing here speaks nftables natively: kube-proxy's nftables mode still
 // needs the iptables-nft compatibility binaries.
+//
+// Beneath it, pkg/intercept/peers finds the other processes serving the
+// agent's addresses (nodedns agents, or foreign DNS servers such as a
+// NodeLocal DNSCache left in place): what ShouldTeardown and /ready ask
+// before this package touches what another may still use.
 package intercept

@@ -55,4 +55,8 @@
 //     and says so in the log. Namespaces keep only the labels the
 //     namespace-labels selector reads; a list body that is not protobuf is
 //     read up to 1 GiB.
+//
+// Beneath it: pkg/k8s/pbdecode reads list pages from their protobuf bytes,
+// and pkg/k8s/kubedns reads the kube-dns ConfigMap (stub domains and
+// upstream nameservers) from its mounted directory.
 package k8s

@@ -157,7 +157,7 @@ func (ix *Index) SyncedCh() <-chan struct{} { return ix.syncCh }
 // Generation is a counter that moves after every change to the index that
 // may change an answer of Lookup (a Service, EndpointSlice, Namespace or,
 // in verified mode, Pod event, and the sync). A caller that keeps
-// something derived from answers (the server's search-path shortcuts)
+// something derived from answers (pkg/ndots's search-path shortcuts)
 // knows it is still current while Generation has not moved. It says
 // nothing about PodNamespace.
 func (ix *Index) Generation() uint64 { return ix.gen.Load() }

@@ -4,15 +4,15 @@
 // domain by the client.
 //
 // It owns:
-//   - the names: whether a query is the first expansion of a pod's list
-//     (Split), the list a glibc or musl client walks (Expansions), the
-//     node's domains pods inherit (Search), and whether an NXDOMAIN was an
-//     expansion the client walks itself (Missed);
+//   - the names: whether a query is the first expansion of a pod's list,
+//     the list a glibc or musl client walks, the node's domains pods
+//     inherit (Search), and whether an NXDOMAIN was an expansion the
+//     client walks itself (SearchPath.Missed);
 //   - the walk (SearchPath.Serve): the first step that exists wins and the
 //     client gets `<asked> CNAME <winner>` plus the winner's answer in one
 //     round trip; it is deterministic per (namespace, name), so A and AAAA
 //     agree and one namespace's answer is never another's;
-//   - its decisions (Memo), kept a short time so that the two types of
+//   - its decisions (memo.go), kept a short time so that the two types of
 //     one lookup take one path;
 //   - the shortcut replies built from them in wire form (shortcut.go), so
 //     that a repeated lookup is a copy and a patch on the reader, checked

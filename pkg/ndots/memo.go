@@ -7,23 +7,23 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 )
 
-// Memo remembers which expansion won a walk for (namespace, base), for a
+// memo remembers which expansion won a walk for (namespace, base), for a
 // short time and a bounded number of names, so that A and AAAA for one
 // name from one namespace always take the same path. Shortcuts built from
 // a decision hold it and die with it: a decision is marked dead when it is
 // replaced, forgotten, evicted or purged. Safe for concurrent use.
-type Memo struct {
+type memo struct {
 	ttl time.Duration
-	c   *lru.Cache[string, *Decision]
+	c   *lru.Cache[string, *decision]
 }
 
-// Decision is one remembered winner.
-type Decision struct {
+// decision is one remembered winner.
+type decision struct {
 	key     string // "<namespace>/<base>"
 	idx     int    // the winning step
 	qtype   uint16 // the type whose walk found it
 	expires int64  // unix nanoseconds
-	// conf is the configuration generation (Query.Conf) when the walk
+	// conf is the configuration generation (Stages.Conf) when the walk
 	// that decided began: the decision holds only while it is current.
 	conf uint64
 	dead atomic.Bool
@@ -31,20 +31,20 @@ type Decision struct {
 
 // alive reports whether the decision still stands at now (unix
 // nanoseconds).
-func (e *Decision) alive(now int64) bool { return !e.dead.Load() && now < e.expires }
+func (e *decision) alive(now int64) bool { return !e.dead.Load() && now < e.expires }
 
-// NewMemo returns a memo of at most size decisions (size > 0), each kept
+// newMemo returns a memo of at most size decisions (size > 0), each kept
 // for ttl.
-func NewMemo(size int, ttl time.Duration) *Memo {
-	c, err := lru.NewWithEvict(size, func(_ string, e *Decision) { e.dead.Store(true) })
+func newMemo(size int, ttl time.Duration) *memo {
+	c, err := lru.NewWithEvict(size, func(_ string, e *decision) { e.dead.Store(true) })
 	if err != nil {
 		panic(err) // only for size <= 0, which callers never pass
 	}
-	return &Memo{ttl: ttl, c: c}
+	return &memo{ttl: ttl, c: c}
 }
 
 // get returns the decision for key, if one made under conf still stands.
-func (w *Memo) get(key string, conf uint64) (*Decision, bool) {
+func (w *memo) get(key string, conf uint64) (*decision, bool) {
 	e, ok := w.c.Get(key)
 	if !ok || !e.alive(time.Now().UnixNano()) || e.conf != conf {
 		return nil, false
@@ -54,8 +54,8 @@ func (w *Memo) get(key string, conf uint64) (*Decision, bool) {
 
 // put remembers idx as the winner for key, decided by a walk begun under
 // conf, and returns the decision.
-func (w *Memo) put(key string, idx int, qtype uint16, conf uint64) *Decision {
-	e := &Decision{key: key, idx: idx, qtype: qtype, expires: time.Now().Add(w.ttl).UnixNano(), conf: conf}
+func (w *memo) put(key string, idx int, qtype uint16, conf uint64) *decision {
+	e := &decision{key: key, idx: idx, qtype: qtype, expires: time.Now().Add(w.ttl).UnixNano(), conf: conf}
 	if old, ok := w.c.Peek(key); ok {
 		// Add replaces a value without the eviction callback.
 		old.dead.Store(true)
@@ -65,7 +65,7 @@ func (w *Memo) put(key string, idx int, qtype uint16, conf uint64) *Decision {
 }
 
 // forget drops e's decision (if it is still the one kept for its key).
-func (w *Memo) forget(e *Decision) {
+func (w *memo) forget(e *decision) {
 	e.dead.Store(true)
 	if cur, ok := w.c.Peek(e.key); ok && cur == e {
 		w.c.Remove(e.key)
@@ -74,7 +74,7 @@ func (w *Memo) forget(e *Decision) {
 
 // Purge forgets every decision (each is marked dead, and so is every
 // shortcut built from one).
-func (w *Memo) Purge() { w.c.Purge() }
+func (w *memo) Purge() { w.c.Purge() }
 
 // Len is how many decisions are kept.
-func (w *Memo) Len() int { return w.c.Len() }
+func (w *memo) Len() int { return w.c.Len() }

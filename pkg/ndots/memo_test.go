@@ -12,7 +12,7 @@ import (
 // (so do forget, eviction and Purge), and a dead or expired decision is
 // not found.
 func TestMemo(t *testing.T) {
-	m := NewMemo(2, time.Hour)
+	m := newMemo(2, time.Hour)
 	a := m.put("team-a/web", 1, dns.TypeA, 7)
 	if e, ok := m.get("team-a/web", 7); !ok || e != a || e.idx != 1 {
 		t.Fatalf("get under its generation = %v, %v; want the decision", e, ok)
@@ -50,7 +50,7 @@ func TestMemo(t *testing.T) {
 	}
 
 	// Expiry.
-	short := NewMemo(4, time.Nanosecond)
+	short := newMemo(4, time.Nanosecond)
 	d := short.put("ns/x", 0, dns.TypeA, 1)
 	for time.Now().UnixNano() < d.expires {
 		time.Sleep(time.Microsecond)
@@ -79,12 +79,12 @@ func TestMissed(t *testing.T) {
 		{"web.example.org.", false, false, 0},
 	}
 	for _, c := range cases {
-		exp, first, cut := Missed(c.name, "team-a", zone, search)
+		exp, first, cut := missed(c.name, "team-a", zone, search)
 		if exp != c.exp || first != c.first || cut != c.cut {
-			t.Errorf("Missed(%s) = %v, %v, %d; want %v, %v, %d", c.name, exp, first, cut, c.exp, c.first, c.cut)
+			t.Errorf("missed(%s) = %v, %v, %d; want %v, %v, %d", c.name, exp, first, cut, c.exp, c.first, c.cut)
 		}
 	}
-	if exp, _, _ := Missed("web.team-a.svc.cluster.local.", "team-a", "", nil); exp {
+	if exp, _, _ := missed("web.team-a.svc.cluster.local.", "team-a", "", nil); exp {
 		t.Error("an expansion of the cluster zone without a cluster zone")
 	}
 }

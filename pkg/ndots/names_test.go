@@ -22,15 +22,15 @@ func TestSplit(t *testing.T) {
 		{"example.com.", "default", "", false},
 	}
 	for _, c := range cases {
-		base, ok := Split(c.name, c.ns, zone)
+		base, ok := split(c.name, c.ns, zone)
 		if base != c.base || ok != c.ok {
-			t.Errorf("Split(%q, %q) = %q, %v; want %q, %v", c.name, c.ns, base, ok, c.base, c.ok)
+			t.Errorf("split(%q, %q) = %q, %v; want %q, %v", c.name, c.ns, base, ok, c.base, c.ok)
 		}
 	}
 }
 
 func TestExpansions(t *testing.T) {
-	got := Expansions("api.example.com", "team-a", "cluster.local.", []string{"corp.example.", "", "."})
+	got := expansions("api.example.com", "team-a", "cluster.local.", []string{"corp.example.", "", "."})
 	want := []string{
 		"api.example.com.team-a.svc.cluster.local.",
 		"api.example.com.svc.cluster.local.",
@@ -39,12 +39,12 @@ func TestExpansions(t *testing.T) {
 		"api.example.com.",
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("Expansions = %q, want %q", got, want)
+		t.Fatalf("expansions = %q, want %q", got, want)
 	}
 }
 
 func TestSearch(t *testing.T) {
-	got := Search([]string{"default.svc.cluster.local", "svc.cluster.local", "cluster.local", "Corp.Example", " lab.example. "}, "cluster.local.")
+	got := Search([]string{"default.svc.cluster.local", "svc.cluster.local", "cluster.local", "Corp.Example", ".", " lab.example. "}, "cluster.local.")
 	want := []string{"corp.example.", "lab.example."}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Search = %q, want %q", got, want)

@@ -45,10 +45,13 @@ type Stages struct {
 	// Resolve runs name through the stage order (templates, static
 	// records, the cluster zone, then cache and upstream); keep asks for
 	// the cache's stored reply of a hit (Answer.Stored), to keep a
-	// shortcut on. held limits it to the stages that hold their own
-	// records, before the cluster zone's pending answers are resolved:
-	// ok is then false when none holds the name.
-	Resolve func(name string, qtype uint16, keep, held bool) (a Answer, ok bool, err error)
+	// shortcut on.
+	Resolve func(name string, qtype uint16, keep bool) (Answer, error)
+	// Held asks only the stages that hold their own records (templates,
+	// static records, the cluster zone, in that order), without resolving
+	// a cluster answer still pending (NotSynced, ExternalTarget): ok is
+	// false when none holds the name.
+	Held func(name string, qtype uint16) (a Answer, ok bool)
 	// Allowed reports whether the access list lets the query's client
 	// ask name: CoreDNS's autopath asks each step through its acl. nil:
 	// no access list judges names, and every step is allowed.
@@ -56,6 +59,13 @@ type Stages struct {
 	// Pack is m in wire form as the reply to the query would carry it
 	// (ID 0, the question as asked, no OPT), for a shortcut.
 	Pack func(m *dns.Msg) ([]byte, error)
+	// Conf is the pipeline's configuration generation: it moves with
+	// every change that may change what the stages before the cluster zone
+	// answer (templates, the access list, static records, rewrites,
+	// routes, the upstreams). A decision or a shortcut made under another
+	// is not used. It is read when a kept shortcut is checked and before
+	// a walk's first answer, not for a name answered as it is.
+	Conf func() uint64
 }
 
 // Query is what the search path needs to know of the query being
@@ -66,8 +76,8 @@ type Query struct {
 	// what a shortcut is kept under.
 	Name, Asked string
 	Type        uint16
-	// Flags are the query's DO and CD bits (Flags).
-	Flags uint8
+	// DO and CD are the query's bits: a cached winner depends on them.
+	DO, CD bool
 	// NS is the namespace of the client, a pod of this node.
 	NS string
 	// Wait: the query may wait (off the reader). Without it the walk goes
@@ -81,12 +91,6 @@ type Query struct {
 	// NoShortcuts: shortcuts are kept per namespace, not per CoreDNS
 	// view; the pipeline sets it when views are configured.
 	NoShortcuts bool
-	// Conf is the pipeline's configuration generation, read before any
-	// answer: it moves with every change that may change what the stages
-	// before the cluster zone answer (templates, the access list, static
-	// records, rewrites, routes, the upstreams), and a decision or a
-	// shortcut made under another is not used.
-	Conf uint64
 	// Now is when the query was received, in unix nanoseconds.
 	Now int64
 }
@@ -138,7 +142,8 @@ type Result struct {
 // pipeline reports them with every answer.
 type Figures struct {
 	// Expansion: the query is a search-path expansion a pod sent (a first
-	// expansion, or an NXDOMAIN under one of its search domains: Missed).
+	// expansion, or an NXDOMAIN under one of its search domains:
+	// SearchPath.Missed).
 	Expansion bool
 	// First: it is the pod's first expansion `<base>.<ns>.svc.<zone>`;
 	// Cut is the length of `.<ns>.svc.<zone>` at the end of the name,
@@ -153,34 +158,37 @@ type Figures struct {
 func (f Figures) Base(name string) string { return name[:len(name)-f.Cut] }
 
 // SearchPath is the search path of the pods of this node: the walk, its
-// decisions (Memo) and the shortcut replies built from them. Safe for
+// decisions (memo.go) and the shortcut replies built from them. Safe for
 // concurrent use; nothing in it allocates on a shortcut taken.
 type SearchPath struct {
 	cluster stage.Cluster
-	memo    *Memo
+	memo    *memo
 	table   *shortcutTable
 	set     atomic.Pointer[Settings]
 }
 
 // New returns the search path over cluster (the cluster zone's index,
 // which says which steps exist, and their generation), its decisions kept
-// for memo.
-func New(cluster stage.Cluster, memo time.Duration, set Settings) *SearchPath {
-	s := &SearchPath{cluster: cluster, memo: NewMemo(10000, memo), table: newShortcutTable(scEntries, scBytes)}
-	s.Set(set)
+// for memoTTL.
+func New(cluster stage.Cluster, memoTTL time.Duration, set Settings) *SearchPath {
+	s := &SearchPath{cluster: cluster, memo: newMemo(10000, memoTTL), table: newShortcutTable(scEntries, scBytes)}
+	set.Search = append([]string(nil), set.Search...)
+	s.set.Store(&set)
 	return s
 }
 
-// Settings are the settings in force.
+// Settings are the settings in force; read only (a shortcut is tied to
+// the settings it was built under by this pointer).
 func (s *SearchPath) Settings() *Settings { return s.set.Load() }
 
-// Set replaces the settings (the search domains copied). Queries under
-// way finish with the old ones; shortcuts built under them are not used
-// again. The caller forgets the decisions (Purge): the list they indexed
-// changed.
+// Set replaces the settings (the search domains copied) and forgets every
+// decision and shortcut: the list they indexed changed. Queries under way
+// finish with the old settings; a shortcut they build is tied to them and
+// not used.
 func (s *SearchPath) Set(set Settings) {
 	set.Search = append([]string(nil), set.Search...)
 	s.set.Store(&set)
+	s.Purge()
 }
 
 // Purge forgets every decision and every shortcut: what they were built
@@ -190,18 +198,22 @@ func (s *SearchPath) Purge() {
 	s.table.purge()
 }
 
-// Shortcuts is how many shortcut replies are kept.
+// Shortcuts is how many shortcut replies are kept (for tests and
+// debugging; it reads the whole table).
 func (s *SearchPath) Shortcuts() int { return s.table.len() }
 
 // Missed is the figures of an NXDOMAIN a pod of namespace ns got for name,
-// which the walk did not take up (Missed, with the settings in force).
+// which the walk did not take up: an expansion when name is under one of
+// the pod's search domains, the cluster zone (the first three) or the
+// node's; the pod's first, which it then walks itself (autopath off, or
+// the walk undecided), when it is `<base>.<ns>.svc.<zone>`.
 func (s *SearchPath) Missed(name, ns string) Figures {
 	zone := ""
 	if s.cluster != nil {
 		zone = s.cluster.Zone()
 	}
 	search := s.Settings().Search
-	exp, first, cut := Missed(name, ns, zone, search)
+	exp, first, cut := missed(name, ns, zone, search)
 	f := Figures{Expansion: exp}
 	if first {
 		f.First, f.Cut, f.Won, f.List = true, cut, -1, 4+len(search)
@@ -213,15 +225,14 @@ func (s *SearchPath) Missed(name, ns string) Figures {
 // expansion of the pod's search list: from a shortcut kept from an earlier
 // query (appended to dst), the name itself where it exists as asked, or
 // the walk. st is the pipeline, for this query.
-func (s *SearchPath) Serve(dst []byte, q *Query, st *Stages) Result {
-	var r Result
+func (s *SearchPath) Serve(dst []byte, q *Query, st *Stages) (r Result) {
 	// A shortcut is looked for first: one kept for q.NS says the name is
 	// an expansion of its list (it was built for one), which saves
 	// splitting the name (reading the namespace's bytes) every time.
 	if !q.Rewritten && !q.NoShortcuts && s.hit(dst, q, st, &r) {
 		return r
 	}
-	base, ok := Split(q.Name, q.NS, s.cluster.Zone())
+	base, ok := split(q.Name, q.NS, s.cluster.Zone())
 	switch {
 	case !ok:
 		return r
@@ -250,7 +261,7 @@ func (s *SearchPath) Serve(dst []byte, q *Query, st *Stages) Result {
 // sync or an ExternalName, a template's CNAME targets on the reader) and a
 // name error are left to the walk.
 func (s *SearchPath) asAsked(q *Query, st *Stages) (Answer, bool) {
-	a, ok, _ := st.Resolve(q.Name, q.Type, false, true)
+	a, ok := st.Held(q.Name, q.Type)
 	if !ok || a.Wait || a.NotSynced || a.ExternalTarget != "" || a.Msg.Rcode == dns.RcodeNameError {
 		return Answer{}, false
 	}

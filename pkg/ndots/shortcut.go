@@ -24,14 +24,14 @@ import (
 //
 // A kept reply is served only while everything it was built from still
 // holds:
-//   - the walk's decision (Memo decision): it dies when the memo forgets,
+//   - the walk's decision (memo.go): it dies when the memo forgets,
 //     replaces, evicts or purges it, and when it expires, so A and AAAA
 //     keep following one decision;
 //   - the search-path settings (a reload changes the pointer);
 //   - what the stages before the cluster zone answer, and the upstreams:
-//     the decision's confGeneration (templates, the access list, static
-//     records, rewrites, routes, the upstreams replaced) must still be the
-//     pipeline's;
+//     the decision's configuration generation (Stages.Conf: templates, the
+//     access list, static records, rewrites, routes, the upstreams
+//     replaced) must still be the pipeline's;
 //   - the access list, for the client asking: every step must be one it
 //     may visit (a rule by client network blocks one pod of a namespace,
 //     not another);
@@ -68,8 +68,8 @@ type scKey struct {
 	flags uint8 // DO, CD: a cached winner depends on them
 }
 
-// Flags are a query's DO and CD bits as the shortcut key holds them.
-func Flags(do, cd bool) uint8 {
+// flags are a query's DO and CD bits as the shortcut key holds them.
+func flags(do, cd bool) uint8 {
 	var f uint8
 	if do {
 		f |= 1
@@ -90,7 +90,7 @@ type scEntry struct {
 	// same string on the next query, so comparing it reads no memory).
 	ns   string
 	set  *Settings
-	memo *Decision
+	memo *decision
 	// gen is the cluster Generation the entry was last checked at.
 	gen atomic.Uint64
 	// winHit is the cache's stored reply for a cached winner: a query
@@ -260,12 +260,12 @@ func (t *shortcutTable) len() int {
 // one for q.NS and it still holds. One kept for another namespace is not
 // q's (q is no expansion of that namespace's list) and stays.
 func (s *SearchPath) hit(dst []byte, q *Query, st *Stages, r *Result) bool {
-	k := scKey{name: q.Asked, qtype: q.Type, flags: q.Flags}
+	k := scKey{name: q.Asked, qtype: q.Type, flags: flags(q.DO, q.CD)}
 	e := s.table.get(s.table.hash(k), k)
 	if e == nil || e.ns != q.NS {
 		return false
 	}
-	if e.set != s.Settings() || !e.memo.alive(q.Now) || e.memo.conf != q.Conf || !s.clusterStillHolds(e, q.Type) {
+	if e.set != s.Settings() || !e.memo.alive(q.Now) || e.memo.conf != st.Conf() || !s.clusterStillHolds(e, q.Type) {
 		s.table.remove(e)
 		return false
 	}
@@ -321,7 +321,7 @@ func (s *SearchPath) clusterStillHolds(e *scEntry, qtype uint16) bool {
 // the winner; list: the whole list's length), as a shortcut, when a is
 // the cluster's or a cached one (a static record is answered, not kept).
 // gen is the cluster generation read before any answer was.
-func (s *SearchPath) keep(q *Query, st *Stages, set *Settings, me *Decision, steps []string, a Answer, m *dns.Msg, gen uint64, list int) {
+func (s *SearchPath) keep(q *Query, st *Stages, set *Settings, me *decision, steps []string, a Answer, m *dns.Msg, gen uint64, list int) {
 	if a.Source != stage.SourceCluster && a.Stored == nil {
 		return
 	}
@@ -333,7 +333,7 @@ func (s *SearchPath) keep(q *Query, st *Stages, set *Settings, me *Decision, ste
 	if err != nil {
 		return
 	}
-	k := scKey{name: strings.Clone(q.Asked), qtype: q.Type, flags: q.Flags}
+	k := scKey{name: strings.Clone(q.Asked), qtype: q.Type, flags: flags(q.DO, q.CD)}
 	e := &scEntry{h: s.table.hash(k), key: k, ns: q.NS, set: set, memo: me, steps: steps, list: list, wire: wire, ttls: ttls}
 	if a.Source == stage.SourceCluster {
 		e.cluster = a.Msg
@@ -351,8 +351,8 @@ func (s *SearchPath) keep(q *Query, st *Stages, set *Settings, me *Decision, ste
 // that is the same while the same reply is kept (nil: none): for tests
 // and debugging, to tell a reply served from a kept shortcut from one
 // built again.
-func (s *SearchPath) Kept(asked string, qtype uint16, flags uint8) any {
-	k := scKey{name: asked, qtype: qtype, flags: flags}
+func (s *SearchPath) Kept(asked string, qtype uint16, do, cd bool) any {
+	k := scKey{name: asked, qtype: qtype, flags: flags(do, cd)}
 	if e := s.table.get(s.table.hash(k), k); e != nil {
 		return e
 	}

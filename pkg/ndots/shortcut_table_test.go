@@ -13,7 +13,7 @@ import (
 // expires (unix nanoseconds) and a reply of size bytes.
 func tableEntry(t *shortcutTable, name string, expires int64, size int) *scEntry {
 	k := scKey{name: name, qtype: dns.TypeA}
-	return &scEntry{h: t.hash(k), key: k, memo: &Decision{expires: expires}, wire: make([]byte, size)}
+	return &scEntry{h: t.hash(k), key: k, memo: &decision{expires: expires}, wire: make([]byte, size)}
 }
 
 // TestShortcutTable: an entry is found by its key only; a new entry of the

@@ -21,20 +21,21 @@ import (
 // query for the name is a copy of wire bytes.
 func (s *SearchPath) walk(q *Query, st *Stages, base string, r *Result) {
 	set := s.Settings()
-	names := Expansions(base, q.NS, s.cluster.Zone(), set.Search)
+	names := expansions(base, q.NS, s.cluster.Zone(), set.Search)
 	r.Figures.List = len(names)
 	qtype := q.Type
 	// The key holds the namespace: one namespace's result is never
 	// another's.
 	key := q.NS + "/" + base
-	// The cluster's generation is read before any answer: a change after
-	// this point moves it, and a shortcut built here is checked again.
-	gen := s.cluster.Generation()
+	// The generations are read before any answer: a change after this
+	// point moves them, and a shortcut built here is checked again, a
+	// decision made here not used again.
+	gen, conf := s.cluster.Generation(), st.Conf()
 	tried := 0
 	// A decision is the namespace's; a client the access list keeps from
 	// one of its steps walks from the start (and stops at that step),
 	// leaving the decision to the others.
-	if e, hit := s.memo.get(key, q.Conf); hit && e.idx < len(names) && allowed(st, names[:e.idx+1]) {
+	if e, hit := s.memo.get(key, conf); hit && e.idx < len(names) && allowed(st, names[:e.idx+1]) {
 		i := e.idx
 		if !s.stepsStillMissing(names[:i], qtype) {
 			// An earlier step exists in the cluster now (a Service
@@ -49,7 +50,7 @@ func (s *SearchPath) walk(q *Query, st *Stages, base string, r *Result) {
 				return
 			case err == nil && a.Msg.Rcode == dns.RcodeSuccess:
 				m := s.won(q, r, names, i, a)
-				if !q.Wait {
+				if !q.Wait && !q.NoShortcuts {
 					s.keep(q, st, set, e, names[:i+1], a, m, gen, len(names))
 				}
 				r.Outcome, r.Msg, r.Steps, r.Saved = Walked, m, 1, i
@@ -87,9 +88,9 @@ func (s *SearchPath) walk(q *Query, st *Stages, base string, r *Result) {
 		if a.Msg.Rcode == dns.RcodeNameError {
 			continue
 		}
-		e := s.memo.put(key, i, qtype, q.Conf)
+		e := s.memo.put(key, i, qtype, conf)
 		m := s.won(q, r, names, i, a)
-		if !q.Wait {
+		if !q.Wait && !q.NoShortcuts {
 			s.keep(q, st, set, e, names[:i+1], a, m, gen, len(names))
 		}
 		r.Outcome, r.Msg, r.Steps, r.Saved = Walked, m, tried+i+1, i
@@ -160,7 +161,7 @@ func (s *SearchPath) step(st *Stages, name string, qtype uint16, keep bool) (Ans
 	if st.Allowed != nil && !st.Allowed(name) {
 		return Answer{}, errStepFailed
 	}
-	a, _, err := st.Resolve(name, qtype, keep, false)
+	a, err := st.Resolve(name, qtype, keep)
 	switch {
 	case a.Wait:
 		return a, nil

@@ -10,17 +10,9 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/query/dnswire"
 )
-
-func pack(t testing.TB, m *dns.Msg) []byte {
-	t.Helper()
-	b, err := m.Pack()
-	if err != nil {
-		t.Fatalf("packing %v: %v", m, err)
-	}
-	return b
-}
 
 // query builds a packed query; edns < 0 means no OPT.
 func query(t testing.TB, name string, qtype uint16, edns int, do bool) []byte {
@@ -32,7 +24,7 @@ func query(t testing.TB, name string, qtype uint16, edns int, do bool) []byte {
 	if edns >= 0 {
 		m.SetEdns0(uint16(edns), do)
 	}
-	return pack(t, m)
+	return dnstest.Pack(m)
 }
 
 // header builds a raw header.
@@ -82,7 +74,7 @@ func TestParseQuery(t *testing.T) {
 		m.SetQuestion("example.com.", dns.TypeA)
 		m.SetEdns0(1400, false)
 		m.IsEdns0().SetVersion(1)
-		return pack(t, m)
+		return dnstest.Pack(m)
 	}()
 	aRR := cat(wireName("x"), typeClass(dns.TypeA, dns.ClassINET), []byte{0, 0, 0, 60, 0, 4, 192, 0, 2, 1})
 
@@ -177,7 +169,7 @@ func TestParseQueryHeader(t *testing.T) {
 	m.Id = 0x1234
 	m.CheckingDisabled = true
 	m.Opcode = dns.OpcodeNotify
-	b := pack(t, m)
+	b := dnstest.Pack(m)
 	var q dnswire.Query
 	if err := dnswire.ParseQuery(b, &q); err != nil {
 		t.Fatal(err)
@@ -191,7 +183,7 @@ func TestParseQueryHeader(t *testing.T) {
 		t.Errorf("reused Query kept EDNS %v DO %v (err %v)", q.EDNS, q.DO, err)
 	}
 	m.Response = true
-	if err := dnswire.ParseQuery(pack(t, m), &q); err != nil || !q.Response() {
+	if err := dnswire.ParseQuery(dnstest.Pack(m), &q); err != nil || !q.Response() {
 		t.Errorf("QR not reported (err %v)", err)
 	}
 }
@@ -202,36 +194,29 @@ func reply(t testing.TB) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetQuestion("www.example.com.", dns.TypeA)
 	m.Response = true
-	rr := func(s string) dns.RR {
-		r, err := dns.NewRR(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
 	m.Answer = []dns.RR{
-		rr("www.example.com. 300 IN CNAME web.example.com."),
-		rr("web.example.com. 60 IN A 192.0.2.1"),
-		rr("web.example.com. 61 IN A 192.0.2.2"),
-		rr("web.example.com. 62 IN MX 10 mail.example.com."),
-		rr(`web.example.com. 63 IN TXT "hello" "world"`),
+		dnstest.MustRR("www.example.com. 300 IN CNAME web.example.com."),
+		dnstest.MustRR("web.example.com. 60 IN A 192.0.2.1"),
+		dnstest.MustRR("web.example.com. 61 IN A 192.0.2.2"),
+		dnstest.MustRR("web.example.com. 62 IN MX 10 mail.example.com."),
+		dnstest.MustRR(`web.example.com. 63 IN TXT "hello" "world"`),
 	}
 	m.Ns = []dns.RR{
-		rr("example.com. 3600 IN NS ns1.example.com."),
-		rr("example.com. 900 IN SOA ns1.example.com. hostmaster.example.com. 1 7200 900 1209600 86400"),
+		dnstest.MustRR("example.com. 3600 IN NS ns1.example.com."),
+		dnstest.MustRR("example.com. 900 IN SOA ns1.example.com. hostmaster.example.com. 1 7200 900 1209600 86400"),
 	}
-	m.Extra = []dns.RR{rr("ns1.example.com. 3600 IN AAAA 2001:db8::53")}
+	m.Extra = []dns.RR{dnstest.MustRR("ns1.example.com. 3600 IN AAAA 2001:db8::53")}
 	m.SetEdns0(1232, true)
-	m.Extra = append(m.Extra, rr("mail.example.com. 120 IN A 192.0.2.25"))
+	m.Extra = append(m.Extra, dnstest.MustRR("mail.example.com. 120 IN A 192.0.2.25"))
 	m.Compress = true
 	return m
 }
 
 func TestTTLOffsets(t *testing.T) {
 	m := reply(t)
-	b := pack(t, m)
+	b := dnstest.Pack(m)
 	m.Compress = false
-	if plain := pack(t, m); len(b) >= len(plain) {
+	if plain := dnstest.Pack(m); len(b) >= len(plain) {
 		t.Fatalf("test message not compressed: %d bytes vs %d plain", len(b), len(plain))
 	}
 	offs, err := dnswire.TTLOffsets(b)
@@ -269,13 +254,13 @@ func TestTTLOffsets(t *testing.T) {
 		}
 	}
 	m.Compress = true
-	if want := pack(t, m); !bytes.Equal(b, want) {
+	if want := dnstest.Pack(m); !bytes.Equal(b, want) {
 		t.Errorf("patched message differs from the original with TTL 4242 beyond the TTL fields")
 	}
 }
 
 func TestTTLOffsetsErrors(t *testing.T) {
-	b := pack(t, reply(t))
+	b := dnstest.Pack(reply(t))
 	for n := 0; n < len(b); n++ {
 		if _, err := dnswire.TTLOffsets(b[:n]); err == nil {
 			t.Fatalf("TTLOffsets of the first %d of %d bytes: no error", n, len(b))
@@ -321,7 +306,7 @@ func TestAppendOPT(t *testing.T) {
 		m.Rcode = tc.rcode
 		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "example.com.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 5}, A: net.IPv4(192, 0, 2, 1)}}
 		m.Extra = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "ns.example.com.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 5}, A: net.IPv4(192, 0, 2, 53)}}
-		b := dnswire.AppendOPT(pack(t, m), tc.size, tc.do, tc.ext)
+		b := dnswire.AppendOPT(dnstest.Pack(m), tc.size, tc.do, tc.ext)
 		got := new(dns.Msg)
 		if err := got.Unpack(b); err != nil {
 			t.Fatalf("%+v: unpack: %v", tc, err)

@@ -5,15 +5,8 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
-
-func rr(s string) dns.RR {
-	r, err := dns.NewRR(s)
-	if err != nil {
-		panic(err)
-	}
-	return r
-}
 
 // addrs renders a section's records as "name type addr" lines.
 func render(rrs []dns.RR) string {
@@ -36,16 +29,16 @@ func TestRotateAddrs(t *testing.T) {
 	m.SetQuestion("www.example.", dns.TypeA)
 	m.Compress = true
 	m.Answer = []dns.RR{
-		rr("www.example. 60 IN CNAME lb.example."),
-		rr("lb.example. 60 IN A 192.0.2.1"),
-		rr("lb.example. 60 IN A 192.0.2.2"),
-		rr("lb.example. 60 IN A 192.0.2.3"),
-		rr("LB.example. 60 IN AAAA 2001:db8::1"),
-		rr("lb.example. 60 IN AAAA 2001:db8::2"),
-		rr("other.example. 60 IN A 198.51.100.1"),
-		rr("other.example. 60 IN A 198.51.100.2"),
+		dnstest.MustRR("www.example. 60 IN CNAME lb.example."),
+		dnstest.MustRR("lb.example. 60 IN A 192.0.2.1"),
+		dnstest.MustRR("lb.example. 60 IN A 192.0.2.2"),
+		dnstest.MustRR("lb.example. 60 IN A 192.0.2.3"),
+		dnstest.MustRR("LB.example. 60 IN AAAA 2001:db8::1"),
+		dnstest.MustRR("lb.example. 60 IN AAAA 2001:db8::2"),
+		dnstest.MustRR("other.example. 60 IN A 198.51.100.1"),
+		dnstest.MustRR("other.example. 60 IN A 198.51.100.2"),
 	}
-	m.Extra = []dns.RR{rr("lb.example. 60 IN A 192.0.2.9"), rr("ns.example. 60 IN A 192.0.2.53")}
+	m.Extra = []dns.RR{dnstest.MustRR("lb.example. 60 IN A 192.0.2.9"), dnstest.MustRR("ns.example. 60 IN A 192.0.2.53")}
 	wire, err := m.Pack()
 	if err != nil {
 		t.Fatal(err)
@@ -88,9 +81,9 @@ func TestRotateAddrsFullNames(t *testing.T) {
 	m := new(dns.Msg)
 	m.SetQuestion("x.example.", dns.TypeSRV)
 	m.Compress = true
-	m.Answer = []dns.RR{rr("x.example. 5 IN SRV 0 50 80 a.x.example."), rr("x.example. 5 IN SRV 0 50 80 b.x.example.")}
-	m.Extra = []dns.RR{rr("a.x.example. 5 IN A 10.0.0.1"), rr("b.x.example. 5 IN A 10.0.0.2"),
-		rr("c.example. 5 IN AAAA 2001:db8::1"), rr("c.example. 5 IN AAAA 2001:db8::2")}
+	m.Answer = []dns.RR{dnstest.MustRR("x.example. 5 IN SRV 0 50 80 a.x.example."), dnstest.MustRR("x.example. 5 IN SRV 0 50 80 b.x.example.")}
+	m.Extra = []dns.RR{dnstest.MustRR("a.x.example. 5 IN A 10.0.0.1"), dnstest.MustRR("b.x.example. 5 IN A 10.0.0.2"),
+		dnstest.MustRR("c.example. 5 IN AAAA 2001:db8::1"), dnstest.MustRR("c.example. 5 IN AAAA 2001:db8::2")}
 	wire, _ := m.Pack()
 	RotateAddrs(wire, 1)
 	out := new(dns.Msg)
@@ -106,7 +99,7 @@ func TestRotateAddrsAllocs(t *testing.T) {
 	m := new(dns.Msg)
 	m.SetQuestion("lb.example.", dns.TypeA)
 	for i := 1; i <= 8; i++ {
-		m.Answer = append(m.Answer, rr("lb.example. 60 IN A 192.0.2."+string(rune('0'+i))))
+		m.Answer = append(m.Answer, dnstest.MustRR("lb.example. 60 IN A 192.0.2."+string(rune('0'+i))))
 	}
 	wire, _ := m.Pack()
 	k := uint32(0)
@@ -118,7 +111,7 @@ func TestRotateAddrsAllocs(t *testing.T) {
 func FuzzRotateAddrs(f *testing.F) {
 	m := new(dns.Msg)
 	m.SetQuestion("lb.example.", dns.TypeA)
-	m.Answer = []dns.RR{rr("lb.example. 60 IN A 192.0.2.1"), rr("lb.example. 60 IN A 192.0.2.2")}
+	m.Answer = []dns.RR{dnstest.MustRR("lb.example. 60 IN A 192.0.2.1"), dnstest.MustRR("lb.example. 60 IN A 192.0.2.2")}
 	w, _ := m.Pack()
 	f.Add(w, uint32(1))
 	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0xC0, 12, 0, 1}, uint32(3))

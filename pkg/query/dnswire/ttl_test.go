@@ -5,6 +5,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/query/dnswire"
 )
 
@@ -31,14 +32,6 @@ func TestReadTTL(t *testing.T) {
 // top bit is set (an extended rcode of 128 or more), nor when an OPT turns
 // up outside the additional section.
 func TestZeroHugeTTLs(t *testing.T) {
-	rr := func(s string) dns.RR {
-		t.Helper()
-		r, err := dns.NewRR(s)
-		if err != nil {
-			t.Fatalf("%q: %v", s, err)
-		}
-		return r
-	}
 	opt := func(ttl uint32) *dns.OPT {
 		return &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT, Class: 1232, Ttl: ttl}}
 	}
@@ -47,18 +40,18 @@ func TestZeroHugeTTLs(t *testing.T) {
 	const optFlags = 0xFF<<24 | 0x8000
 	m := &dns.Msg{
 		Answer: []dns.RR{
-			rr("a.example. 2147483648 IN A 192.0.2.1"),
-			rr("a.example. 4294967295 IN A 192.0.2.2"),
-			rr("a.example. 2147483647 IN A 192.0.2.3"),
-			rr("a.example. 300 IN A 192.0.2.4"),
+			dnstest.MustRR("a.example. 2147483648 IN A 192.0.2.1"),
+			dnstest.MustRR("a.example. 4294967295 IN A 192.0.2.2"),
+			dnstest.MustRR("a.example. 2147483647 IN A 192.0.2.3"),
+			dnstest.MustRR("a.example. 300 IN A 192.0.2.4"),
 			opt(optFlags), // where no OPT belongs: still no TTL
 		},
 		Ns: []dns.RR{
-			rr("example. 2147483648 IN SOA ns.example. h.example. 1 2 3 4 4294967295"),
-			rr("example. 60 IN SOA ns.example. h.example. 1 2 3 4 2147483647"),
+			dnstest.MustRR("example. 2147483648 IN SOA ns.example. h.example. 1 2 3 4 4294967295"),
+			dnstest.MustRR("example. 60 IN SOA ns.example. h.example. 1 2 3 4 2147483647"),
 		},
 		Extra: []dns.RR{
-			rr("ns.example. 3000000000 IN A 192.0.2.53"),
+			dnstest.MustRR("ns.example. 3000000000 IN A 192.0.2.53"),
 			opt(optFlags),
 		},
 	}

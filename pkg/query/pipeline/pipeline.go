@@ -1,10 +1,11 @@
 // Package pipeline answers DNS queries. It decides, in one place
 // (lookup, serve.go), the order of the stages: name rewrites, then for a
 // pod of this node the search path (pkg/ndots, called once a query:
-// search.go gives it the stage order and the access list), static records, the cluster zone, cache and upstream, and
-// where the CoreDNS plugins around them run (plugins.go: local and chaos
-// first, the access list after rewrites, templates before static records,
-// header rules and minimal answers on the stages' replies); and it turns
+// search.go gives it the stage order and the access list), static
+// records, the cluster zone, cache and upstream, and where the CoreDNS
+// plugins around them run (plugins.go: local and chaos first, the access
+// list after rewrites, templates before static records, header rules and
+// minimal answers on the stages' replies); and it turns
 // their one Result into the reply: the client's ID, question case, EDNS
 // size, TC bit.
 //
@@ -276,9 +277,9 @@ type Event struct {
 	Name     string
 	Qtype    uint16
 	Duration time.Duration
-	// AutopathSteps is, for a shortcut taken, how many search-path steps the
-	// agent walked for the client; AutopathSaved how many client queries the
-	// shortcut saved.
+	// AutopathSteps is, for a search-path walk or a shortcut taken, how
+	// many search-path steps the agent resolved for the client;
+	// AutopathSaved how many client queries it saved.
 	AutopathSteps, AutopathSaved int
 	// Listener is the index in the transport's listen addresses of the
 	// one the request came in on.

@@ -92,18 +92,6 @@ func (p *Pipeline) acl(dst []byte, c *call, a stage.ACL) ([]byte, server.Verdict
 	return dst, 0, false
 }
 
-// aclStep reports whether the access list lets the search-path walk visit
-// name: CoreDNS's autopath asks each name through its acl. A name it
-// would not answer leaves the walk undecided, and the client walks its
-// list itself, each query judged as asked.
-func (p *Pipeline) aclStep(c *call, name string) bool {
-	pl := p.plugins.Load()
-	if pl == nil || pl.ACL == nil || !pl.ACL.ByName() {
-		return true
-	}
-	return pl.ACL.Decide(name, c.q.Type, c.req.Client) == stage.ACLPass
-}
-
 // template answers (name, qtype) from the templates: ok false when none
 // does. Without c.wait an answer whose CNAME targets must be looked up
 // waits.

@@ -39,27 +39,34 @@ func (p *Pipeline) podQuery(c *call) (ns string, ok bool) {
 // failed): c is then answered as asked and the client walks its list
 // itself, exactly as without autopath.
 func (p *Pipeline) searchPath(dst []byte, c *call, ns string) ([]byte, server.Verdict, bool) {
-	q := ndots.Query{Name: c.name, Asked: c.q.Name, Type: c.q.Type, Flags: ndots.Flags(c.q.DO, c.q.CD()), NS: ns,
+	q := ndots.Query{Name: c.name, Asked: c.q.Name, Type: c.q.Type, DO: c.q.DO, CD: c.q.CD(), NS: ns,
 		Wait: c.wait, Rewritten: c.revert != nil, NoShortcuts: p.views != nil,
-		Conf: p.confGeneration(), Now: c.req.Received.UnixNano()}
+		Now: c.req.Received.UnixNano()}
 	st := ndots.Stages{
-		Resolve: func(name string, qtype uint16, keep, held bool) (ndots.Answer, bool, error) {
-			var a answer
-			ok := true
-			switch {
-			case held:
-				a, ok = p.held(c, name, qtype)
-			case keep:
-				a, _ = p.lookup(c, nil, name, qtype, asMsgRef)
-			default:
-				a, _ = p.lookup(c, nil, name, qtype, asMsg)
+		Resolve: func(name string, qtype uint16, keep bool) (ndots.Answer, error) {
+			f := asMsg
+			if keep {
+				f = asMsgRef
 			}
-			return ndots.Answer{Result: a.Result, Stored: a.stored, Stable: a.stable, Wait: a.wait}, ok, a.err
+			a, _ := p.lookup(c, nil, name, qtype, f)
+			return a.step(), a.err
+		},
+		Held: func(name string, qtype uint16) (ndots.Answer, bool) {
+			a, ok := p.held(c, name, qtype)
+			return a.step(), ok
 		},
 		Pack: func(m *dns.Msg) ([]byte, error) { return p.pack(nil, c, m) },
+		Conf: p.confGeneration,
 	}
+	// The access list asks about every step for the client asking
+	// (CoreDNS's autopath asks each name through its acl): a name it would
+	// not answer leaves the walk undecided, and the client walks its list
+	// itself, each query judged as asked. One snapshot for the query: a
+	// decision or shortcut made under a reload's race carries the old
+	// configuration generation and is not used again.
 	if pl := p.plugins.Load(); pl != nil && pl.ACL != nil && pl.ACL.ByName() {
-		st.Allowed = func(name string) bool { return p.aclStep(c, name) }
+		acl := pl.ACL
+		st.Allowed = func(name string) bool { return acl.Decide(name, c.q.Type, c.req.Client) == stage.ACLPass }
 	}
 	start := len(dst)
 	r := p.search.Serve(dst, &q, &st)
@@ -88,11 +95,18 @@ func (p *Pipeline) searchPath(dst []byte, c *call, ns string) ([]byte, server.Ve
 	return dst, 0, false
 }
 
+// step is a as the search path sees it.
+func (a answer) step() ndots.Answer {
+	return ndots.Answer{Result: a.Result, Stored: a.stored, Stable: a.stable, Wait: a.wait}
+}
+
 // SetSearchPath turns the search-path walk on or off and replaces the extra
 // search domains (lower-case FQDNs). Queries under way finish with the old
 // settings. Remembered winners are forgotten: the list they indexed
 // changed.
 func (p *Pipeline) SetSearchPath(autopath bool, search []string) {
 	p.search.Set(ndots.Settings{Autopath: autopath, Search: search})
+	// Its decisions and shortcuts are gone with the old settings; the
+	// configuration generation moves for those made by queries under way.
 	p.Invalidate()
 }

@@ -153,7 +153,7 @@ func (e *scEnv) askFrom(t *testing.T, client netip.Addr, name string, qtype uint
 	r := new(server.Request)
 	r.Read("udp", 0, client, time.Now(), packet(t, name, qtype, false))
 	asked := strings.ToLower(name)
-	kept := e.s.search.Kept(asked, qtype, 0)
+	kept := e.s.search.Kept(asked, qtype, false, false)
 	out, v := e.s.Answer(make([]byte, 0, 4096), r)
 	if v == server.Wait {
 		out = e.s.Resolve(context.Background(), nil, r)
@@ -164,7 +164,7 @@ func (e *scEnv) askFrom(t *testing.T, client netip.Addr, name string, qtype uint
 	}
 	// From the shortcut: answered on the reader by the entry that was
 	// kept before (a failed check removes it; a rebuild is another one).
-	return m, kept != nil && v == server.Reply && ev.last().Source == stage.SourceAutopath && e.s.search.Kept(asked, qtype, 0) == kept
+	return m, kept != nil && v == server.Reply && ev.last().Source == stage.SourceAutopath && e.s.search.Kept(asked, qtype, false, false) == kept
 }
 
 // warm asks name until the reply comes from a kept shortcut (the first
