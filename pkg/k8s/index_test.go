@@ -311,3 +311,48 @@ func TestPodsOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterIPAnswerKeptAcrossSlices: a ClusterIP Service whose own object
+// did not change keeps its bare name's A message across EndpointSlice
+// events (the same *dns.Msg), so the pipeline's packed reply and the
+// search-path shortcuts won by it stay valid through endpoint churn; a
+// change of the Service itself builds a new one.
+func TestClusterIPAnswerKeptAcrossSlices(t *testing.T) {
+	ix, c := startIndex(t, Config{TTL: 5}, ns("ns1"))
+	tcp := corev1.ProtocolTCP
+	name := "api.ns1.svc.cluster.local."
+	s := clusterIPSvc("ns1", "api", []string{"10.96.1.1"}, svcPort("http", tcp, 80))
+	if _, err := c.CoreV1().Services("ns1").Create(bg, s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, name, dns.TypeA, "NOERROR aa\nan "+name+" 5 A 10.96.1.1")
+	msgA := func() *dns.Msg {
+		t.Helper()
+		res, ok := ix.Lookup(name, dns.TypeA)
+		if !ok || res.Msg == nil {
+			t.Fatalf("Lookup(%s, A) = %v, %v", name, res, ok)
+		}
+		return res.Msg
+	}
+	before := msgA()
+
+	http := []discoveryv1.EndpointPort{slicePort("http", tcp, 8080)}
+	sl := slice("ns1", "api-1", "api", discoveryv1.AddressTypeIPv4, http, ep{ips: []string{"10.244.0.7"}, ready: yes})
+	if _, err := c.DiscoveryV1().EndpointSlices("ns1").Create(bg, sl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The slice's event has been applied once its endpoint answers.
+	waitAnswer(t, ix, "10-244-0-7."+name, dns.TypeA, "NOERROR aa\nan 10-244-0-7."+name+" 5 A 10.244.0.7")
+	if after := msgA(); after != before {
+		t.Fatalf("an EndpointSlice event replaced the ClusterIP Service's A message (%p, was %p)", after, before)
+	}
+
+	s.Spec.ClusterIPs, s.Spec.ClusterIP = []string{"10.96.1.2"}, "10.96.1.2"
+	if _, err := c.CoreV1().Services("ns1").Update(bg, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, ix, name, dns.TypeA, "NOERROR aa\nan "+name+" 5 A 10.96.1.2")
+	if msgA() == before {
+		t.Fatal("a changed Service still answers with its old A message")
+	}
+}
