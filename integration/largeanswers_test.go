@@ -303,8 +303,12 @@ func floodRSS(t *testing.T, records int, kept bool) {
 	if kept && (st.Cache.TooLarge != 0 || st.Cache.Bytes < cacheMax*3/4) {
 		t.Errorf("answers under the entry limit: %d too large, %d bytes kept; want none too large and the cache filled to its bound", st.Cache.TooLarge, st.Cache.Bytes)
 	}
-	if !kept && (st.Cache.Entries != 0 || st.Cache.TooLarge < names) {
-		t.Errorf("answers over the entry limit: %d kept, %d too large; want none kept", st.Cache.Entries, st.Cache.TooLarge)
+	// A lookup that failed (an exchange that timed out on a loaded
+	// machine) leaves a short-lived SERVFAIL entry (servfail-ttl, as
+	// CoreDNS): those are the only entries allowed, each far under 1 KiB.
+	if !kept && (int64(st.Cache.Entries) > failed.Load() || int64(st.Cache.Bytes) > int64(st.Cache.Entries)<<10 || st.Cache.TooLarge < names) {
+		t.Errorf("answers over the entry limit: %d kept (%d bytes; %d lookups failed, each may leave a SERVFAIL entry), %d too large; want no answer kept",
+			st.Cache.Entries, st.Cache.Bytes, failed.Load(), st.Cache.TooLarge)
 	}
 	// The bound: what the agent held at start, the cache's byte budget,
 	// and room for the exchanges in flight and the Go heap's headroom.
