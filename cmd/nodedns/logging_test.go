@@ -218,16 +218,12 @@ func TestQueryLogByClass(t *testing.T) {
 		r, _, err := c.Exchange(m, listen)
 		return r, err
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	dnstest.Eventually(t, 20*time.Second, "the agent to answer", func() error {
 		if r, err := ask("ok.example.test.", dns.TypeA, dns.ClassINET); err == nil && len(r.Answer) == 1 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent not answering; stderr:\n%s", stderr.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("agent not answering; stderr:\n%s", stderr.String())
+	})
 	for _, q := range []struct {
 		name         string
 		qtype, class uint16
@@ -244,7 +240,7 @@ func TestQueryLogByClass(t *testing.T) {
 	}
 	want := map[string]string{"nx1.example.test.": "denial NXDOMAIN", "www.example.test./SRV": "denial NOERROR", "www.example.test./A": "error REFUSED"}
 	got := map[string]string{}
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for len(got) < len(want) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 		got = map[string]string{}

@@ -240,13 +240,12 @@ func TestStatsWatch(t *testing.T) {
 	}()
 	// The first report is out: the watch now waits for its next turn,
 	// an hour away, and only the interrupt can end it.
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(stdout.String(), "Ctrl-C to stop") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no first report from the watch:\n%s", stdout.String())
+	dnstest.Eventually(t, 5*time.Second, "the first report from the watch", func() error {
+		if out := stdout.String(); !strings.Contains(out, "Ctrl-C to stop") {
+			return errors.New("stdout:\n" + out)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	cancel()
 	select {
 	case err := <-done:

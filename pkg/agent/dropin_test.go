@@ -57,17 +57,12 @@ func TestDropInLiveReload(t *testing.T) {
 	}
 	waitFor := func(name, want string) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			got := ask(name)
-			if got == want {
-				return
+		dnstest.Eventually(t, 5*time.Second, fmt.Sprintf("%s answered %q", name, want), func() error {
+			if got := ask(name); got != want {
+				return fmt.Errorf("%s: %q, want %q", name, got, want)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %q, want %q", name, got, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitFor("static.example.", "NOERROR static.example. 192.0.2.50")
 	waitFor("svc.legacy.", "NOERROR svc.legacy. 192.0.2.1,svc.legacy. 192.0.2.2")
@@ -129,17 +124,12 @@ func TestPluginsLiveReload(t *testing.T) {
 	}
 	waitFor := func(name string, qtype, qclass uint16, want string) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			got := ask(name, qtype, qclass)
-			if got == want {
-				return
+		dnstest.Eventually(t, 5*time.Second, fmt.Sprintf("%s %s answered %q", name, dns.TypeToString[qtype], want), func() error {
+			if got := ask(name, qtype, qclass); got != want {
+				return fmt.Errorf("%s %s: %q, want %q", name, dns.TypeToString[qtype], got, want)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s %s: %q, want %q", name, dns.TypeToString[qtype], got, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitFor("www.example.com.", dns.TypeAAAA, dns.ClassINET, "NOERROR 2001:db8::1")
 	waitFor("version.bind.", dns.TypeTXT, dns.ClassCHAOS, "REFUSED")
@@ -160,13 +150,12 @@ templates:
 
 	// A bad template changes nothing.
 	writeConfigMap(t, dir, base+"templates:\n  - {type: AAAA, match: ['(']}\n")
-	deadline := time.Now().Add(5 * time.Second)
-	for a.reloads.failures.Load() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the bad template not rejected: %d failed reloads", a.reloads.failures.Load())
+	dnstest.Eventually(t, 5*time.Second, "the bad template to be rejected", func() error {
+		if n := a.reloads.failures.Load(); n != 1 {
+			return fmt.Errorf("%d failed reloads", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	waitFor("www.example.com.", dns.TypeAAAA, dns.ClassINET, "NOERROR")
 	// Off again.
 	writeConfigMap(t, dir, base)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/netip"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nodedns/nodedns/internal/dnstest"
 	"github.com/nodedns/nodedns/pkg/config"
 	"github.com/nodedns/nodedns/pkg/intercept"
 	"github.com/nodedns/nodedns/pkg/k8s"
@@ -113,17 +115,13 @@ func TestFallbackFollowsTheIndex(t *testing.T) {
 
 	wait := func(what string, want intercept.Fallback) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		dnstest.Eventually(t, 10*time.Second, what, func() error {
 			got, _ := fi.lastFallback()
 			if got.Off == want.Off && slices.Equal(got.Targets, want.Targets) && slices.Equal(got.ClusterIPs, want.ClusterIPs) {
-				return
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: last SetFallback %+v, want %+v", what, got, want)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return fmt.Errorf("last SetFallback %+v, want %+v", got, want)
+		})
 	}
 	tgt := func(s string, p uint16) intercept.Target {
 		return intercept.Target{Addr: netip.MustParseAddr(s), UDPPort: p, TCPPort: p}

@@ -71,16 +71,14 @@ func TestClusterZoneForward(t *testing.T) {
 		m := new(dns.Msg)
 		m.SetQuestion(name, qtype)
 		var r *dns.Msg
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			if r, _, err = c.Exchange(m, addr); err == nil {
-				return r
+		dnstest.Eventually(t, 5*time.Second, "an answer to "+name, func() error {
+			var err error
+			if r, _, err = c.Exchange(m, addr); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %v", name, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
+		return r
 	}
 	r := ask("web.team-a.svc.cluster.local.", dns.TypeA)
 	if len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "10.96.0.10" || r.Answer[0].Header().Ttl > 2 {

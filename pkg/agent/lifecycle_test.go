@@ -174,13 +174,7 @@ func TestFailedStartRemovesInterception(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- a.Run(ctx) }()
-		deadline := time.Now().Add(5 * time.Second)
-		for fake.syncs.Load() == 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("agent never reached its sync loop")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		dnstest.WaitFor(t, 5*time.Second, "the agent to reach its sync loop", func() bool { return fake.syncs.Load() != 0 })
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)
@@ -311,13 +305,12 @@ func TestForeignServerKeepsNotReady(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; log:\n%s", what, logs.String())
+		dnstest.Eventually(t, 10*time.Second, what, func() error {
+			if !cond() {
+				return fmt.Errorf("log:\n%s", logs.String())
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitFor("the admin socket", func() bool { code, _ := get("/health"); return code == 200 })
 	code, body := get("/ready")

@@ -31,13 +31,12 @@ func askCached(t *testing.T, addr, name, want string, up *dnstest.Server) {
 // kube-dns update's last line says it is applied whole.
 func waitCount(t *testing.T, logs *dnstest.SyncBuffer, substr string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for strings.Count(logs.String(), substr) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("log never showed %q %d times:\n%s", substr, n, logs.String())
+	dnstest.Eventually(t, 10*time.Second, fmt.Sprintf("the log to show %q %d times", substr, n), func() error {
+		if l := logs.String(); strings.Count(l, substr) < n {
+			return fmt.Errorf("log:\n%s", l)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestReloadUpstreamDropsCachedAnswers: a reload that changes the default
@@ -118,13 +117,7 @@ func TestReloadExchangeUnderWayNotCached(t *testing.T) {
 		}
 		done <- result{ip: r.Answer[0].(*dns.A).A.String()}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for gate.Waiting() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the query never reached the old upstream")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	dnstest.WaitFor(t, 10*time.Second, "the query to reach the old upstream", func() bool { return gate.Waiting() != 0 })
 	ta.write(file(fixed.Addr))
 	waitCount(t, ta.logs, "configuration reloaded", 1)
 	gate.Open()

@@ -107,13 +107,12 @@ func (ta *testAgent) stop() (time.Duration, error) {
 // waitLog waits until the log holds substr.
 func (ta *testAgent) waitLog(substr string) string {
 	ta.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(ta.logs.String(), substr) {
-		if time.Now().After(deadline) {
-			ta.t.Fatalf("log never showed %q:\n%s", substr, ta.logs.String())
+	dnstest.Eventually(ta.t, 5*time.Second, fmt.Sprintf("the log to show %q", substr), func() error {
+		if logs := ta.logs.String(); !strings.Contains(logs, substr) {
+			return fmt.Errorf("log:\n%s", logs)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	for _, l := range strings.Split(ta.logs.String(), "\n") {
 		if strings.Contains(l, substr) {
 			return l
@@ -144,17 +143,12 @@ func (ta *testAgent) metric(series string) float64 {
 // value want.
 func (ta *testAgent) waitMetric(series string, want float64) {
 	ta.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := ta.metric(series)
-		if got == want {
-			return
+	dnstest.Eventually(ta.t, 5*time.Second, fmt.Sprintf("%s to be %v", series, want), func() error {
+		if got := ta.metric(series); got != want {
+			return fmt.Errorf("%s = %v, want %v", series, got, want)
 		}
-		if time.Now().After(deadline) {
-			ta.t.Fatalf("%s = %v, want %v", series, got, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // ask queries the agent for name/A and returns the address answered.
@@ -175,17 +169,15 @@ func (ta *testAgent) ask(name string) (string, error) {
 // waitAnswer waits until a fresh name is answered with ip.
 func (ta *testAgent) waitAnswer(ip string) {
 	ta.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for i := 0; ; i++ {
+	i := 0
+	dnstest.Eventually(ta.t, 5*time.Second, "the agent to answer "+ip, func() error {
 		got, err := ta.ask(fmt.Sprintf("w%d-%d.example.", time.Now().UnixNano(), i))
+		i++
 		if err == nil && got == ip {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			ta.t.Fatalf("agent not answering %s: %q %v", ip, got, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("agent not answering %s: %q %v", ip, got, err)
+	})
 }
 
 func TestLiveReload(t *testing.T) {
@@ -225,17 +217,15 @@ func TestLiveReload(t *testing.T) {
 
 	// A good file switches upstreams.
 	ta.write("lameduck: 0s\nupstream: [" + up2.Addr + "]\ncache-size: 50\nlog-level: warn\n")
-	deadline := time.Now().Add(5 * time.Second)
-	for i := 0; ; i++ {
+	i := 0
+	dnstest.Eventually(t, 5*time.Second, "the upstream to switch", func() error {
 		ip, err := ask(fmt.Sprintf("third%d.example.", i))
+		i++
 		if err == nil && ip == "192.0.2.2" {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("upstream not switched: %q %v", ip, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("upstream not switched: %q %v", ip, err)
+	})
 	close(stop)
 	wg.Wait()
 	if failed.Load() != 0 {
@@ -424,13 +414,12 @@ func TestReloadUnreadableRecovers(t *testing.T) {
 		t.Errorf("last_reload_successful %v while unreadable, want 0", v)
 	}
 	ta.write(content)
-	deadline := time.Now().Add(5 * time.Second)
-	for ta.metric("nodedns_config_last_reload_successful") != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("last_reload_successful still 0 with the file back:\n%s", ta.logs.String())
+	dnstest.Eventually(t, 5*time.Second, "last_reload_successful 1 with the file back", func() error {
+		if v := ta.metric("nodedns_config_last_reload_successful"); v != 1 {
+			return fmt.Errorf("last_reload_successful %v; log:\n%s", v, ta.logs.String())
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if v := ta.metric(`nodedns_config_reloads_total{result="failure"}`); v != 1 {
 		t.Errorf("failures %v, want 1", v)
 	}
@@ -457,13 +446,12 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for ta.metric(`nodedns_config_reloads_total{result="success"}`) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("an unchanged file on SIGHUP: successes %v, want 2", ta.metric(`nodedns_config_reloads_total{result="success"}`))
+	dnstest.Eventually(t, 5*time.Second, "an unchanged file reloaded on SIGHUP", func() error {
+		if v := ta.metric(`nodedns_config_reloads_total{result="success"}`); v != 2 {
+			return fmt.Errorf("successes %v, want 2", v)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// Without --config: logged, and the agent keeps answering.
 	var logs dnstest.SyncBuffer

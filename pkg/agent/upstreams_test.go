@@ -72,17 +72,16 @@ func askA(addr, name string) (string, error) {
 // eventuallyA waits until name resolves to want through addr.
 func eventuallyA(t *testing.T, addr, want string, name func(i int) string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; ; i++ {
-		got, err := askA(addr, name(i))
+	i := 0
+	dnstest.Eventually(t, 10*time.Second, "an answer "+want, func() error {
+		n := name(i)
+		i++
+		got, err := askA(addr, n)
 		if err == nil && got == want {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: got %q, %v; want %s", name(i), got, err, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("%s: got %q, %v; want %s", n, got, err, want)
+	})
 }
 
 // TestKubeDNSConfigLive: the ConfigMap's stub domains are served under the
@@ -212,17 +211,15 @@ func TestStubServerByClusterName(t *testing.T) {
 	}
 	wait := func(want string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for i := 0; ; i++ {
+		i := 0
+		dnstest.Eventually(t, 10*time.Second, "corp.test to answer "+want, func() error {
 			got := ask(fmt.Sprintf("n%d-%d.corp.test.", i, time.Now().UnixNano()))
-			if got == want {
-				return
+			i++
+			if got != want {
+				return fmt.Errorf("corp.test answered %q, want %s", got, want)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("corp.test answered %q, want %s", got, want)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	wait("192.0.2.11")
 	// The endpoint moves: the stub follows.
@@ -286,15 +283,13 @@ func TestHostNameUpstreamWithoutIndex(t *testing.T) {
 	m := new(dns.Msg)
 	m.SetQuestion("www.example.com.", dns.TypeA)
 	var r *dns.Msg
-	for deadline := time.Now().Add(5 * time.Second); ; {
+	dnstest.Eventually(t, 5*time.Second, "an answer through the upstream given by name", func() error {
+		var err error
 		if r, _, err = c.Exchange(m, addr); err == nil && len(r.Answer) == 1 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no answer through the upstream given by name: %v %v", r, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("%v %v", r, err)
+	})
 	if a, ok := r.Answer[0].(*dns.A); !ok || a.A.String() != "192.0.2.7" {
 		t.Errorf("answer %v, want 192.0.2.7", r.Answer[0])
 	}

@@ -61,17 +61,16 @@ dnstap:
 		c := &dns.Client{Timeout: time.Second, Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP(src)}, Timeout: time.Second}}
 		m := new(dns.Msg)
 		m.SetQuestion("www.example.org.", dns.TypeA)
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		var got string
+		dnstest.Eventually(t, 5*time.Second, "an answer to a query from "+src, func() error {
 			r, _, err := c.Exchange(m, addr)
 			if err == nil && len(r.Answer) == 1 {
-				return r.Answer[0].(*dns.A).A.String()
+				got = r.Answer[0].(*dns.A).A.String()
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("from %s: %v %v", src, r, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return fmt.Errorf("from %s: %v %v", src, r, err)
+		})
+		return got
 	}
 	if got := ask("127.0.33.5"); got != "192.0.2.2" {
 		t.Errorf("from the view's network: %s, want the view's upstream's 192.0.2.2", got)
@@ -97,15 +96,11 @@ dnstap:
 	}
 	// Counted once the writer's write returned, which may be after the
 	// collector read it.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	dnstest.Eventually(t, 5*time.Second, "/stats dnstap to count 8 sent, connected", func() error {
 		st := a.rec.Stats()
 		if len(st.Dnstap) == 1 && st.Dnstap[0].Sent >= 8 && st.Dnstap[0].Connected {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/stats dnstap %+v, want 8 sent, connected", st.Dnstap)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("/stats dnstap %+v, want 8 sent, connected", st.Dnstap)
+	})
 }

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -99,22 +100,17 @@ func startIndex(t testing.TB, cfg Config, objs ...runtime.Object) (*Index, *fake
 // waitAnswer polls Lookup until it renders as want, for up to 5 s.
 func waitAnswer(t testing.TB, ix *Index, name string, qtype uint16, want string) {
 	t.Helper()
-	var got string
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	dnstest.Eventually(t, 5*time.Second, name+" "+dns.TypeToString[qtype]+" to render as wanted", func() error {
 		r, ok := ix.Lookup(name, qtype)
-		got = "forward"
+		got := "forward"
 		if ok {
 			got = format(r)
 		}
-		if got == want {
-			return
+		if got != want {
+			return fmt.Errorf("got\n%s\nwant\n%s", got, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s %s: got\n%s\nwant\n%s", name, dns.TypeToString[qtype], got, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func ns(name string) *corev1.Namespace {

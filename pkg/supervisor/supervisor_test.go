@@ -164,27 +164,26 @@ func (r *rig) ask(payload string, d time.Duration) (int, error) {
 // waitServing waits for an answer and returns the pid that gave it.
 func (r *rig) waitServing() int {
 	r.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if pid, err := r.ask("hello", 200*time.Millisecond); err == nil {
-			return pid
+	var pid int
+	dnstest.Eventually(r.t, 20*time.Second, "a serving process to answer", func() error {
+		var err error
+		if pid, err = r.ask("hello", 200*time.Millisecond); err != nil {
+			return fmt.Errorf("%v; supervisor log:\n%s", err, r.log)
 		}
-	}
-	r.t.Fatalf("no serving process answered; supervisor log:\n%s", r.log)
-	return 0
+		return nil
+	})
+	return pid
 }
 
 // waitLog waits until the supervisor's log has a line containing s.
 func (r *rig) waitLog(s string, d time.Duration) {
 	r.t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if strings.Contains(r.log.String(), s) {
-			return
+	dnstest.Eventually(r.t, d, fmt.Sprintf("a log line with %q", s), func() error {
+		if log := r.log.String(); !strings.Contains(log, s) {
+			return fmt.Errorf("supervisor log:\n%s", log)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	r.t.Fatalf("no log line with %q after %s:\n%s", s, d, r.log)
+		return nil
+	})
 }
 
 // TestKillNineLosesNothing: a serving process killed with SIGKILL is
@@ -265,18 +264,14 @@ func TestCrashLoopReleasesSockets(t *testing.T) {
 	r := startRig(t, "crash", 500*time.Millisecond)
 	r.waitLog("releasing the sockets", 20*time.Second)
 	// Released: nothing holds the port, so it can be bound alone.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	dnstest.Eventually(t, 5*time.Second, "the port to be free after the release", func() error {
 		pc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(r.addr))
-		if err == nil {
-			_ = pc.Close()
-			break
+		if err != nil {
+			return fmt.Errorf("the port is still held: %w", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the port is still held after the release: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		_ = pc.Close()
+		return nil
+	})
 	if !strings.Contains(r.log.String(), "reason=exit") || !strings.Contains(r.log.String(), "code=3") {
 		t.Errorf("the crashes' exit code is not logged:\n%s", r.log)
 	}
@@ -409,19 +404,15 @@ func TestFailedRestartsBackOffThenEnd(t *testing.T) {
 // acted on when the process next runs).
 func waitStopped(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	dnstest.WaitFor(t, 5*time.Second, fmt.Sprintf("process %d to stop", pid), func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			t.Fatal(err)
 		}
 		// pid (comm) STATE ...: the state follows the last ')'.
-		if i := strings.LastIndexByte(string(b), ')'); i > 0 && strings.HasPrefix(string(b[i+1:]), " T") {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("process %d did not stop", pid)
+		i := strings.LastIndexByte(string(b), ')')
+		return i > 0 && strings.HasPrefix(string(b[i+1:]), " T")
+	})
 }
 
 func TestFieldValue(t *testing.T) {

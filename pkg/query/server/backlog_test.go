@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -53,11 +54,12 @@ func TestBacklogGrace(t *testing.T) {
 	}
 	waitInflight := func(t *testing.T, s *Server, n int) {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); s.Stats().InFlight != n; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("in flight %d, want %d (stats %+v)", s.Stats().InFlight, n, s.Stats())
+		dnstest.Eventually(t, 5*time.Second, sprintf("%d in flight", n), func() error {
+			if st := s.Stats(); st.InFlight != n {
+				return fmt.Errorf("in flight %d, want %d (stats %+v)", st.InFlight, n, st)
 			}
-		}
+			return nil
+		})
 	}
 
 	t.Run("during", func(t *testing.T) {
@@ -81,11 +83,7 @@ func TestBacklogGrace(t *testing.T) {
 		hold := make(chan struct{})
 		defer close(hold)
 		s, _ := start(t, Config{Handler: blocked(hold), MaxInflight: 64, MaxClientInflight: 2, Sockets: bindingSockets{}, backlogGrace: 20 * time.Millisecond})
-		for deadline := time.Now().Add(5 * time.Second); s.fair.open.Load(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the grace did not end")
-			}
-		}
+		dnstest.WaitFor(t, 5*time.Second, "the grace to end", func() bool { return !s.fair.open.Load() })
 		c := dial(t, s)
 		for i := range 5 {
 			if _, err := c.Write(dnstest.Pack(q(sprintf("slow%d.example.", i), dns.TypeA))); err != nil {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
 )
 
 // startHooked is start with hook called before the readers run.
@@ -67,13 +69,12 @@ func socketInode(t *testing.T, fd int) string {
 
 func waitStats(t *testing.T, s *Server, what string, ok func(Stats) bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !ok(s.Stats()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: stats %+v", what, s.Stats())
+	dnstest.Eventually(t, 5*time.Second, what, func() error {
+		if st := s.Stats(); !ok(st) {
+			return fmt.Errorf("stats %+v", st)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestReaderRestartsOnNewSocket: a thread reader whose socket fails is
@@ -177,13 +178,12 @@ func TestReaderNotRestartable(t *testing.T) {
 	refuse.Store(true)
 	fire.Store(true)
 	_ = answeredWithin(addr, 200*time.Millisecond) // the query that trips the fault
-	deadline := time.Now().Add(5 * time.Second)
-	for s.ReadersHealthy() == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("ReadersHealthy still nil; stats %+v", s.Stats())
+	dnstest.Eventually(t, 5*time.Second, "ReadersHealthy to report the readers down", func() error {
+		if s.ReadersHealthy() == nil {
+			return fmt.Errorf("ReadersHealthy still nil; stats %+v", s.Stats())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if st := s.Stats(); st.UDPReadersLive != 0 {
 		t.Errorf("live readers %d while down", st.UDPReadersLive)
 	}
