@@ -22,18 +22,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/randfill"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
+	"github.com/nodedns/nodedns/internal/k8stest"
 	"github.com/nodedns/nodedns/pkg/k8s/pbdecode"
 )
 
@@ -562,20 +560,7 @@ func TestDecodeMatchesTyped(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
-	f := randfill.NewWithSeed(seed).NilChance(0.3).NumElements(0, 3).Funcs(
-		func(tm *metav1.Time, c randfill.Continue) {
-			if c.Bool() {
-				*tm = metav1.Unix(c.Int63n(4e9), c.Int63n(1e9))
-			} else {
-				*tm = metav1.Time{}
-			}
-		},
-		func(q *resource.Quantity, c randfill.Continue) {
-			*q = resource.MustParse(fmt.Sprintf("%dm", c.Intn(1000)))
-		},
-		func(r *runtime.RawExtension, c randfill.Continue) {},
-		func(v *intstr.IntOrString, c randfill.Continue) { *v = intstr.FromInt32(c.Int31()) },
-	)
+	f := k8stest.Filler(seed)
 	pick := func(s ...string) string { return s[rng.IntN(len(s))] }
 	ipish := func() string {
 		return pick("10.96.0.1", "fd00:10:96::a", "::ffff:10.1.2.3", "None", "", "not-an-ip", "fe80::1%eth0", "10.244.7.7", "FD00::B")

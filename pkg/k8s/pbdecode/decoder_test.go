@@ -9,14 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodedns/nodedns/internal/k8stest"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/randfill"
 )
 
 // The helpers below bring both forms of the field structs to strings, an
@@ -127,20 +123,7 @@ func TestDecoderMatchesAPITypes(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 2))
-	f := randfill.NewWithSeed(seed).NilChance(0.3).NumElements(0, 3).Funcs(
-		func(tm *metav1.Time, c randfill.Continue) {
-			if c.Bool() {
-				*tm = metav1.Unix(c.Int63n(4e9), c.Int63n(1e9))
-			} else {
-				*tm = metav1.Time{}
-			}
-		},
-		func(q *resource.Quantity, c randfill.Continue) {
-			*q = resource.MustParse(fmt.Sprintf("%dm", c.Intn(1000)))
-		},
-		func(r *runtime.RawExtension, c randfill.Continue) {},
-		func(v *intstr.IntOrString, c randfill.Continue) { *v = intstr.FromInt32(c.Int31()) },
-	)
+	f := k8stest.Filler(seed)
 	pick := func(s ...string) string { return s[rng.IntN(len(s))] }
 	label := func(m *map[string]string, key string) {
 		if rng.IntN(2) == 0 {
