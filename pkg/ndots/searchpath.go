@@ -124,17 +124,17 @@ const (
 type Result struct {
 	Outcome Outcome
 	Out     []byte
-	Answer  Answer
-	Msg     *dns.Msg
+	// Answer is, for Held, the stage's answer to send; for Walked, the
+	// winner's answer (its Source says whether it was a stale cache
+	// entry), zero when no step exists.
+	Answer Answer
+	Msg    *dns.Msg
 	// Steps is how many steps were resolved; Saved how many queries the
 	// client no longer sends for this type (Walked, Shortcut).
 	Steps, Saved int
 	// Synthesized: the reply's CNAME is the walk's, not a record's (the
-	// winner is not the first step). Stale: the winner's answer is a
-	// stale cache entry, its rcode StaleRcode.
+	// winner is not the first step).
 	Synthesized bool
-	Stale       bool
-	StaleRcode  int
 	Figures     Figures
 }
 

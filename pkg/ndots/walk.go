@@ -2,8 +2,6 @@ package ndots
 
 import (
 	"github.com/miekg/dns"
-
-	"github.com/nodedns/nodedns/pkg/query/stage"
 )
 
 // walk answers q by walking the pod's search list: the first expansion
@@ -106,11 +104,7 @@ func (s *SearchPath) walk(q *Query, st *Stages, base string, r *Result) {
 
 // won notes in r that step i won with a, and returns the reply to q.
 func (s *SearchPath) won(q *Query, r *Result, names []string, i int, a Answer) *dns.Msg {
-	r.Figures.Won = i
-	r.Synthesized = i > 0
-	if a.Source == stage.SourceStale {
-		r.Stale, r.StaleRcode = true, a.Msg.Rcode
-	}
+	r.Figures.Won, r.Synthesized, r.Answer = i, i > 0, a
 	return reply(q.Name, names, i, a.Msg)
 }
 

@@ -267,6 +267,12 @@ func TestExtendedDNSErrors(t *testing.T) {
 				r.ask(t, edns(q("api2.example.test.team-a.svc.cluster.local.", dns.TypeA)), false)
 			}
 		}, query: q("api2.example.test.team-a.svc.cluster.local.", dns.TypeA), rcode: dns.RcodeSuccess, codes: []uint16{29}},
+		{name: "search-path walk won by a stale answer: 29, then 3", setup: func(t *testing.T, r *edeRig) {
+			r.up.set("old2.example.test.", answerA(1))
+			r.ask(t, edns(q("old2.example.test.", dns.TypeA)), false)
+			r.advance(5 * time.Second)
+			r.up.set("old2.example.test.", fails(context.DeadlineExceeded))
+		}, query: q("old2.example.test.team-a.svc.cluster.local.", dns.TypeA), rcode: dns.RcodeSuccess, codes: []uint16{29, 3}},
 		{name: "a pod's short name of its own namespace: none", query: q("web.team-a.svc.cluster.local.", dns.TypeA), rcode: dns.RcodeSuccess, codes: nil},
 		{name: "RFC 8482 answer to ANY: 29", query: q("example.test.", dns.TypeANY), rcode: dns.RcodeSuccess, codes: []uint16{29}},
 		{name: "upstream's EDE passed on, forwarded: 18 from upstream", setup: func(t *testing.T, r *edeRig) {

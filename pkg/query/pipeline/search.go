@@ -74,8 +74,8 @@ func (p *Pipeline) searchPath(dst []byte, c *call, ns string) ([]byte, server.Ve
 	if r.Synthesized {
 		c.ede.add(dns.ExtendedErrorCodeSynthesized, edeTextSearch)
 	}
-	if r.Stale {
-		c.ede.stale(r.StaleRcode)
+	if r.Outcome == ndots.Walked && r.Answer.Source == stage.SourceStale {
+		c.ede.stale(r.Answer.Msg.Rcode)
 	}
 	switch r.Outcome {
 	case ndots.Wait:
