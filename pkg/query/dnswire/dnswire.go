@@ -72,6 +72,9 @@ type Query struct {
 	UDPSize     uint16
 	DO          bool
 	EDNSVersion uint8
+	// NSID: the OPT record carries the NSID option (RFC 5001), which
+	// asks the server to say who it is.
+	NSID bool
 
 	// nameBuf holds Name's bytes for plain names.
 	nameBuf [256]byte
@@ -188,6 +191,7 @@ func (q *Query) parseOPT(b []byte, off int) (err error) {
 			ttl := binary.BigEndian.Uint32(b[nameEnd+4:])
 			q.EDNSVersion = uint8(ttl >> 16)
 			q.DO = ttl&(1<<15) != 0
+			q.NSID = hasOption(b[nameEnd+10:nameEnd+10+rdlen], OptionNSID)
 		}
 		off = nameEnd + 10 + rdlen
 	}
@@ -540,4 +544,21 @@ func label(m []byte, off int, hops *int) (int, int, bool) {
 			return off, l, true
 		}
 	}
+}
+
+// hasOption reports whether the OPT RDATA rd holds an option of the code;
+// a malformed option list ends the walk (it is not this reader's to
+// judge: miekg/dns, when the full message is read, does).
+func hasOption(rd []byte, code uint16) bool {
+	for len(rd) >= 4 {
+		c, n := binary.BigEndian.Uint16(rd), int(binary.BigEndian.Uint16(rd[2:]))
+		if c == code {
+			return true
+		}
+		if 4+n > len(rd) {
+			return false
+		}
+		rd = rd[4+n:]
+	}
+	return false
 }

@@ -30,6 +30,24 @@ func AppendEDE(m []byte, opt int, code uint16, text string) []byte {
 	return m
 }
 
+// OptionNSID is the EDNS0 option code of the name server identifier
+// (RFC 5001).
+const OptionNSID = 3
+
+// AppendNSID appends an NSID option with the payload id to the OPT record
+// at offset opt of m, the last record of the message, and returns m.
+func AppendNSID(m []byte, opt int, id string) []byte {
+	n := len(id)
+	m = append(m, byte(OptionNSID>>8), byte(OptionNSID&0xFF), byte(n>>8), byte(n))
+	m = append(m, id...)
+	rd := opt + optFixed - 2
+	binary.BigEndian.PutUint16(m[rd:], binary.BigEndian.Uint16(m[rd:])+uint16(4+n))
+	return m
+}
+
+// NSIDLen is the size AppendNSID adds for the payload id.
+func NSIDLen(id string) int { return 4 + len(id) }
+
 // EDELen is the size AppendEDE adds for an option carrying text.
 func EDELen(text string) int { return 6 + len(text) }
 

@@ -80,6 +80,9 @@ const optLen = 11
 func (c *call) fits(n int) bool {
 	if c.q.EDNS {
 		n += optLen + c.ede.size()
+		if c.hasNSID {
+			n += dnswire.NSIDLen(c.nsid)
+		}
 	}
 	return n <= c.maxSize
 }
@@ -165,8 +168,12 @@ func truncate(dst []byte, start int, c *call, rcode int, flags uint16) []byte {
 // dst[start:].
 func appendOPT(dst []byte, start int, c *call, rcode int) []byte {
 	m := dnswire.AppendOPT(dst[start:], ourUDPSize, c.q.DO, uint8(rcode>>4))
+	opt := len(m) - optLen
 	if c.ede.n > 0 {
-		m = c.ede.appendTo(m, len(m)-optLen)
+		m = c.ede.appendTo(m, opt)
+	}
+	if c.hasNSID {
+		m = dnswire.AppendNSID(m, opt, c.nsid)
 	}
 	return append(dst[:start], m...)
 }
@@ -184,6 +191,9 @@ func storedOPT(dst []byte, start int, c *call, rcode int) []byte {
 	dnswire.PatchOPT(m, c.optAt, ourUDPSize, c.q.DO, uint8(rcode>>4))
 	if c.ede.n > 0 {
 		m = c.ede.appendTo(m, c.optAt)
+	}
+	if c.hasNSID {
+		m = dnswire.AppendNSID(m, c.optAt, c.nsid)
 	}
 	return append(dst[:start], m...)
 }

@@ -29,6 +29,21 @@ type Plugins struct {
 	ACL          stage.ACL
 	Templates    stage.Templates
 	Header       Header
+	// NSID is CoreDNS's nsid: queries that carry the NSID option (RFC
+	// 5001) get it back with these bytes (check, finish).
+	NSID NSID
+}
+
+// NSID is the nsid plugin: On, every reply to a query carrying the NSID
+// option carries it with Data, as CoreDNS 1.15's nsid, which wraps the
+// writer of every plugin after it: answers, NXDOMAIN and NODATA, cache
+// hits, the access list's refusals, local, chaos and ANY answers; not the
+// errors CoreDNS's server writes itself (FORMERR, NOTIMP, BADVERS, a
+// failed resolution's SERVFAIL, REFUSED for another class or a zone
+// transfer).
+type NSID struct {
+	On   bool
+	Data string
 }
 
 // Header is CoreDNS's header plugin: flags (dnswire.FlagAA, FlagRA,

@@ -49,6 +49,10 @@ type call struct {
 	hdr Header
 	// noTemplates: a template's CNAME targets are being looked up.
 	noTemplates bool
+	// nsid (hasNSID): the NSID option's payload the reply carries (the
+	// query asked for it and the nsid plugin is configured).
+	nsid    string
+	hasNSID bool
 	// tapped: the query got past the protocol checks, and its reply is
 	// logged to the Tap (its query was, on the reader).
 	tapped bool
@@ -112,12 +116,19 @@ func (p *Pipeline) serve(dst []byte, c *call) (out []byte, v server.Verdict) {
 	if out, done := p.rewrite(dst, c); done {
 		return out, server.Reply
 	}
-	if pl := p.plugins.Load(); pl != nil {
-		if pl.ACL != nil {
-			if out, v, done := p.acl(dst, c, pl.ACL); done {
-				return out, v
-			}
+	pl := p.plugins.Load()
+	if pl != nil && pl.ACL != nil {
+		if out, v, done := p.acl(dst, c, pl.ACL); done {
+			return out, v
 		}
+	}
+	if c.q.Type == dns.TypeANY {
+		// After the access list, as in CoreDNS, whose acl runs before
+		// anything answers an ANY question (without its any plugin the
+		// stages answer it): `block type ANY` refuses it.
+		return p.answerANY(dst, c), server.Reply
+	}
+	if pl != nil {
 		// From here on the reply is a stage's.
 		c.hdr = pl.Header
 	}
@@ -172,31 +183,44 @@ func (p *Pipeline) check(dst []byte, c *call) (out []byte, v server.Verdict, don
 		p.cfg.Tap.ClientQuery(c.req.Proto == "tcp", netip.AddrPortFrom(c.req.Client, c.req.ClientPort), c.req.Received, c.req.Packet)
 	}
 	if pl := p.plugins.Load(); pl != nil {
+		if pl.NSID.On && c.q.NSID {
+			// From here on every reply carries the NSID option, as
+			// CoreDNS's nsid wraps the writer of every plugin after it.
+			c.nsid, c.hasNSID = pl.NSID.Data, true
+		}
 		if out, done := p.builtin(dst, c, pl); done {
 			return out, server.Reply, true
 		}
 	}
 	switch {
 	case c.q.Class != dns.ClassINET:
+		c.hasNSID = false // CoreDNS's server refuses it, not a plugin
 		c.ede.add(dns.ExtendedErrorCodeNotSupported, edeTextClass)
 		return p.reply(dst, c, dns.RcodeRefused, stage.SourceLocal), server.Reply, true
 	}
 	switch c.q.Type {
 	case dns.TypeAXFR, dns.TypeIXFR:
 		// A policy: the whole cluster zone would list every Service.
+		// CoreDNS's plugins refuse it with an rcode the server writes:
+		// no NSID.
+		c.hasNSID = false
 		c.ede.add(dns.ExtendedErrorCodeProhibited, edeTextTransfer)
 		return p.reply(dst, c, dns.RcodeRefused, stage.SourceLocal), server.Reply, true
 	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeMAILA, dns.TypeMAILB, 0:
+		c.hasNSID = false
 		return p.reply(dst, c, dns.RcodeFormatError, stage.SourceLocal), server.Reply, true
-	case dns.TypeANY:
-		// RFC 8482: a minimal answer instead of everything we know.
-		m := &dns.Msg{Answer: []dns.RR{&dns.HINFO{
-			Hdr: dns.RR_Header{Name: c.q.Name, Rrtype: dns.TypeHINFO, Class: dns.ClassINET, Ttl: 3600},
-			Cpu: "RFC8482"}}}
-		c.ede.add(dns.ExtendedErrorCodeSynthesized, edeTextANY)
-		return p.send(dst, c, m, stage.SourceLocal, 0, 0), server.Reply, true
 	}
 	return dst, 0, false
+}
+
+// answerANY answers an ANY question as RFC 8482 says: a minimal answer
+// instead of everything we know (serve, once the access list let it by).
+func (p *Pipeline) answerANY(dst []byte, c *call) []byte {
+	m := &dns.Msg{Answer: []dns.RR{&dns.HINFO{
+		Hdr: dns.RR_Header{Name: c.q.Name, Rrtype: dns.TypeHINFO, Class: dns.ClassINET, Ttl: 3600},
+		Cpu: "RFC8482"}}}
+	c.ede.add(dns.ExtendedErrorCodeSynthesized, edeTextANY)
+	return p.send(dst, c, m, stage.SourceLocal, 0, 0)
 }
 
 // rewrite applies the rewriter to c: when a rule applies, c resolves the
@@ -230,6 +254,9 @@ func (p *Pipeline) answer(dst []byte, c *call) ([]byte, server.Verdict) {
 	case a.wait:
 		return dst, server.Wait
 	case a.err != nil:
+		// The SERVFAIL CoreDNS's server writes for a plugin that failed
+		// (errorFunc), past nsid's writer: no NSID.
+		c.hasNSID = false
 		c.fail, c.failErr = failureReason(a.err), a.err
 		c.ede.failed(a.err)
 		return p.reply(dst, c, dns.RcodeServerFailure, a.Source), server.Reply
