@@ -27,6 +27,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/query/hosts"
 	"github.com/nodedns/nodedns/pkg/query/pipeline"
 	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/zonefile"
 	"github.com/nodedns/nodedns/pkg/supervisor"
 	"github.com/nodedns/nodedns/pkg/upstream"
 )
@@ -101,6 +102,9 @@ type Agent struct {
 	// hosts holds the static records (none when the key is absent); a
 	// reload replaces them.
 	hosts *hosts.Hosts
+	// zones are the zones of the zone files (CoreDNS file); empty when
+	// the key is absent.
+	zones *zonefile.Files
 	// clusterFwd asks --cluster-dns; clusterCache keeps its answers in
 	// forward mode (forward.go). Both nil when unused.
 	clusterFwd   *upstream.Forwarder
@@ -252,12 +256,15 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	if a.hosts, err = hosts.New(hc); err != nil {
 		return nil, err
 	}
+	if a.zones, err = newZoneFiles(cfg, a); err != nil {
+		return nil, err
+	}
 	rw, err := cfg.Rewriter()
 	if err != nil {
 		return nil, err
 	}
 	listen := cfg.ListenAddrs()
-	pcfg := pipeline.Config{Panics: a.panics, Failures: a.failures, Hosts: a.hosts, LoadBalance: cfg.LoadBalance == config.LoadBalanceRoundRobin, Resolver: a.cache, Autopath: cfg.Autopath,
+	pcfg := pipeline.Config{Panics: a.panics, Failures: a.failures, Hosts: a.hosts, Files: a.zones, LoadBalance: cfg.LoadBalance == config.LoadBalanceRoundRobin, Resolver: a.cache, Autopath: cfg.Autopath,
 		MaxUDPSize: cfg.MaxUDPSize, ClientNamespaces: cfg.MetricsNamespaces > 0, Logger: log}
 	scfg := server.Config{Panics: a.panics, Listen: listen, MaxInflight: cfg.MaxInflight, MaxClientInflight: cfg.MaxClientInflight, MaxTCPConns: cfg.MaxTCPConns,
 		UDPReaders: cfg.UDPReaders, SocketsPerAddr: cfg.SocketsPerAddr(), Logger: log}
@@ -350,6 +357,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	go a.rec.Run(ctx)
 	go a.failures.Run(ctx)
 	go a.hosts.Run(ctx)
+	go a.zones.Run(ctx)
 	if a.clusterFwd != nil {
 		go a.clusterFwd.Run(ctx)
 	}

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"os"
+
 	"github.com/nodedns/nodedns/pkg/config"
 	"github.com/nodedns/nodedns/pkg/query/builtin"
 	"github.com/nodedns/nodedns/pkg/query/pipeline"
@@ -38,6 +40,9 @@ func (a *Agent) buildPlugins(cfg config.Config) (*pipeline.Plugins, error) {
 	}
 	if pl.Header.Set, pl.Header.Clear, _, err = cfg.HeaderMasks(); err != nil {
 		return nil, err
+	}
+	if cfg.NSID {
+		pl.NSID = pipeline.NSID{On: true, Data: cfg.NSIDPayload(os.Hostname)}
 	}
 	if *pl == (pipeline.Plugins{}) {
 		return nil, nil

@@ -153,7 +153,7 @@ var (
 // applierOrder is the order commits run in: the one commit that can fail
 // (the cache's own checks) first, so that a failure leaves nothing applied.
 // Every apply class of the settings table has its applier here.
-var applierOrder = []*applier{applyCache, applyForwarder, applyHosts, applyRewrite, applyPlugins, applyLoadBalance, applySearch, applyLogLevel, applyLogQueries, applyFallback, applyAtExit}
+var applierOrder = []*applier{applyCache, applyForwarder, applyHosts, applyRewrite, applyPlugins, applyLoadBalance, applySearch, applyLogLevel, applyLogQueries, applyFallback, applyAtExit, applyZoneFiles}
 
 // applierOf returns the applier of class, or nil.
 func applierOf(class config.Apply) *applier {

@@ -113,6 +113,12 @@ type Config struct {
 	Templates            []TemplateConfig
 	Header               *HeaderConfig
 	MinimalResponses     bool
+	// CoreDNS's nsid and file (zonefile.go): nsid turns the NSID option
+	// on, NSIDData is its payload (default the node's name); zone-files
+	// is a file key only.
+	NSID      bool
+	NSIDData  string
+	ZoneFiles []ZoneFileConfig
 	// Dnstap are the dnstap collectors (dnstap.go); file key only.
 	Dnstap []DnstapConfig
 	// Views are CoreDNS view blocks with a forward (views.go); file key

@@ -89,6 +89,8 @@ const (
 	// ApplyFallback computes the DNS fallback's targets again and hands
 	// them to the interception.
 	ApplyFallback Apply = "fallback"
+	// ApplyZoneFiles reads the zone files again and swaps the zones in.
+	ApplyZoneFiles Apply = "zone files"
 )
 
 // noFlag marks a setting that has no flag.
@@ -597,6 +599,14 @@ var settings = []*Setting{
 		field: func(c *Config) any { return &c.MetricsNamespaces }, check: func(c *Config) error {
 			return between("metrics-namespaces", c.MetricsNamespaces, 0, metrics.MaxNamespaces)
 		}},
+
+	// CoreDNS's nsid and file (zonefile.go).
+	{key: "nsid", help: "answer the NSID EDNS option (RFC 5001) with --nsid-data, as CoreDNS's nsid",
+		field: func(c *Config) any { return &c.NSID }, apply: on(ApplyPlugins)},
+	{key: "nsid-data", help: "with nsid: the NSID payload (default the node's name, --node-name, else the host name); at most 128 bytes",
+		field: func(c *Config) any { return &c.NSIDData }, apply: on(ApplyPlugins), check: checkNSID},
+	{key: "zone-files", flag: noFlag, help: "zones served from RFC 1035 zone files as CoreDNS's file: a list of {file, zones, reload (default 1m; 0s: never), fallthrough}; at most 16 files of 32 MiB and 200000 records each",
+		field: func(c *Config) any { return &c.ZoneFiles }, apply: on(ApplyZoneFiles), check: checkZoneFiles},
 }
 
 // completeCheck reports a configuration that is valid but not enough to

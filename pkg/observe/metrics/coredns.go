@@ -125,7 +125,7 @@ func qtypeIndex(t uint16) int {
 // sourcePlugin is the CoreDNS plugin label of each answer source.
 var sourcePlugin = [numSources]string{
 	srcCluster: "kubernetes", srcCache: "cache", srcStale: "cache", srcUpstream: "forward",
-	srcAutopath: "autopath", srcLocal: "", srcTemplate: "template", srcOther: "",
+	srcAutopath: "autopath", srcLocal: "", srcTemplate: "template", srcFile: "file", srcOther: "",
 }
 
 // corednsRcode is the rcode label CoreDNS gives responses

@@ -130,11 +130,12 @@ const (
 	srcLocal
 	srcHosts
 	srcTemplate
+	srcFile
 	srcOther
 	numSources
 )
 
-var sourceNames = [numSources]string{"cluster", "cache", "stale", "upstream", "autopath", "local", "hosts", "template", "other"}
+var sourceNames = [numSources]string{"cluster", "cache", "stale", "upstream", "autopath", "local", "hosts", "template", "file", "other"}
 
 func sourceIndex(s stage.Source) int {
 	switch s {
@@ -154,6 +155,8 @@ func sourceIndex(s stage.Source) int {
 		return srcHosts
 	case stage.SourceTemplate:
 		return srcTemplate
+	case stage.SourceFile:
+		return srcFile
 	}
 	return srcOther
 }

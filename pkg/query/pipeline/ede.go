@@ -58,6 +58,7 @@ const (
 	edeTextClass      = "only class IN is served"
 	edeTextSearch     = "search-path answer"
 	edeTextANY        = "RFC 8482 answer to ANY"
+	edeTextZone       = "zone file not loaded, or a CNAME loop"
 )
 
 // edeSet is the EDE options of one reply, on the call's stack.
@@ -130,6 +131,9 @@ func (e *edeSet) failed(err error) {
 	switch {
 	case errors.Is(err, errNotSynced):
 		e.add(dns.ExtendedErrorCodeNotReady, edeTextNotSynced)
+		return
+	case errors.Is(err, errZone):
+		e.add(dns.ExtendedErrorCodeOther, edeTextZone)
 		return
 	case errors.Is(err, errClusterDNS):
 		// Before the sync, asking the central cluster DNS failed: not

@@ -36,6 +36,7 @@ const (
 	failWalk       = "search-path walk answered SERVFAIL"
 	failRewrite    = "rewrite produced an invalid name"
 	failOther      = "SERVFAIL"
+	failZone       = "file: zone not loaded, or a CNAME loop"
 )
 
 var (
@@ -47,6 +48,8 @@ var (
 	// does not fit), so such a message passed on would read as NOERROR
 	// without records, "no such record": it is a failure instead.
 	errTruncated = errors.New("stage reply truncated")
+	// errZone: a file zone could not answer (zone.go).
+	errZone = errors.New(failZone)
 )
 
 // failureReason names the reason for a resolution error.
@@ -56,6 +59,8 @@ func failureReason(err error) string {
 		return failNotSynced
 	case errors.Is(err, errClusterDNS):
 		return failClusterDNS
+	case errors.Is(err, errZone):
+		return failZone
 	}
 	return failUpstream
 }

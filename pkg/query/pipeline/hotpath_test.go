@@ -122,6 +122,7 @@ func TestHotPathAllocs(t *testing.T) {
 		{"with plugins", hotServer(t, withPlugins(t))},
 		{"with views", hotServer(t, withViews(t))},
 		{"with dnstap", hotServer(t, withDnstap(t))},
+		{"with file and nsid", hotServer(t, withPlugins(t), withZoneFiles(t), withNSID)},
 	}
 	out := make([]byte, 0, 4096)
 	cases := []struct {

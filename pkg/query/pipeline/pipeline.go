@@ -59,6 +59,9 @@ type Config struct {
 	Hosts stage.Hosts
 	// Cluster answers the cluster zone; nil disables it (and the walk).
 	Cluster stage.Cluster
+	// Files answers the zones of zone files after the cluster zone, as
+	// CoreDNS's file comes after kubernetes (zone.go); nil: none.
+	Files stage.ZoneFiles
 	// ClusterDNS, when set, answers cluster-zone queries until Cluster has
 	// synced; without it they get SERVFAIL (never a false NXDOMAIN).
 	ClusterDNS stage.Exchanger
@@ -219,6 +222,9 @@ func (p *Pipeline) confGeneration() uint64 {
 	g := p.conf.Load()
 	if p.cfg.Hosts != nil {
 		g += p.cfg.Hosts.Generation()
+	}
+	if p.cfg.Files != nil {
+		g += p.cfg.Files.Generation()
 	}
 	return g
 }

@@ -49,6 +49,9 @@ type call struct {
 	hdr Header
 	// noTemplates: a template's CNAME targets are being looked up.
 	noTemplates bool
+	// zoneDepth counts the file zones' CNAME targets being looked up
+	// (zone.go).
+	zoneDepth uint8
 	// nsid (hasNSID): the NSID option's payload the reply carries (the
 	// query asked for it and the nsid plugin is configured).
 	nsid    string
@@ -386,6 +389,11 @@ func (p *Pipeline) held(c *call, name string, qtype uint16) (a answer, ok bool) 
 		if res, ok := p.cfg.Cluster.Lookup(name, qtype); ok {
 			res.Source = stage.SourceCluster
 			return answer{Result: res, stable: !res.NotSynced && res.ExternalTarget == ""}, true
+		}
+	}
+	if p.cfg.Files != nil {
+		if za, ok := p.cfg.Files.Lookup(name, qtype); ok {
+			return p.zoneFile(c, za, qtype), true
 		}
 	}
 	return answer{}, false

@@ -87,3 +87,31 @@ type Templates interface {
 	// allocation.
 	Lookup(name string, qtype, qclass uint16, client netip.Addr, id uint16) (a TemplateAnswer, ok bool)
 }
+
+// ZoneAnswer is a file zone's answer to one question (ZoneFiles).
+type ZoneAnswer struct {
+	// Msg is the answer when Target is empty: rcode, AA and the
+	// sections. Read-only.
+	Msg *dns.Msg
+	// Failed: the zone cannot answer (not loaded, a CNAME loop): a
+	// SERVFAIL the server writes, without records.
+	Failed bool
+	// Target is a CNAME target the zone does not hold: the pipeline
+	// looks (Target, qtype) up through every stage and hands Finish the
+	// result (the target's reply, or failed), which gives the answer, as
+	// CoreDNS's file asks its whole server for such a target.
+	Target string
+	Finish func(target *dns.Msg, failed bool) *dns.Msg
+}
+
+// ZoneFiles answers the zones served from zone files (pkg/query/zonefile,
+// CoreDNS file), after the cluster zone in the stage order.
+type ZoneFiles interface {
+	// Lookup answers (name, qtype): name is lower-case and fully
+	// qualified. ok is false for a name outside every zone (or passed on
+	// by fallthrough): a few suffix comparisons and no allocation.
+	Lookup(name string, qtype uint16) (a ZoneAnswer, ok bool)
+	// Generation moves after every change of the zones (a reload, a
+	// file read again).
+	Generation() uint64
+}

@@ -43,6 +43,7 @@ const (
 	SourceLocal    Source = "local"    // answered by the pipeline itself (errors, ANY, ...)
 	SourceHosts    Source = "hosts"    // static records
 	SourceTemplate Source = "template" // answered by a template
+	SourceFile     Source = "file"     // a zone served from a zone file
 )
 
 // Result is a stage's answer to one question.
