@@ -23,7 +23,6 @@ var unsupported = map[string]string{
 	"dynupdate":    "accepted dynamic updates (RFC 2136)",
 	"erratic":      "answered erratically for testing",
 	"etcd":         "served records from etcd (SkyDNS)",
-	"file":         "served a zone from a zone file",
 	"geoip":        "looked up the client's location",
 	"grpc":         "forwarded queries over gRPC",
 	"grpc_server":  "served DNS over gRPC",
@@ -33,7 +32,6 @@ var unsupported = map[string]string{
 	"metadata":     "made request metadata available to other plugins",
 	"multisocket":  "served on several sockets per port",
 	"nomad":        "served records from Nomad",
-	"nsid":         "added the NSID EDNS option to answers",
 	"on":           "ran commands on startup or shutdown",
 	"pprof":        "served Go profiling data",
 	"proxyproto":   "accepted the PROXY protocol",
@@ -117,6 +115,10 @@ func (m *migrator) directive(b *block, d *Directive, clusterFwd, reverseOnly boo
 	case "cancel":
 		// Every query of nodedns has a deadline (the upstream budget, 5s).
 		m.noBlock(d)
+	case "file":
+		m.file(b, d)
+	case "nsid":
+		m.nsid(d)
 	default:
 		if what, ok := unsupported[d.Name]; ok {
 			m.drop(d.Line, "%s: not carried; it %s", d.String(), what)
