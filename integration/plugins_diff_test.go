@@ -163,7 +163,7 @@ func plRender(cfg plConfig, q plQuestion, m *dns.Msg) string {
 }
 
 func plConfigs() []plConfig {
-	A, AAAA, MX, TXT, SOA, NS, PTR, HINFO := dns.TypeA, dns.TypeAAAA, dns.TypeMX, dns.TypeTXT, dns.TypeSOA, dns.TypeNS, dns.TypePTR, dns.TypeHINFO
+	A, AAAA, MX, TXT, SOA, NS, PTR, HINFO, ANY := dns.TypeA, dns.TypeAAAA, dns.TypeMX, dns.TypeTXT, dns.TypeSOA, dns.TypeNS, dns.TypePTR, dns.TypeHINFO, dns.TypeANY
 	q := func(name string, types ...uint16) []plQuestion {
 		var out []plQuestion
 		for _, t := range types {
@@ -251,6 +251,11 @@ acl internal.example.com {
 `, questions: cat(q("www.example.com.", A, MX, TXT, HINFO), q("x.internal.example.com.", A, MX),
 			from("127.0.25.7", cat(q("www.example.com.", A, MX, TXT), q("x.internal.example.com.", A, TXT))),
 			from("127.0.25.8", cat(q("www.example.com.", A, MX, TXT, HINFO), q("x.internal.example.com.", A, MX, TXT))))},
+		// An ANY question is the access list's first: CoreDNS (without its
+		// any plugin) refuses it, where nodedns answered RFC 8482's HINFO.
+		{name: "acl block type ANY", ede: true, corefile: "acl {\n  block type ANY\n}",
+			nodedns:   "acl:\n  - policies: [{action: block, types: [ANY]}]\n",
+			questions: cat(q("www.example.com.", ANY, A), q("nx.example.com.", ANY))},
 		{name: "local", corefile: "local", nodedns: "local: true\n", questions: localQs},
 		{name: "local localhost_prefix off", corefile: "local {\n  localhost_prefix off\n}",
 			nodedns: "local: true\nlocal-localhost-prefix: false\n", questions: localQs},
