@@ -235,6 +235,7 @@ func BenchmarkDropIn(b *testing.B) {
 		{"plugins", []func(*Config){withPlugins(b)}},
 		{"dnstap", []func(*Config){withDnstap(b)}},
 		{"views", []func(*Config){withViews(b)}},
+		{"file+nsid", []func(*Config){withZoneFiles(b), withNSID}},
 	} {
 		s := hotServer(b, c.opts...)
 		for _, q := range []struct{ name, qname string }{{"cache3", "pool.example.test."}, {"cluster", "web.team-a.svc.cluster.local."}} {
