@@ -72,6 +72,9 @@ func (m *migrator) file(b *block, d *Directive) {
 func (m *migrator) nsid(d *Directive) {
 	m.noBlock(d)
 	set(m, &m.cfg.NSID, true, d.Line)
+	if m.otherBlocks > 0 {
+		m.comment(&m.cfg.NSID, fmt.Sprintf("line %d: the NSID goes on the answers of every zone (CoreDNS: of this server block's)", d.Line))
+	}
 	if args := d.ArgTexts(); len(args) > 0 {
 		set(m, &m.cfg.NSIDData, strings.Join(args, " "), d.Line)
 	} else {
