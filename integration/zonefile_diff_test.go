@@ -69,10 +69,28 @@ func zfZoneText(serial, www string) string {
 // zfReload is the reload period of both: short, so the edit shows soon.
 const zfReload = 2 * time.Second
 
+// zfOther is a second zone, served by a server block of its own without
+// nsid: its answers carry no NSID in CoreDNS; its CNAMEs go to the
+// cluster zone and out.
+const zfOther = `$ORIGIN other.test.
+@     300 IN SOA ns.other.test. hm.other.test. 7 7200 1800 86400 30
+@     300 IN NS  ns.other.test.
+ns    300 IN A   192.0.2.60
+host  300 IN A   192.0.2.61
+web   300 IN CNAME web.NAMESPACE.svc.cluster.local.
+ext   300 IN CNAME www.example.com.
+`
+
 // zfCorefile is the Corefile of the test: nsid, kubernetes, file in the
-// same server block, forward.
-func zfCorefile(port, ready int, kubeconfig, zonefile, upstream string) string {
-	return fmt.Sprintf(`.:%d {
+// same server block, forward; another block serving a zone from a file,
+// without nsid.
+func zfCorefile(port, ready int, kubeconfig, zonefile, other, upstream string) string {
+	return fmt.Sprintf(`other.test:%d {
+  bind 127.0.0.1
+  errors
+  file %s
+}
+.:%d {
   bind 127.0.0.1
   errors
   ready 127.0.0.1:%d
@@ -88,7 +106,7 @@ func zfCorefile(port, ready int, kubeconfig, zonefile, upstream string) string {
   }
   forward . %s
 }
-`, port, ready, kubeconfig, zonefile, zfReload, upstream)
+`, port, other, port, ready, kubeconfig, zonefile, zfReload, upstream)
 }
 
 // zfQuestion is one question over one transport, with or without NSID.
@@ -136,7 +154,7 @@ func zfRender(m *dns.Msg) string {
 	for _, sec := range [][]dns.RR{c.Answer, c.Ns, c.Extra} {
 		for _, rr := range sec {
 			n := strings.ToLower(rr.Header().Name)
-			if !dns.IsSubDomain("example.org.", n) && !dns.IsSubDomain("cluster.local.", n) {
+			if !dns.IsSubDomain("example.org.", n) && !dns.IsSubDomain("cluster.local.", n) && !dns.IsSubDomain("other.test.", n) {
 				rr.Header().Ttl = 0
 			}
 			if soa, ok := rr.(*dns.SOA); ok && n == "cluster.local." {
@@ -173,26 +191,31 @@ func TestZoneFileDifferential(t *testing.T) {
 	if err := os.WriteFile(zonefile, []byte(zfZoneText("2026120201", "192.0.2.80")), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	other := filepath.Join(t.TempDir(), "db.other.test")
+	if err := os.WriteFile(other, []byte(strings.ReplaceAll(zfOther, "NAMESPACE", ns)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cup, nup := plUpstream(t), plUpstream(t)
 	cdns, _ := startCoreDNSCorefile(t, coredns, func(port, ready int) string {
-		return zfCorefile(port, ready, cp.Kubeconfig, zonefile, cup.Addr)
+		return zfCorefile(port, ready, cp.Kubeconfig, zonefile, other, cup.Addr)
 	})
 
 	// nodedns: what `nodedns migrate` makes of the same Corefile, nothing
 	// dropped; its file and nsid keys, with the cluster and the upstream
 	// as startAgent gives them.
-	res, err := migrate.Migrate([]byte(zfCorefile(53, 8181, cp.Kubeconfig, zonefile, nup.Addr)), migrate.Options{})
+	res, err := migrate.Migrate([]byte(zfCorefile(53, 8181, cp.Kubeconfig, zonefile, other, nup.Addr)), migrate.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(res.Dropped) > 0 {
 		t.Fatalf("migrate dropped %v", res.Dropped)
 	}
-	if !res.Config.NSID || res.Config.NSIDData != "test-node-1" || len(res.Config.ZoneFiles) != 1 {
-		t.Fatalf("migrate: nsid %v %q, zone files %+v", res.Config.NSID, res.Config.NSIDData, res.Config.ZoneFiles)
+	if !res.Config.NSID || res.Config.NSIDData != "test-node-1" || len(res.Config.ZoneFiles) != 2 || strings.Join(res.Config.NSIDExcept, ",") != "other.test" {
+		t.Fatalf("migrate: nsid %v %q except %v, zone files %+v", res.Config.NSID, res.Config.NSIDData, res.Config.NSIDExcept, res.Config.ZoneFiles)
 	}
 	var b strings.Builder
-	for k, v := range map[string]any{"nsid": res.Config.NSID, "nsid-data": res.Config.NSIDData, "zone-files": res.Config.ZoneFiles} {
+	for k, v := range map[string]any{"nsid": res.Config.NSID, "nsid-data": res.Config.NSIDData, "nsid-except": res.Config.NSIDExcept,
+		"zone-files": res.Config.ZoneFiles} {
 		j, err := json.Marshal(v)
 		if err != nil {
 			t.Fatal(err)
@@ -232,6 +255,11 @@ func TestZoneFileDifferential(t *testing.T) {
 		{"nope." + ns + ".svc.cluster.local.", []uint16{A}},
 		{"www.example.com.", []uint16{A}},
 		{"nx.example.com.", []uint16{A}},
+		{"other.test.", []uint16{SOA, NS}},
+		{"host.other.test.", []uint16{A, TXT}},
+		{"web.other.test.", []uint16{A}},
+		{"ext.other.test.", []uint16{A}},
+		{"nope.other.test.", []uint16{A}},
 	}
 	var qs []zfQuestion
 	for _, proto := range []string{"udp", "tcp"} {

@@ -130,6 +130,7 @@ func (m *migrator) run(f *File) {
 		m.blockForwards(b, plain)
 	}
 	m.finish(plain)
+	m.nsidZones(plain)
 	m.viewsDepart()
 }
 

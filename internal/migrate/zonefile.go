@@ -3,6 +3,7 @@ package migrate
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,12 +73,41 @@ func (m *migrator) file(b *block, d *Directive) {
 func (m *migrator) nsid(d *Directive) {
 	m.noBlock(d)
 	set(m, &m.cfg.NSID, true, d.Line)
-	if m.otherBlocks > 0 {
-		m.comment(&m.cfg.NSID, fmt.Sprintf("line %d: the NSID goes on the answers of every zone (CoreDNS: of this server block's)", d.Line))
-	}
 	if args := d.ArgTexts(); len(args) > 0 {
 		set(m, &m.cfg.NSIDData, strings.Join(args, " "), d.Line)
 	} else {
 		m.comment(&m.cfg.NSID, "the NSID is the node's name (NODE_NAME), where CoreDNS's is the host's name: the same on the host network")
+	}
+}
+
+// nsidZones sets nsid-zones and nsid-except from the server blocks with
+// and without nsid (after every block is read): CoreDNS answers a query
+// from the block of the most specific zone holding its name, so the
+// NSID goes on a name's answers when that block has nsid.
+func (m *migrator) nsidZones(blocks []*block) {
+	o := m.origins[m.key(&m.cfg.NSID)]
+	if o == nil {
+		return
+	}
+	var on, off config.List
+	for _, b := range blocks {
+		has := hasDirective(b.sb, "nsid")
+		for _, z := range b.zones {
+			switch {
+			case has && !slices.Contains(on, trimDot(z)):
+				on = append(on, trimDot(z))
+			case !has && !slices.Contains(off, trimDot(z)):
+				off = append(off, trimDot(z))
+			}
+		}
+	}
+	if len(on) == 1 && on[0] == "." {
+		on = nil // every name: the default
+	}
+	if len(on) > 0 {
+		set(m, &m.cfg.NSIDZones, on, o.line)
+	}
+	if len(off) > 0 {
+		set(m, &m.cfg.NSIDExcept, off, o.line, "the zones of the server blocks without nsid")
 	}
 }

@@ -15,8 +15,8 @@ func TestFileNSID(t *testing.T) {
 		t.Fatalf("dropped: %s", droppedText(res))
 	}
 	c := res.Config
-	if !c.NSID || c.NSIDData != "node-a" {
-		t.Errorf("nsid %v %q", c.NSID, c.NSIDData)
+	if !c.NSID || c.NSIDData != "node-a" || len(c.NSIDZones) != 0 || strings.Join(c.NSIDExcept, ",") != "example.org" {
+		t.Errorf("nsid %v %q zones %v except %v; want node-a on every name but example.org's (its block has no nsid)", c.NSID, c.NSIDData, c.NSIDZones, c.NSIDExcept)
 	}
 	if len(c.ZoneFiles) != 2 {
 		t.Fatalf("zone files %+v", c.ZoneFiles)

@@ -42,7 +42,7 @@ func (a *Agent) buildPlugins(cfg config.Config) (*pipeline.Plugins, error) {
 		return nil, err
 	}
 	if cfg.NSID {
-		pl.NSID = pipeline.NSID{On: true, Data: cfg.NSIDPayload(os.Hostname)}
+		pl.NSID = &pipeline.NSID{Data: cfg.NSIDPayload(os.Hostname), Zones: canonicalZones(cfg.NSIDZones), Except: canonicalZones(cfg.NSIDExcept)}
 	}
 	if *pl == (pipeline.Plugins{}) {
 		return nil, nil

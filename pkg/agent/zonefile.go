@@ -2,6 +2,7 @@ package agent
 
 import (
 	"github.com/nodedns/nodedns/pkg/config"
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 	"github.com/nodedns/nodedns/pkg/query/zonefile"
 )
 
@@ -26,4 +27,13 @@ func newZoneFiles(cfg config.Config, a *Agent) (*zonefile.Files, error) {
 	zc := cfg.ZoneFileSettings()
 	zc.Logger = a.log
 	return zonefile.New(zc)
+}
+
+// canonicalZones makes the zones of a key lower-case FQDNs; nil for none.
+func canonicalZones(zs config.List) []string {
+	var out []string
+	for _, z := range zs {
+		out = append(out, dnsname.Canonical(z))
+	}
+	return out
 }

@@ -116,9 +116,11 @@ type Config struct {
 	// CoreDNS's nsid and file (zonefile.go): nsid turns the NSID option
 	// on, NSIDData is its payload (default the node's name); zone-files
 	// is a file key only.
-	NSID      bool
-	NSIDData  string
-	ZoneFiles []ZoneFileConfig
+	NSID       bool
+	NSIDData   string
+	NSIDZones  List
+	NSIDExcept List
+	ZoneFiles  []ZoneFileConfig
 	// Dnstap are the dnstap collectors (dnstap.go); file key only.
 	Dnstap []DnstapConfig
 	// Views are CoreDNS view blocks with a forward (views.go); file key

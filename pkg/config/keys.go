@@ -605,6 +605,10 @@ var settings = []*Setting{
 		field: func(c *Config) any { return &c.NSID }, apply: on(ApplyPlugins)},
 	{key: "nsid-data", help: "with nsid: the NSID payload (default the node's name, --node-name, else the host name); at most 128 bytes",
 		field: func(c *Config) any { return &c.NSIDData }, apply: on(ApplyPlugins), check: checkNSID},
+	{key: "nsid-zones", help: "with nsid: comma-separated zones whose names get it (default every name); the most specific of nsid-zones and nsid-except holding the name decides, as CoreDNS's server blocks with and without nsid; at most 64",
+		field: func(c *Config) any { return &c.NSIDZones }, apply: on(ApplyPlugins), check: checkNSID},
+	{key: "nsid-except", help: "with nsid: comma-separated zones whose names do not get it (server blocks without nsid); at most 64",
+		field: func(c *Config) any { return &c.NSIDExcept }, apply: on(ApplyPlugins), check: checkNSID},
 	{key: "zone-files", flag: noFlag, help: "zones served from RFC 1035 zone files as CoreDNS's file: a list of {file, zones, reload (default 1m; 0s: never), fallthrough}; at most 16 files of 32 MiB and 200000 records each",
 		field: func(c *Config) any { return &c.ZoneFiles }, apply: on(ApplyZoneFiles), check: checkZoneFiles},
 }

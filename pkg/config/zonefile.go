@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"github.com/nodedns/nodedns/pkg/query/dnsname"
 	"github.com/nodedns/nodedns/pkg/query/zonefile"
 )
@@ -78,6 +80,19 @@ func checkZoneFiles(c *Config) error {
 func checkNSID(c *Config) error {
 	if len(c.NSIDData) > maxNSIDBytes {
 		return fmt.Errorf("--nsid-data: %d bytes, want at most %d", len(c.NSIDData), maxNSIDBytes)
+	}
+	for _, l := range []struct {
+		key   string
+		zones List
+	}{{"nsid-zones", c.NSIDZones}, {"nsid-except", c.NSIDExcept}} {
+		if len(l.zones) > maxACLItems {
+			return fmt.Errorf("--%s: %d zones, want at most %d", l.key, len(l.zones), maxACLItems)
+		}
+		for _, z := range l.zones {
+			if _, ok := dns.IsDomainName(z); !ok || z == "" {
+				return fmt.Errorf("--%s: %q is not a zone", l.key, z)
+			}
+		}
 	}
 	return nil
 }

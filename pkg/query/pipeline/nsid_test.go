@@ -49,7 +49,7 @@ func TestNSID(t *testing.T) {
 		m.Answer = []dns.RR{dnstest.MustRRf("%s 60 IN A 192.0.2.7", q.Question[0].Name)}
 		return m, nil
 	}}
-	pl := &Plugins{NSID: NSID{On: true, Data: "node-1"},
+	pl := &Plugins{NSID: &NSID{Data: "node-1"},
 		ACL: mustACL(t, acl.Rule{Zones: []string{"blocked.example"}, Policies: []acl.Policy{{Action: acl.Block}}})}
 	_, addr := start(t, Config{Resolver: res, Cluster: testCluster(), Plugins: pl})
 	want := "6e6f64652d31" // "node-1"
@@ -85,7 +85,7 @@ func TestNSID(t *testing.T) {
 // TestNSIDCacheHit: a cache hit served from wire form on the reader gets
 // the option appended to its OPT.
 func TestNSIDCacheHit(t *testing.T) {
-	p := hotServer(t, func(c *Config) { c.Plugins = &Plugins{NSID: NSID{On: true, Data: "n"}} })
+	p := hotServer(t, func(c *Config) { c.Plugins = &Plugins{NSID: &NSID{Data: "n"}} })
 	out, v := serveOnce(p, dnstest.Pack(qNSID("www.example.test.", dns.TypeA)), make([]byte, 0, 4096))
 	if v != server.Reply {
 		t.Fatalf("verdict %d, want a reply on the reader", v)
@@ -117,5 +117,31 @@ func TestACLBeforeANY(t *testing.T) {
 	r = dnstest.Exchange(t, addr, "udp", qEDNS("www.example.com.", dns.TypeANY))
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || r.Answer[0].Header().Rrtype != dns.TypeHINFO {
 		t.Fatalf("ANY not blocked: want RFC 8482's HINFO, got %v", r)
+	}
+}
+
+// TestNSIDZones: the most specific of Zones and Except holding the name
+// decides, as CoreDNS routes a query to the block of the most specific
+// zone.
+func TestNSIDZones(t *testing.T) {
+	for _, c := range []struct {
+		n    NSID
+		name string
+		want bool
+	}{
+		{NSID{}, "www.example.org.", true},
+		{NSID{Except: []string{"other.test."}}, "www.example.org.", true},
+		{NSID{Except: []string{"other.test."}}, "a.other.test.", false},
+		{NSID{Except: []string{"other.test."}}, "other.test.", false},
+		{NSID{Zones: []string{"example.org."}}, "www.example.org.", true},
+		{NSID{Zones: []string{"example.org."}}, "www.example.com.", false},
+		{NSID{Zones: []string{".", "a.other.test."}, Except: []string{"other.test."}}, "x.a.other.test.", true},
+		{NSID{Zones: []string{".", "a.other.test."}, Except: []string{"other.test."}}, "b.other.test.", false},
+		{NSID{Zones: []string{"example.org."}, Except: []string{"."}}, "www.example.org.", true},
+		{NSID{Zones: []string{"example.org."}, Except: []string{"."}}, "www.example.net.", false},
+	} {
+		if got := c.n.covers(c.name); got != c.want {
+			t.Errorf("%+v covers %s: %v, want %v", c.n, c.name, got, c.want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"github.com/miekg/dns"
 
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 	"github.com/nodedns/nodedns/pkg/query/server"
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
@@ -30,20 +31,46 @@ type Plugins struct {
 	Templates    stage.Templates
 	Header       Header
 	// NSID is CoreDNS's nsid: queries that carry the NSID option (RFC
-	// 5001) get it back with these bytes (check, finish).
-	NSID NSID
+	// 5001) get it back with these bytes (check, finish). nil: off.
+	NSID *NSID
 }
 
-// NSID is the nsid plugin: On, every reply to a query carrying the NSID
+// NSID is the nsid plugin: every reply to a query carrying the NSID
 // option carries it with Data, as CoreDNS 1.15's nsid, which wraps the
 // writer of every plugin after it: answers, NXDOMAIN and NODATA, cache
 // hits, the access list's refusals, local, chaos and ANY answers; not the
 // errors CoreDNS's server writes itself (FORMERR, NOTIMP, BADVERS, a
 // failed resolution's SERVFAIL, REFUSED for another class or a zone
 // transfer).
+//
+// Zones and Except (lower-case FQDNs) are the zones of the Corefile's
+// server blocks with and without nsid: the query's name, as asked, is
+// the most specific block's, as CoreDNS routes it. Zones empty: every
+// name but Except's.
 type NSID struct {
-	On   bool
-	Data string
+	Data          string
+	Zones, Except []string
+}
+
+// covers reports whether the NSID goes on the reply to name (lower-case,
+// as asked): the longest zone of Zones holding it is longer than the
+// longest of Except. Asked only of queries carrying the option.
+func (n *NSID) covers(name string) bool {
+	on := 0 // labels of the longest zone holding name, plus one
+	if len(n.Zones) == 0 {
+		on = 1 // the root
+	}
+	for _, z := range n.Zones {
+		if dnsname.InZone(name, z) {
+			on = max(on, dns.CountLabel(z)+1)
+		}
+	}
+	for _, z := range n.Except {
+		if dnsname.InZone(name, z) && dns.CountLabel(z)+1 >= on {
+			return false
+		}
+	}
+	return on > 0
 }
 
 // Header is CoreDNS's header plugin: flags (dnswire.FlagAA, FlagRA,

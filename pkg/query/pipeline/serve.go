@@ -186,7 +186,7 @@ func (p *Pipeline) check(dst []byte, c *call) (out []byte, v server.Verdict, don
 		p.cfg.Tap.ClientQuery(c.req.Proto == "tcp", netip.AddrPortFrom(c.req.Client, c.req.ClientPort), c.req.Received, c.req.Packet)
 	}
 	if pl := p.plugins.Load(); pl != nil {
-		if pl.NSID.On && c.q.NSID {
+		if c.q.NSID && pl.NSID != nil && pl.NSID.covers(c.q.Name) {
 			// From here on every reply carries the NSID option, as
 			// CoreDNS's nsid wraps the writer of every plugin after it.
 			c.nsid, c.hasNSID = pl.NSID.Data, true

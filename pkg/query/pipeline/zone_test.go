@@ -51,7 +51,7 @@ func withNSID(c *Config) {
 		c.Plugins = &Plugins{}
 	}
 	pl := *c.Plugins
-	pl.NSID = NSID{On: true, Data: "node-1"}
+	pl.NSID = &NSID{Data: "node-1"}
 	c.Plugins = &pl
 }
 
