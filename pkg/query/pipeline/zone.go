@@ -1,8 +1,16 @@
 package pipeline
 
 import (
+	"github.com/miekg/dns"
+
 	"github.com/nodedns/nodedns/pkg/query/stage"
 )
+
+// zoneFailed is the message of a failed zone answer, for the search path,
+// which reads the rcode of what a stage holds (a written SERVFAIL wins a
+// step); the reply to the client is the pipeline's SERVFAIL (errZone).
+// Read-only.
+var zoneFailed = &dns.Msg{MsgHdr: dns.MsgHdr{Rcode: dns.RcodeServerFailure, Authoritative: true}}
 
 // maxZoneDepth bounds the file zones' CNAME targets looked up through the
 // stages within one query (CoreDNS's file stops past 8 loops).
@@ -18,6 +26,7 @@ func (p *Pipeline) zoneFile(c *call, za stage.ZoneAnswer, qtype uint16) answer {
 	res := stage.Result{Source: stage.SourceFile}
 	switch {
 	case za.Failed:
+		res.Msg = zoneFailed
 		return answer{Result: res, err: errZone}
 	case za.Target == "":
 		res.Msg = za.Msg
@@ -25,6 +34,7 @@ func (p *Pipeline) zoneFile(c *call, za stage.ZoneAnswer, qtype uint16) answer {
 	case !c.wait:
 		return answer{wait: true}
 	case c.zoneDepth >= maxZoneDepth:
+		res.Msg = zoneFailed
 		return answer{Result: res, err: errZone}
 	}
 	c.zoneDepth++

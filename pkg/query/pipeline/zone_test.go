@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -115,5 +116,35 @@ func BenchmarkPluginsMatching(b *testing.B) {
 				serveOnce(s, c.pkt, out)
 			}
 		})
+	}
+}
+
+// TestZoneFileFailed: a zone whose file is missing (reload set) is
+// SERVFAIL, written by the pipeline (no NSID, as CoreDNS's server writes
+// it); a zone with fallthrough passes its NXDOMAIN on.
+func TestZoneFileFailed(t *testing.T) {
+	missing, err := zonefile.New(zonefile.Config{Zones: []zonefile.Zone{{File: filepath.Join(t.TempDir(), "absent"),
+		Origins: []string{"example.org."}, Reload: time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addr := start(t, Config{Resolver: &fakeResolver{}, Files: missing, Plugins: &Plugins{NSID: &NSID{Data: "n"}}})
+	r := dnstest.Exchange(t, addr, "udp", qNSID("www.example.org.", dns.TypeA))
+	if _, ok := nsidOf(r); r.Rcode != dns.RcodeServerFailure || ok {
+		t.Fatalf("missing zone: %v", r)
+	}
+
+	p := filepath.Join(t.TempDir(), "db")
+	if err := os.WriteFile(p, []byte(testZoneText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fall, err := zonefile.New(zonefile.Config{Zones: []zonefile.Zone{{File: p, Origins: []string{"example.org."}, Fall: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addr = start(t, Config{Resolver: &fakeResolver{}, Files: fall})
+	r = dnstest.Exchange(t, addr, "udp", q("nope.example.org.", dns.TypeA))
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "192.0.2.7" {
+		t.Fatalf("fallthrough: want the upstream's answer, got %v", r)
 	}
 }
