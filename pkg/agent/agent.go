@@ -278,7 +278,7 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	if a.rec, err = a.newRecorder(); err != nil {
 		return nil, err
 	}
-	for _, c := range a.reloads.collectors() {
+	for _, c := range append(a.reloads.collectors(), zoneFileCollectors(a.zones)...) {
 		if err := a.rec.Register(c); err != nil {
 			return nil, err
 		}

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/nodedns/nodedns/pkg/config"
 	"github.com/nodedns/nodedns/pkg/query/dnsname"
 	"github.com/nodedns/nodedns/pkg/query/zonefile"
@@ -36,4 +38,19 @@ func canonicalZones(zs config.List) []string {
 		out = append(out, dnsname.Canonical(z))
 	}
 	return out
+}
+
+// zoneFileCollectors are the zone files' figures: zones read (at start,
+// after a config reload, a new serial) and file versions rejected (the
+// zone served before kept). The agent's zone set lives as long as the
+// agent, so both only grow.
+func zoneFileCollectors(f *zonefile.Files) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "nodedns_zone_file_loads_total",
+			Help: "Zones of zone-files read and served: at start, after a config reload, and when a file's SOA serial changed."},
+			func() float64 { return float64(f.Stats().Loaded) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "nodedns_zone_file_rejected_total",
+			Help: "Versions of zone files that did not parse at a reload interval; the zone served before was kept."},
+			func() float64 { return float64(f.Stats().Rejected) }),
+	}
 }

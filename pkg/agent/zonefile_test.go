@@ -78,6 +78,9 @@ func TestReloadZoneFilesNSID(t *testing.T) {
 	if ip, nsid := ask(); ip != "192.0.2.2" || nsid != fmt.Sprintf("%x", "node-7") {
 		t.Errorf("after a rejected reload: %s, NSID %q; want the zone and NSID before", ip, nsid)
 	}
+	if v := ta.metric("nodedns_zone_file_loads_total"); v != 2 {
+		t.Errorf("nodedns_zone_file_loads_total %v, want 2 (start, the reload)", v)
+	}
 	ta.write(keys(first, "nsid: true\nnsid-data: other\n"))
 	dnstest.WaitFor(t, 5*time.Second, "the first zone file and the NSID set", func() bool {
 		ip, nsid := ask()

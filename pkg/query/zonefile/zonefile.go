@@ -6,7 +6,7 @@
 // zone file is re-read every reload interval (default 1m, CoreDNS's) and
 // the new zone served only when its SOA serial differs from the one
 // served; a file that no longer parses keeps the zone served, said in an
-// error line and counted (Stats.Rejected).
+// error line and counted (Stats.Rejected, which the agent exports).
 //
 // Limits: no DNSSEC (signed zones are served as records: no RRSIG or NSEC
 // added to answers, NSEC3 refused, as CoreDNS for DO=0 queries); DNAME
