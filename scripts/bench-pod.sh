@@ -368,14 +368,14 @@ if has "$pwork" pod; then
     echo "bench: installing a C compiler for the glibc lookup loop" >&2
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null
   fi
-  cc -O2 -pthread -o "$work/gailoop" scripts/gailoop.c
+  cc -O2 -pthread -o "$work/gailoop" scripts/gai.c
   gtable="| server | lookups/s | vs best | p50 µs/lookup | p99 µs/lookup | queries/lookup | round trips/lookup | TCP conns | failed | server CPU µs/lookup |"$'\n'
   gtable+="|---|---|---|---|---|---|---|---|---|---|"$'\n'
   # Warm each server (a walker's shortcuts) once, then the rounds, the
   # servers taking turns, each measured with the counters zeroed.
   for s in $pservers; do
     pod_resolv "$s"
-    "${run_in[@]}" "$work/gailoop" "$gai_threads" 3 "$work/glibc.txt" >/dev/null
+    "${run_in[@]}" "$work/gailoop" loop "$gai_threads" 3 "$work/glibc.txt" >/dev/null
     for k in lps p50 p99 qpl rt cpu; do gacc[$s.$k]=""; done
     gacc[$s.tcp]=0 gacc[$s.failed]=0
   done
@@ -384,7 +384,7 @@ if has "$pwork" pod; then
       pod_resolv "$s"
       ip netns exec "$pod_ns" iptables -w -Z OUTPUT
       before=$(cpu_ticks "${ppid[$s]}")
-      line=$("${run_in[@]}" "$work/gailoop" "$gai_threads" "$secs" "$work/glibc.txt")
+      line=$("${run_in[@]}" "$work/gailoop" loop "$gai_threads" "$secs" "$work/glibc.txt")
       after=$(cpu_ticks "${ppid[$s]}")
       read -r udp tcp <<<"$(pod_counts "$s")"
       echo "  glibc round $r $s: $line; $udp UDP queries, $tcp TCP connections" >&2

@@ -106,7 +106,7 @@
 #            pods verified + autopath @kubernetes + cache, as CoreDNS's
 #            autopath needs), node-cache (with -c). The pod workload also
 #            measures lookups per second through the real glibc resolver:
-#            scripts/gailoop.c (built here) calls getaddrinfo (AF_UNSPEC)
+#            scripts/gai.c loop (built here) calls getaddrinfo (AF_UNSPEC)
 #            in a loop from -T threads inside the pod namespace, over the
 #            same names as the pod would write them (host7.example.test,
 #            svc-3, svc-600.bench-3), with an iptables counter on the wire

@@ -1,6 +1,6 @@
 // Command benchdrive is scripts/bench.sh's measuring half: the workloads
 // (the query files and the names a pod looks up), the runs (dnsperf
-// unthrottled and at a fixed rate, the getaddrinfo loop of scripts/gailoop.c,
+// unthrottled and at a fixed rate, the getaddrinfo loop of scripts/gai.c,
 // the server's CPU and RSS from /proc, the pod's queries counted on the
 // wire), the figures over rounds (mean and min–max), the markdown tables,
 // the lost-query tally that -z fails on, and the section -o appends to
@@ -87,7 +87,7 @@ func main() {
 	fs.StringVar(&o.resolv, "resolv", "", "pod: the pod's resolv.conf (/etc/netns/NS/resolv.conf)")
 	fs.StringVar(&o.search, "search", "", "pod: the pod's search list")
 	fs.IntVar(&o.threads, "T", 4, "pod: threads of the glibc lookup loop")
-	fs.StringVar(&o.gai, "gai", "", "pod: the getaddrinfo program (scripts/gailoop.c, built)")
+	fs.StringVar(&o.gai, "gai", "", "pod: the getaddrinfo program (scripts/gai.c, built)")
 	fs.StringVar(&o.cpuLimit, "C", "", "pod: the servers' CPU limit, for the captions")
 	fs.StringVar(&o.churnRate, "S", "", "pod: Services per second of the informer event storm")
 	fs.StringVar(&o.churn, "churn", "", "pod: the churn program (internal/tools/churn), with -S")
