@@ -177,3 +177,38 @@ func TestSectionAndInvocation(t *testing.T) {
 		t.Errorf("section = %q\nwant %q", got, want)
 	}
 }
+
+// report -z fails on a fixed-rate loss, a failed glibc lookup or a run
+// without a count, and not on the unthrottled runs' overload; the section
+// -o appends carries the tables and the lost-query line.
+func TestReportZeroLoss(t *testing.T) {
+	for _, c := range []struct {
+		notes string
+		fail  bool
+	}{
+		{"0 at 2000 QPS 169.254.125.1:53 pod.txt\n300 unthrottled 169.254.125.3:53 pod.txt\n", false},
+		{"0 at 2000 QPS 169.254.125.1:53 pod.txt\n1 at 2000 QPS 169.254.125.3:53 pod.txt\n", true},
+		{"2 glibc lookups (failed) nodedns round 1\n", true},
+		{"? at 2000 QPS 169.254.125.1:53 pod.txt\n", true},
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(dir+"/lost.txt", []byte(c.notes), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := appendTable(dir, "\nworkload: pod\n| x |\n"); err != nil {
+			t.Fatal(err)
+		}
+		out := dir + "/RESULTS.md"
+		err := runReport(options{work: dir, zeroLoss: true, out: out, secs: 1, rounds: 1, qps: 2000, workloadsArg: "pod", serversArg: "nodedns", tree: "clean", commit: "abc1234"})
+		if (err != nil) != c.fail {
+			t.Errorf("notes %q: report -z = %v, want failing %v", c.notes, err, c.fail)
+		}
+		b, rerr := os.ReadFile(out)
+		switch {
+		case c.fail && rerr == nil:
+			t.Errorf("notes %q: a failing -z run appended to -o:\n%s", c.notes, b)
+		case !c.fail && (rerr != nil || !strings.Contains(string(b), "(abc1234)\n") || !strings.Contains(string(b), "\nworkload: pod\n| x |\n\nLost: 0 queries")):
+			t.Errorf("notes %q: -o has %q (%v), want the heading, the table and the lost line", c.notes, b, rerr)
+		}
+	}
+}
