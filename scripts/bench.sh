@@ -106,7 +106,7 @@
 #            pods verified + autopath @kubernetes + cache, as CoreDNS's
 #            autopath needs), node-cache (with -c). The pod workload also
 #            measures lookups per second through the real glibc resolver:
-#            scripts/gailoop.c (built here) calls getaddrinfo (AF_UNSPEC)
+#            scripts/gai.c loop (built here) calls getaddrinfo (AF_UNSPEC)
 #            in a loop from -T threads inside the pod namespace, over the
 #            same names as the pod would write them (host7.example.test,
 #            svc-3, svc-600.bench-3), with an iptables counter on the wire
@@ -127,6 +127,11 @@
 # figure the mean of the rounds with its spread (min–max), and, with -o,
 # appends them to FILE with the machine's description, versions, the
 # commit and whether the tree was dirty (-D).
+#
+# This script starts and stops what is measured (the servers, the control
+# plane, the network namespaces) and cleans up; the workloads, the runs,
+# the figures, the tables, the -z check and the -o section are
+# internal/tools/benchdrive's, which it calls once the servers answer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -389,6 +394,7 @@ poll() {
 
 go build -o "$work/nodedns" ./cmd/nodedns
 go build -o "$work/testupstream" ./internal/dnstest/testupstream
+go build -o "$work/benchdrive" ./internal/tools/benchdrive
 
 coredns_bin=""
 if has "$servers" coredns || has "$servers" node-cache; then
@@ -531,40 +537,19 @@ post_all() {
   rm -rf "$resp"
 }
 
-# svc_ip I: the ClusterIP given to Service I (set explicitly so that PTR
-# queries can be written without reading the objects back; 10.96.0.x is
-# left to the API server's own "kubernetes" Service).
-svc_ip() { echo "10.96.$((1 + $1 / 250)).$((1 + $1 % 250))"; }
-headless() { (($1 % 50 == 49)); }
-# svc_ns I: Service I's namespace; consecutive blocks, so that every
-# namespace gets headless Services too.
+# svc_ns I: Service I's namespace, as benchdrive objects puts it
+# (consecutive blocks of nsvc/NS_COUNT).
 svc_ns() { echo "bench-$(($1 * NS_COUNT / nsvc))"; }
 
+# create_services: the namespaces, the Services and the headless ones'
+# EndpointSlices, as benchdrive objects lists them (what they are: its
+# workload.go).
 create_services() {
-  local i ns ports k eps list=$work/cp/objects
-  local -i h=0
-  ports='[{"name":"http","port":80,"protocol":"TCP"},{"name":"metrics","port":9090,"protocol":"TCP"}]'
-  for ((i = 0; i < NS_COUNT; i++)); do
-    echo "/api/v1/namespaces {\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"bench-$i\"}}"
-  done >"$list"
-  post_all "$list"
-  for ((i = 0; i < nsvc; i++)); do
-    ns=$(svc_ns "$i")
-    if headless "$i"; then ip=None; else ip=$(svc_ip "$i"); fi
-    echo "/api/v1/namespaces/$ns/services {\"apiVersion\":\"v1\",\"kind\":\"Service\",\"metadata\":{\"name\":\"svc-$i\"},\"spec\":{\"clusterIP\":\"$ip\",\"ports\":$ports}}"
-  done >"$list"
-  post_all "$list"
-  for ((i = 0; i < nsvc; i++)); do
-    headless "$i" || continue
-    eps=""
-    for k in 1 2 3; do
-      eps+="${eps:+,}{\"addresses\":[\"10.244.$((h / 64)).$((h % 64 * 4 + k))\"],\"conditions\":{\"ready\":true}}"
-    done
-    h+=1
-    echo "/apis/discovery.k8s.io/v1/namespaces/$(svc_ns "$i")/endpointslices {\"apiVersion\":\"discovery.k8s.io/v1\",\"kind\":\"EndpointSlice\",\"metadata\":{\"name\":\"svc-$i-a\",\"labels\":{\"kubernetes.io/service-name\":\"svc-$i\"}},\"addressType\":\"IPv4\",\"ports\":[{\"name\":\"http\",\"port\":8080,\"protocol\":\"TCP\"}],\"endpoints\":[$eps]}"
-  done >"$list"
-  [[ -s $list ]] && post_all "$list"
-  return 0
+  local kind list=$work/cp/objects
+  for kind in namespaces services endpointslices; do
+    "$work/benchdrive" objects -n "$nsvc" -kind "$kind" >"$list"
+    [[ ! -s $list ]] || post_all "$list"
+  done
 }
 
 if ((cluster)); then
@@ -727,169 +712,17 @@ if ((lcluster)); then
   done
 fi
 
-# Query files: 1000 names x A/AAAA (hits once warm); 2000 NXDOMAIN names.
-for i in $(seq 1 1000); do echo "host$i.example.test A"; echo "host$i.example.test AAAA"; done >"$work/hit.txt"
-for i in $(seq 1 2000); do echo "nx$i.example.test A"; done >"$work/nx.txt"
-if ((lcluster)); then
-  for ((i = 0; i < nsvc; i++)); do
-    name=svc-$i.$(svc_ns "$i").svc.cluster.local
-    echo "$name A"
-    if headless "$i" || ((i % 10 == 0)); then echo "_http._tcp.$name SRV"; fi
-    if ! headless "$i" && ((i % 10 == 0)); then
-      IFS=. read -r o1 o2 o3 o4 <<<"$(svc_ip "$i")"
-      echo "$o4.$o3.$o2.$o1.in-addr.arpa PTR"
-    fi
-  done >"$work/cluster.txt"
+# The measurements, the figures, the tables and the lost-query check are
+# benchdrive's (internal/tools/benchdrive): the servers measured, in table
+# order, as NAME@ADDR:PORT/PID[/ADMIN].
+bd=("$work/benchdrive")
+bd_run=(-work "$work" -l "$secs" -r "$rounds" -Q "$qps" -n "$nsvc")
+declare -A ladmin=([nodedns]=127.0.0.1:9299 [nodedns-b]=127.0.0.1:9297 [nodedns-1r]=127.0.0.1:9298)
+if [[ -n $lwork ]]; then
+  lspec=()
+  for s in $lservers; do lspec+=(-server "$s@${addr[$s]}:$PORT/${pid[$s]}${ladmin[$s]:+/${ladmin[$s]}}"); done
+  "${bd[@]}" loopback "${bd_run[@]}" -w "$lwork" "${lspec[@]}"
 fi
-
-# Every server must answer the workloads as intended (not, say, from a
-# built-in local zone): NOERROR with records for hit and cluster names,
-# NXDOMAIN for nx; checked on the first and last line and the first SRV and
-# PTR line of each query file.
-# outcome ADDR PORT NAME TYPE -> "RCODE +" (with answer records) or "RCODE 0"
-# (run inside the pod's namespace when run_in says so).
-run_in=()
-outcome() {
-  "${run_in[@]}" dig +time=2 +tries=2 @"$1" -p "$2" "$3" "$4" 2>/dev/null | awk '
-    /->>HEADER<<-/ { st = $6; sub(",", "", st) }
-    /^;; flags:/ { for (i = 1; i <= NF; i++) if ($i == "ANSWER:") { a = $(i + 1); sub(",", "", a) } }
-    END { print (st == "" ? "timeout" : st), (a > 0 ? "+" : "0") }'
-}
-for wl in $lwork; do
-  want="NOERROR +"
-  [[ $wl == nx ]] && want="NXDOMAIN 0"
-  samples=$(head -n 1 "$work/$wl.txt"; tail -n 1 "$work/$wl.txt"; grep -m 1 ' SRV$' "$work/$wl.txt" || true; grep -m 1 ' PTR$' "$work/$wl.txt" || true)
-  for s in $lservers; do
-    while read -r name type; do
-      res=$(outcome "${addr[$s]}" $PORT "$name" "$type")
-      [[ $res == "$want" ]] || { not_ready "$s" "$name $type as expected ($want), got: $res"; break; }
-    done <<<"$samples"
-  done
-done
-
-# tree PID: PID and its children (a supervised nodedns is two processes:
-# the supervisor and the serving process it started; both are counted).
-tree() { echo "$1" $(cat /proc/"$1"/task/*/children 2>/dev/null); }
-cpu_ticks() {
-  local p t=0
-  for p in $(tree "$1"); do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done
-  echo "$t"
-}
-# rss_kb: the tree's resident memory, the pages of the executable's file
-# (shared by a supervisor and its serving process) counted once.
-rss_kb() {
-  local p kb=0 file=0 f
-  for p in $(tree "$1"); do
-    kb=$((kb + $(awk '/RssAnon|RssShmem/{s+=$2} END{print s+0}' "/proc/$p/status" 2>/dev/null || echo 0)))
-    f=$(awk '/RssFile/{print $2}' "/proc/$p/status" 2>/dev/null || echo 0)
-    ((f > file)) && file=$f
-  done
-  echo $((kb + file))
-}
-tck=$(getconf CLK_TCK)
-
-# note_lost WHAT LOST: tallies the queries a run lost ("?" when dnsperf
-# printed no count) in $work/lost.txt, checked at the end.
-note_lost() { echo "${2:-?} $1" >>"$work/lost.txt"; }
-# maxqps ADDR PORT FILE -> prints QPS
-maxqps() {
-  "${run_in[@]}" dnsperf -s "$1" -p "$2" -d "$3" -l "$secs" -c 8 -T 2 -q 500 >"$work/maxqps.out" 2>&1 || true
-  note_lost "unthrottled $1:$2 $(basename "$3")" "$(awk '/Queries lost/{print $3}' "$work/maxqps.out")"
-  awk '/Queries per second/{print int($4)}' "$work/maxqps.out"
-}
-# fixed PID ADDR PORT FILE -> prints "p50_us p99_us cpu_us_per_query lost"
-fixed() {
-  local before after
-  before=$(cpu_ticks "$1")
-  "${run_in[@]}" dnsperf -s "$2" -p "$3" -d "$4" -l "$secs" -c 4 -T 1 -Q "$qps" -v 2>/dev/null >"$work/fixed.out"
-  after=$(cpu_ticks "$1")
-  local ndone lost
-  ndone=$(awk '/Queries completed/{print $3}' "$work/fixed.out")
-  lost=$(awk '/Queries lost/{print $3}' "$work/fixed.out")
-  note_lost "at $qps QPS $2:$3 $(basename "$4")" "$lost"
-  awk '/^> /{printf "%.0f\n", $NF * 1e6}' "$work/fixed.out" | sort -n >"$work/lat.txt"
-  awk -v cpu=$((after - before)) -v tck="$tck" -v done="$ndone" -v lost="$lost" '
-    { lat[NR] = $1 }
-    END {
-      p50 = lat[int(NR * 0.50) + 1]; p99 = lat[int(NR * 0.99) + 1]
-      printf "%d %d %.1f %d\n", p50, p99, (done > 0 ? cpu / tck * 1e6 / done : 0), lost
-    }' "$work/lat.txt"
-}
-
-caption() {
-  local c peers="" x
-  case $1 in
-    hit) echo "external names, A and AAAA, from the cache" ;;
-    nx) echo "NXDOMAIN external names, from the negative cache" ;;
-    cluster)
-      c="names of $nsvc Services in $NS_COUNT namespaces of a real kube-apiserver: A for each, SRV for every 10th and the headless ones, PTR for every 10th ClusterIP"
-      if has "$lservers" nodedns || has "$lservers" nodedns-poller; then c+="; nodedns answers from its informer index"; fi
-      for x in unbound dnsmasq; do has "$lservers" $x && peers+="${peers:+ and }$x"; done
-      [[ -z $peers ]] || c+="; $peers forward cluster.local and 96.10.in-addr.arpa to a separate nodedns (as node-cache forwards to the central CoreDNS) and answer from their caches (TTL 5 s)"
-      has "$lservers" coredns && c+="; coredns: kubernetes plugin + cache against the same API server"
-      echo "$c"
-      ;;
-  esac
-}
-
-# Figures over rounds: each is kept as the list of its values, one per
-# round ("v1 v2 v3"), and printed as the mean with the spread beside it.
-# mean LIST -> the mean, as an integer.
-mean() { awk -v l="$1" 'BEGIN { n = split(l, v, " "); for (i = 1; i <= n; i++) s += v[i]; printf "%d\n", (n ? s / n : 0) }'; }
-# spread FMT LIST -> "MEAN (MIN–MAX)", each with the printf format FMT; the
-# value alone for one round, "-" for none.
-spread() {
-  awk -v f="$1" -v l="$2" 'BEGIN {
-    n = split(l, v, " ")
-    if (n == 0) { print "-"; exit }
-    lo = hi = v[1] + 0
-    for (i = 1; i <= n; i++) { x = v[i] + 0; s += x; if (x < lo) lo = x; if (x > hi) hi = x }
-    m = sprintf(f, s / n)
-    if (n == 1) print m
-    else printf "%s (%s–%s)\n", m, sprintf(f, lo), sprintf(f, hi)
-  }'
-}
-# mib KB -> MiB, one decimal.
-mib() { awk -v k="${1:-0}" 'BEGIN { printf "%.1f\n", k / 1024 }'; }
-rounds_note="every figure the mean of $rounds rounds (min–max), the servers taking turns: max QPS unthrottled for ${secs}s, then latency/CPU at $qps QPS for ${secs}s; RSS after each round"
-
-declare -A acc
-table="" per_reader=""
-for wl in $lwork; do
-  file="$work/$wl.txt"
-  # Warm every cache with the whole file.
-  for s in $lservers; do dnsperf -s "${addr[$s]}" -p $PORT -d "$file" -n 1 -q 100 >/dev/null 2>&1; done
-  for s in $lservers; do
-    for k in qps p50 p99 cpu rss; do acc[$s.$k]=""; done
-    acc[$s.lost]=0
-  done
-  for r in $(seq 1 "$rounds"); do
-    for s in $lservers; do
-      q=$(maxqps "${addr[$s]}" $PORT "$file")
-      read -r p50 p99 cpu lost <<<"$(fixed "${pid[$s]}" "${addr[$s]}" $PORT "$file")"
-      acc[$s.qps]+=" ${q:-0}" acc[$s.p50]+=" $p50" acc[$s.p99]+=" $p99" acc[$s.cpu]+=" $cpu"
-      acc[$s.rss]+=" $(mib "$(rss_kb "${pid[$s]}")")" acc[$s.lost]=$((acc[$s.lost] + ${lost:-0}))
-      echo "  $wl round $r $s: $q qps; at $qps QPS: p50 $p50 µs, p99 $p99 µs, $cpu CPU µs/query" >&2
-    done
-  done
-  best=0
-  for s in $lservers; do m=$(mean "${acc[$s.qps]}"); ((m > best)) && best=$m; done
-  table+=$'\n'"workload: $wl ($(wc -l <"$file") names: $(caption "$wl"); cache warm; $rounds_note)"$'\n'
-  table+="| server | max QPS | vs best | p50 µs | p99 µs | CPU µs/query | lost | RSS MiB |"$'\n'
-  table+="|---|---|---|---|---|---|---|---|"$'\n'
-  for s in $lservers; do
-    table+=$(printf "| %s | %s | %.2f | %s | %s | %s | %s | %s |" "$s" "$(spread %d "${acc[$s.qps]}")" \
-      "$(awk -v a="$(mean "${acc[$s.qps]}")" -v b="$best" 'BEGIN{print (b ? a / b : 0)}')" \
-      "$(spread %d "${acc[$s.p50]}")" "$(spread %d "${acc[$s.p99]}")" "$(spread %.1f "${acc[$s.cpu]}")" "${acc[$s.lost]}" \
-      "$(spread %.1f "${acc[$s.rss]}")")$'\n'
-  done
-  if [[ $wl == hit ]] && has "$lservers" nodedns-1r; then
-    readers=$(curl -fsS --max-time 5 http://127.0.0.1:9298/metrics 2>/dev/null | awk '/^nodedns_server_udp_readers /{print $2}')
-    [[ $readers == 1 ]] || { echo "bench: nodedns-1r runs ${readers:-an unknown number of} UDP readers (its /metrics), want 1" >&2; exit 1; }
-    per_reader="QPS per reader: $(spread %d "${acc[nodedns-1r.qps]}") (nodedns-1r: one UDP reader, --udp-sockets 1 on one listen address, nodedns_server_udp_readers 1; max QPS on the hit workload, mean of $rounds unthrottled ${secs}s runs, min–max)."
-  fi
-done
-[[ -z $per_reader ]] || table+=$'\n'"$per_reader"$'\n'
 
 # --- Pod workloads -----------------------------------------------------------
 
@@ -897,47 +730,14 @@ if ((podwl)); then
   source scripts/bench-pod.sh
 fi
 
-# Lost queries: the fixed-rate runs' and failed glibc lookups (what -z
-# fails on), and the unthrottled runs' (overload, reported).
-lost_runs=0 lost_total=0 lost_unknown=0 lost_over=0
-if [[ -s $work/lost.txt ]]; then
-  read -r lost_runs lost_total lost_unknown lost_over < <(awk '
-    { n++ }
-    $1 == "?" { u++; next }
-    $2 == "unthrottled" { o += $1; next }
-    { t += $1 }
-    END { print n + 0, t + 0, u + 0, o + 0 }' "$work/lost.txt")
-fi
-lost_line="Lost: $lost_total queries in the fixed-rate runs and glibc lookups"
-((lost_unknown == 0)) || lost_line+=" ($lost_unknown runs printed no count)"
-lost_line+="; $lost_over in the unthrottled runs (overload by design); $lost_runs runs in all"
-table+=$'\n'"$lost_line."$'\n'
-echo "$table"
-if ((lost_total > 0 || lost_unknown > 0 || lost_over > 0)); then
-  echo "bench: runs with lost queries (or no count):" >&2
-  awk '$1 != "0"' "$work/lost.txt" | sed 's/^/  /' >&2
-fi
-if ((zero_loss && (lost_total > 0 || lost_unknown > 0))); then
-  echo "bench: -z: $lost_total queries lost at a fixed rate or in glibc lookups, $lost_unknown runs without a count: failing" >&2
-  exit 1
-fi
-if [[ -n $out ]]; then
-  {
-    echo
-    # Run directly in a namespace (NODEDNS_BENCH_NETNS set by hand), the
-    # tree was not checked: dirty, as far as anyone can tell.
-    tree_note=${NODEDNS_BENCH_COMMIT:-unknown}
-    [[ ${NODEDNS_BENCH_TREE:-} == clean ]] || tree_note+=", dirty"
-    echo "## $(date -u +%Y-%m-%d) scripts/bench.sh -l $secs -r $rounds -Q $qps -s '$servers' -w '$workloads'$( ((cluster)) && echo " -n $nsvc")$( ((podwl)) && echo " -T $gai_threads")$([[ -n $gmp_variants ]] && echo " -G '$gmp_variants'")$([[ -n $cpu_limit ]] && echo " -C $cpu_limit")$([[ -n $churn_rate ]] && echo " -S $churn_rate")$( ((allow_dirty)) && echo " -D") ($tree_note)"
-    echo
-    echo "Machine: $(nproc) cores, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -sr), $(awk -F: '/model name/{print $2; exit}' /proc/cpuinfo | sed 's/^ *//'); load before the run: $load_before."
-    vers="dnsperf $(dnsperf -h 2>&1 | awk '/Version/{print $2}'), unbound $(unbound -V 2>/dev/null | awk '/Version/{print $2}'), dnsmasq $(dnsmasq -v | awk 'NR==1{print $3}'), $(go version | awk '{print $3}')"
-    [[ -n $coredns_bin ]] && vers+=", CoreDNS $("$coredns_bin" -version 2>/dev/null | awk -F- 'NR==1{print $2}')"
-    ((cluster)) && vers+=", kube-apiserver $("$kas_bin" --version 2>/dev/null | awk '{print $2}'), etcd $(etcd --version 2>/dev/null | awk 'NR==1{print $3}')"
-    ((podwl)) && vers+=", $(ldd --version 2>/dev/null | sed -n '1s/^ldd //p')"
-    echo "$vers."
-    echo "Client and servers share the machine's cores; every server is a caching forwarder to the same local test upstream$( ((cluster)) && echo "; etcd and kube-apiserver run alongside$( ((lcluster)) && echo ", with the separate nodedns that unbound and dnsmasq forward cluster names to")$( ((podwl)) && has "$pservers" node-cache && echo ", and the central CoreDNS node-cache forwards the cluster zones to") (idle during the runs unless -S)")."
-    echo "$table"
-  } >>"$out"
-  echo "appended to $out"
-fi
+# The tables with the lost-query line; -z fails here (benchdrive exits 1
+# naming the losses); -o appends the section.
+report=(-work "$work" -l "$secs" -r "$rounds" -Q "$qps" -n "$nsvc" -T "$gai_threads" -servers "$servers" -workloads "$workloads"
+  -commit "${NODEDNS_BENCH_COMMIT:-}" -tree "${NODEDNS_BENCH_TREE:-}" -load "$load_before" -coredns "$coredns_bin" -kube-apiserver "$kas_bin")
+[[ -z $gmp_variants ]] || report+=(-G "$gmp_variants")
+[[ -z $cpu_limit ]] || report+=(-C "$cpu_limit")
+[[ -z $churn_rate ]] || report+=(-S "$churn_rate")
+((!allow_dirty)) || report+=(-D)
+((!zero_loss)) || report+=(-z)
+[[ -z $out ]] || report+=(-o "$out")
+"${bd[@]}" report "${report[@]}"

@@ -153,14 +153,18 @@ build_client() {
 	need_pkgs musl-tools gcc libc6-dev
 	ref="localhost/nodedns-e2e-client:v2"
 	out="${IMAGES}/client-v2.tar"
-	for f in scripts/e2e/musl-resolve.c scripts/e2e/glibc-loop.c internal/tools/dnsload/main.go; do
+	for f in scripts/gai.c internal/tools/dnsload/main.go; do
 		[[ "$f" -nt "$out" ]] && stale=1
 	done
 	if [[ ! -s "$out" || $stale == 1 ]]; then
 		base=$(rootfs bookworm "$(go env GOARCH)" true "bash,coreutils,tar,libc-bin,bind9-dnsutils,dnsperf")
-		musl-gcc -static -O2 -s -o "$work/musl-resolve" scripts/e2e/musl-resolve.c
-		# Built against this machine's bookworm glibc, the image's own.
-		gcc -O2 -s -pthread -o "$work/glibc-loop" scripts/e2e/glibc-loop.c
+		# One getaddrinfo program (scripts/gai.c), built twice: static
+		# against musl, and against this machine's bookworm glibc (the
+		# image's own). Installed under the names of its modes, it runs
+		# the mode it is called by: musl-resolve NAME..., glibc-loop
+		# THREADS SECONDS PAUSE_MS NAME...
+		musl-gcc -static -O2 -s -pthread -o "$work/musl-resolve" scripts/gai.c
+		gcc -O2 -s -pthread -o "$work/glibc-loop" scripts/gai.c
 		CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/dnsload" ./internal/tools/dnsload
 		imagebuild assemble -rootfs "$base" -file "/usr/local/bin/musl-resolve=$work/musl-resolve" \
 			-file "/usr/local/bin/glibc-loop=$work/glibc-loop" -file "/usr/local/bin/dnsload=$work/dnsload" \

@@ -30,8 +30,8 @@
 #     c     SERVFAIL to everything   d  REFUSED to everything
 #     e     answers like B (baseline)
 #
-# Clients: scripts/gaitime.c, one getaddrinfo(AF_UNSPEC, SOCK_STREAM) per
-# process, built with gcc (glibc) and with musl-gcc -static (musl). Names:
+# Clients: scripts/gai.c (`gai once NAME`), one getaddrinfo(AF_UNSPEC,
+# SOCK_STREAM) per process, built with gcc (glibc) and with musl-gcc -static (musl). Names:
 # ext.example.net (2 dots < ndots:5, so the search list is walked first: 3
 # NXDOMAIN steps, then the name as is) and ext.example.net. (fully
 # qualified, one step). Answers carry the answering server's own address,
@@ -104,8 +104,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 log "building the clients and resolvstub in $work"
-gcc -O2 -Wall -o "$work/gai-glibc" scripts/gaitime.c
-musl-gcc -static -O2 -Wall -o "$work/gai-musl" scripts/gaitime.c
+gcc -O2 -Wall -pthread -o "$work/gai-glibc" scripts/gai.c
+musl-gcc -static -O2 -Wall -pthread -o "$work/gai-musl" scripts/gai.c
 go build -o "$work/resolvstub" ./internal/tools/resolvstub
 
 log "network namespaces $CLI and $SRV"
@@ -199,7 +199,7 @@ cell() { # SECTION RESOLVER "NS..." STATE OPTIONS NAME
 	c0=$(srv awk '$1 == "Icmp:" { if (h) print $col; else for (i = 1; i <= NF; i++) if ($i == "OutDestUnreachs") col = i; h = 1 }' /proc/net/snmp)
 	: >"$work/cell"
 	for ((i = 0; i < REPS; i++)); do
-		timeout "$LOOKUP_LIMIT" ip netns exec "$CLI" "$work/gai-$res" "$name" >>"$work/cell" &
+		timeout "$LOOKUP_LIMIT" ip netns exec "$CLI" "$work/gai-$res" once "$name" >>"$work/cell" &
 		client=$!
 		rc=0
 		wait "$client" || rc=$?
