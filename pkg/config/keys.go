@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -631,6 +632,7 @@ var crossChecks = []func(c *Config) error{
 	// --cluster-zone forward needs --cluster-dns, which must not be ourselves.
 	func(c *Config) error { return c.validateForward() },
 	checkFallbackLoop,
+	checkUpstreamLoop,
 	checkMinNegativeTTL,
 	func(c *Config) error {
 		// (A min-ttl past its own bound is reported by its check.)
@@ -639,6 +641,29 @@ var crossChecks = []func(c *Config) error{
 		}
 		return nil
 	},
+}
+
+// checkUpstreamLoop refuses an --upstream that is one of the agent's own
+// addresses (the kube-dns ClusterIP both in --local-ip and --upstream):
+// the agent would forward its misses to itself. An upstream given by name
+// or that does not parse is left to the other checks. pkg/agent applies
+// the same test (IsOwnAddr) to the kube-dns ConfigMap's upstreams, which
+// only the running agent reads.
+func checkUpstreamLoop(c *Config) error {
+	for _, u := range c.Upstream {
+		sp, err := upstream.ParseServer(u)
+		if err != nil || sp.ByName() {
+			continue
+		}
+		if c.IsOwnAddr(sp.Addr) {
+			own := fmt.Sprintf("--local-ip %s, on port 53", strings.Join(c.LocalIP, ","))
+			if len(c.Listen) > 0 {
+				own = fmt.Sprintf("--local-ip %s, --listen %s", strings.Join(c.LocalIP, ","), strings.Join(c.Listen, ","))
+			}
+			return fmt.Errorf("--upstream %s is one of this agent's own addresses (%s): that is a forwarding loop; name the central DNS by another address (a kube-dns-upstream Service) or the real resolvers", u, own)
+		}
+	}
+	return nil
 }
 
 // clusterCheck validates the cluster zone settings together, as pkg/k8s
