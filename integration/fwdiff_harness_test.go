@@ -651,7 +651,7 @@ func migrateCorefile(t *testing.T, corefile string) (map[string]any, string) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(nodednsBin, "migrate", "--corefile", path)
+	cmd := exec.Command(nodednsBin, "migrate", "--corefile", path, "--cluster-domain", "cluster.local")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("nodedns migrate: %v\n%s\nCorefile:\n%s\noutput:\n%s", err, stderr.String(), corefile, stdout.String())
