@@ -8,6 +8,8 @@
 #                                  one a line, and do nothing else
 #   KEEP=1 scripts/docs-e2e.sh     leave what this run brought up (the
 #                                  cluster, the DaemonSet) up
+#   VERBOSE=1 scripts/docs-e2e.sh  print every block's output, not only a
+#                                  failed one's
 #
 # A block is marked by its fence's info string (docs/testing.md, "Shell
 # blocks of the docs"): ```sh node (run as root on the node, the machine
@@ -32,6 +34,7 @@ cd "$(dirname "$0")/.."
 
 DOCS=(docs/install.md docs/troubleshooting.md)
 KEEP=${KEEP:-0}
+VERBOSE=${VERBOSE:-0}
 
 log() { printf 'docs-e2e: %s\n' "$*" >&2; }
 
@@ -133,6 +136,7 @@ while IFS= read -r header; do
 		sed -E "s/(^|[^A-Za-z0-9_])NODE([^A-Za-z0-9_]|$)/\1${NODE}\2/g" >>"$f"
 	if out=$(bash -euo pipefail "$f" 2>&1); then
 		log "ok ${where} (${kind})"
+		[[ "$VERBOSE" != 1 ]] || printf '%s\n' "$out" | sed 's/^/    /' >&2
 	else
 		failed=$((failed + 1))
 		log "FAIL ${where} (${kind}): exit $?"
