@@ -650,10 +650,18 @@ func migrateCorefile(t *testing.T, corefile string) (map[string]any, string) {
 	if err := os.WriteFile(path, []byte(corefile), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return migrateCorefileArgs(t, path, "--cluster-domain", "cluster.local")
+}
+
+// migrateCorefileArgs runs `nodedns migrate --corefile path args...`, as
+// migrateCorefile.
+func migrateCorefileArgs(t *testing.T, path string, args ...string) (map[string]any, string) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(nodednsBin, "migrate", "--corefile", path)
+	cmd := exec.Command(nodednsBin, append([]string{"migrate", "--corefile", path}, args...)...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
+		corefile, _ := os.ReadFile(path)
 		t.Fatalf("nodedns migrate: %v\n%s\nCorefile:\n%s\noutput:\n%s", err, stderr.String(), corefile, stdout.String())
 	}
 	var cfg map[string]any

@@ -104,7 +104,7 @@ func TestViewDifferential(t *testing.T) {
 	// nodedns: what `nodedns migrate` makes of the same Corefile, with
 	// nodedns's upstreams.
 	nu := ups["nodedns"]
-	res, err := migrate.Migrate([]byte(splitCorefile(53, 8181, nu[0].Addr, nu[1].Addr, nu[2].Addr, nu[3].Addr)), migrate.Options{})
+	res, err := migrate.Migrate([]byte(splitCorefile(53, 8181, nu[0].Addr, nu[1].Addr, nu[2].Addr, nu[3].Addr)), migrate.Options{ClusterDomain: "cluster.local"})
 	if err != nil {
 		t.Fatal(err)
 	}

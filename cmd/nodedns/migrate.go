@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+
+	"github.com/miekg/dns"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nodedns/nodedns/internal/migrate"
 	"github.com/nodedns/nodedns/pkg/config"
@@ -43,8 +47,11 @@ func migrateCmd(args []string, stdout, stderr io.Writer) error {
 	kubeDNS := fs.String("kube-dns-config", "", "directory of the kube-dns ConfigMap (stubDomains, upstreamNameservers), as node-cache reads it")
 	clusterDNS := fs.String("cluster-dns", "", "the kube-dns-upstream Service's ClusterIP, for node-cache's __PILLAR__CLUSTER__DNS__ (default $KUBE_DNS_UPSTREAM_SERVICE_HOST)")
 	localIP := fs.String("local-ip", migrate.DefaultLocalIP, "the agent's address when the Corefile binds none")
+	clusterDomain := fs.String("cluster-domain", "", "the cluster's DNS domain, kubelet's clusterDomain (required when the Corefile has no kubernetes directive, as NodeLocal DNSCache's: migrate never assumes cluster.local)")
+	kubeletConfig := fs.String("kubelet-config", "", "a KubeletConfiguration file (/var/lib/kubelet/config.yaml) to read clusterDomain from, instead of --cluster-domain")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: nodedns migrate --corefile FILE [--kube-dns-config DIR] [flags]
+		fmt.Fprint(stderr, `usage: nodedns migrate --corefile FILE [--cluster-domain DOMAIN | --kubelet-config FILE]
+                       [--kube-dns-config DIR] [flags]
 
 Prints a nodedns configuration file equivalent to the Corefile. Every
 directive or option that cannot be carried is listed on stderr with its
@@ -73,6 +80,9 @@ does not read or parse.
 		return &exitError{code: migrateBadInput, err: err}
 	}
 	opts := migrate.Options{ClusterDNS: *clusterDNS, LocalIP: *localIP, Source: *corefile}
+	if opts.ClusterDomain, opts.ClusterDomainFrom, err = migrateClusterDomain(*clusterDomain, *kubeletConfig); err != nil {
+		return &exitError{code: migrateBadInput, err: err}
+	}
 	if *kubeDNS != "" {
 		st, err := os.Stat(*kubeDNS)
 		if err != nil {
@@ -107,6 +117,57 @@ does not read or parse.
 	if len(res.Dropped) > 0 {
 		fmt.Fprintf(stderr, "nodedns migrate: %d directives or options not carried (listed above)\n", len(res.Dropped))
 		return &exitError{code: migrateDropped}
+	}
+	return nil
+}
+
+// migrateClusterDomain is the cluster domain given to migrate: --cluster-domain,
+// or the clusterDomain of the --kubelet-config file; with both, they must
+// agree. from says where it came from, for the output's comments.
+func migrateClusterDomain(flagValue, kubeletConfig string) (domain, from string, err error) {
+	if flagValue != "" {
+		if err := checkClusterDomain(flagValue); err != nil {
+			return "", "", fmt.Errorf("--cluster-domain %q: %w", flagValue, err)
+		}
+		domain, from = strings.TrimSuffix(flagValue, "."), "--cluster-domain "+flagValue
+	}
+	if kubeletConfig == "" {
+		return domain, from, nil
+	}
+	b, err := config.ReadConfigMapFile("kubelet config", kubeletConfig)
+	if err != nil {
+		return "", "", err
+	}
+	var kc struct {
+		Kind          string `json:"kind"`
+		ClusterDomain string `json:"clusterDomain"`
+	}
+	if err := yaml.Unmarshal(b, &kc); err != nil {
+		return "", "", fmt.Errorf("--kubelet-config %s: %w", kubeletConfig, err)
+	}
+	if kc.Kind != "" && kc.Kind != "KubeletConfiguration" {
+		return "", "", fmt.Errorf("--kubelet-config %s: kind %q: want KubeletConfiguration", kubeletConfig, kc.Kind)
+	}
+	kd := strings.TrimSuffix(kc.ClusterDomain, ".")
+	switch {
+	case kd == "":
+		return "", "", fmt.Errorf("--kubelet-config %s: no clusterDomain in it (kubelet then gives pods no cluster search domain): give --cluster-domain", kubeletConfig)
+	case domain != "" && !strings.EqualFold(domain, kd):
+		return "", "", fmt.Errorf("--cluster-domain %s and --kubelet-config %s (clusterDomain %s) disagree", domain, kubeletConfig, kd)
+	case domain == "":
+		if err := checkClusterDomain(kd); err != nil {
+			return "", "", fmt.Errorf("--kubelet-config %s: clusterDomain %q: %w", kubeletConfig, kd, err)
+		}
+		domain, from = kd, "clusterDomain of "+kubeletConfig
+	}
+	return domain, from, nil
+}
+
+// checkClusterDomain refuses what cannot be a cluster domain: not a domain
+// name, or the root.
+func checkClusterDomain(s string) error {
+	if _, ok := dns.IsDomainName(s); !ok || strings.Trim(s, ".") == "" {
+		return errors.New("want a domain name such as cluster.local")
 	}
 	return nil
 }

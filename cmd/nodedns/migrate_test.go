@@ -18,8 +18,45 @@ const fixtures = "../../internal/migrate/testdata"
 func runMigrate(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
+	given := false
+	for _, a := range args {
+		given = given || strings.HasPrefix(a, "--cluster-domain") || strings.HasPrefix(a, "--kubelet-config")
+	}
+	if !given {
+		args = append([]string{"--cluster-domain", "cluster.local"}, args...)
+	}
 	code = run(append([]string{"migrate"}, args...), &out, &errb)
 	return code, out.String(), errb.String()
+}
+
+// TestMigrateClusterDomain: a Corefile without a kubernetes directive
+// (NodeLocal DNSCache's) gets its cluster domain from --cluster-domain or
+// the kubelet's clusterDomain, written into the output, and never
+// cluster.local by assumption: without either, exit 2 with a message
+// naming both flags.
+func TestMigrateClusterDomain(t *testing.T) {
+	nl := strings.ReplaceAll(readFixture(t, "nodelocaldns.corefile"), "cluster.local:53", "k8s.example:53")
+	corefile := writeFile(t, nl)
+	code, out, errb := runMigrate(t, "--corefile", corefile, "--cluster-domain=")
+	if code != 2 || out != "" || !strings.Contains(errb, "--cluster-domain") || !strings.Contains(errb, "--kubelet-config") {
+		t.Errorf("no domain: exit %d, stdout %q, stderr %q; want exit 2 naming both flags", code, out, errb)
+	}
+	kubelet := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(kubelet, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDomain: k8s.example\nclusterDNS: [169.254.20.10]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--cluster-domain", "k8s.example"}, {"--kubelet-config", kubelet}, {"--kubelet-config", kubelet, "--cluster-domain", "k8s.example."}} {
+		code, out, errb := runMigrate(t, append([]string{"--corefile", corefile}, args...)...)
+		if code != 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, errb)
+		}
+		if !strings.Contains(out, "\ncluster-domain:\n- k8s.example\n") || !strings.Contains(out, "cluster-zone: forward") || strings.Contains(out, "stub-domains") {
+			t.Errorf("%q: want k8s.example as the forwarded cluster domain, no stub domains:\n%s", args, out)
+		}
+	}
+	if code, _, errb := runMigrate(t, "--corefile", corefile, "--kubelet-config", kubelet, "--cluster-domain", "cluster.local"); code != 2 || !strings.Contains(errb, "disagree") {
+		t.Errorf("disagreeing domains: exit %d, %q", code, errb)
+	}
 }
 
 func TestMigrateCommand(t *testing.T) {
@@ -115,6 +152,49 @@ func TestMigrateOutputLoads(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		if code := run([]string{"config", "validate", p}, &stdout, &stderr); code != 0 {
 			t.Errorf("%s: config validate: exit %d: %s", filepath.Base(cf), code, stderr.String())
+		}
+	}
+}
+
+func readFixture(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(fixtures, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestMigrateNodeLocalDNSVariantsServe: the Corefiles of NodeLocal
+// DNSCache's manifest as its iptables and IPVS instructions fill them, in
+// two cluster domains, migrate to a configuration that `nodedns serve`
+// starts with (its checks, then the agent built: nothing bound).
+func TestMigrateNodeLocalDNSVariantsServe(t *testing.T) {
+	for _, v := range []struct {
+		fixture, clusterDNS, localIPs string
+	}{
+		{"nodelocaldns-runtime.corefile", "10.96.0.11", "- 169.254.20.10\n- 10.96.0.10\n"}, // iptables: kube-dns ClusterIP bound too
+		{"nodelocaldns-ipvs.corefile", "", "- 169.254.20.10\n"},                            // IPVS: the link-local address only
+	} {
+		for _, domain := range []string{"cluster.local", "k8s.example"} {
+			src := strings.ReplaceAll(readFixture(t, v.fixture), "cluster.local:53", domain+":53")
+			corefile := writeFile(t, src)
+			args := []string{"--corefile", corefile, "--cluster-domain", domain}
+			if v.clusterDNS != "" {
+				args = append(args, "--cluster-dns", v.clusterDNS)
+			}
+			code, out, errb := runMigrate(t, args...)
+			if code != 0 {
+				t.Fatalf("%s %s: exit %d: %s", v.fixture, domain, code, errb)
+			}
+			for _, want := range []string{"cluster-domain:\n- " + domain + "\n", "cluster-zone: forward\n", "local-ip:\n" + v.localIPs} {
+				if !strings.Contains(out, want) {
+					t.Errorf("%s %s: output lacks %q:\n%s", v.fixture, domain, want, out)
+				}
+			}
+			if err := serveStartVerdict(t, writeFile(t, out)); err != nil {
+				t.Errorf("%s %s: serve refuses the migrated configuration: %v\n%s", v.fixture, domain, err, out)
+			}
 		}
 	}
 }

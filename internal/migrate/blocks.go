@@ -66,7 +66,7 @@ type block struct {
 	kube  bool
 }
 
-func (m *migrator) run(f *File) {
+func (m *migrator) run(f *File) error {
 	var blocks []*block
 	for _, sb := range f.Blocks {
 		b := &block{sb: sb}
@@ -106,7 +106,9 @@ func (m *migrator) run(f *File) {
 		}
 		blocks = append(blocks, b)
 	}
-	m.findClusterZones(blocks)
+	if err := m.findClusterZones(blocks); err != nil {
+		return err
+	}
 	// Blocks with a view are carried apart (view.go); the others as
 	// ever, among themselves.
 	inOrder := slices.Clone(blocks)
@@ -132,6 +134,7 @@ func (m *migrator) run(f *File) {
 	m.finish(plain)
 	m.nsidZones(plain)
 	m.viewsDepart()
+	return nil
 }
 
 func keysText(sb *ServerBlock) string {
@@ -142,10 +145,18 @@ func keysText(sb *ServerBlock) string {
 	return strings.Join(ks, " ")
 }
 
-// findClusterZones: the kubernetes directive's zones, else the default
-// cluster domain, which a block forwarding to the cluster DNS (node-cache)
-// is recognized by.
-func (m *migrator) findClusterZones(blocks []*block) {
+// findClusterZones: the kubernetes directive's zones, else the cluster
+// domain given (Options.ClusterDomain), which a block forwarding to the
+// cluster DNS (node-cache) is recognized by. Without a kubernetes
+// directive and a given domain it fails: the Corefile does not say which
+// zone is the cluster's. A given domain that the kubernetes directive
+// answers becomes the primary one (pods' search path is built on it); one
+// it does not answer is a note, and the Corefile's zones are kept.
+func (m *migrator) findClusterZones(blocks []*block) error {
+	given := ""
+	if m.opts.ClusterDomain != "" {
+		given = dnsname.Canonical(m.opts.ClusterDomain)
+	}
 	for _, b := range blocks {
 		for _, d := range b.sb.Directives {
 			if d.Name != "kubernetes" || reverseKube(b, d) {
@@ -174,11 +185,22 @@ func (m *migrator) findClusterZones(blocks []*block) {
 					}
 				}
 			}
+			switch i := slices.Index(zs, given); {
+			case given == "":
+			case i < 0:
+				m.drop(d.Line, "%s: the cluster domain %s (%s) is not among its zones; the Corefile's zones are kept, but pods' search path is built on kubelet's clusterDomain: check which is right", d.String(), trimDot(given), m.opts.ClusterDomainFrom)
+			case i > 0:
+				zs = append([]string{given}, slices.Delete(zs, i, i+1)...)
+			}
 			m.clusterZones = zs
-			return
+			return nil
 		}
 	}
-	m.clusterZones = []string{"cluster.local."}
+	if given == "" {
+		return ErrNoClusterDomain
+	}
+	m.clusterZones = []string{given}
+	return nil
 }
 
 // multiclusterZones are the zones of the multicluster options of a

@@ -71,7 +71,7 @@ func TestForwardChains(t *testing.T) {
 			map[string]any{"upstream": []any{"dns.quad9.net", "tls://dns.google"}, "upstream-resolver": []any{"10.0.0.2", "10.0.0.3:5353"}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := Migrate([]byte(tc.src), Options{Env: testEnv})
+			res, err := Migrate([]byte(tc.src), Options{Env: testEnv, ClusterDomain: "cluster.local", ClusterDomainFrom: "--cluster-domain cluster.local"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,7 +108,7 @@ func TestDoTFailoverCorefile(t *testing.T) {
     prometheus :9153
 }
 `
-	res, err := Migrate([]byte(src), Options{Env: testEnv})
+	res, err := Migrate([]byte(src), Options{Env: testEnv, ClusterDomain: "cluster.local", ClusterDomainFrom: "--cluster-domain cluster.local"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,7 +157,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		// Whatever parses maps without panicking.
-		if _, err := Migrate([]byte(src), Options{Env: func(string) (string, bool) { return "v", true }}); err != nil {
+		if _, err := Migrate([]byte(src), Options{Env: func(string) (string, bool) { return "v", true }, ClusterDomain: "cluster.local"}); err != nil {
 			t.Fatalf("parsed but Migrate failed: %v", err)
 		}
 		_ = file

@@ -237,11 +237,25 @@ func (m *migrator) logDirective(b *block, d *Directive) {
 		// NAMES or a format: nodedns logs every name in its own format.
 		m.comment(&m.cfg.LogQueries, "the names and format given to log are not carried")
 	}
+	var classes config.List
 	for _, o := range d.Block {
-		if o.Name == "class" && slices.Contains(o.ArgTexts(), "all") {
+		if o.Name != "class" {
+			m.drop(o.Line, "log option %s: not carried; nodedns logs every query (a fraction with log-queries)", o.String())
 			continue
 		}
-		m.drop(o.Line, "log option %s: not carried; nodedns logs every query (a fraction with log-queries)", o.String())
+		for _, c := range o.ArgTexts() {
+			c = strings.ToLower(c)
+			if c != "all" && c != "success" && c != "denial" && c != "error" {
+				m.drop(o.Line, "log class %s: want all, success, denial or error", c)
+				continue
+			}
+			if !slices.Contains(classes, c) {
+				classes = append(classes, c)
+			}
+		}
+	}
+	if len(classes) > 0 && !slices.Contains(classes, "all") {
+		set(m, &m.cfg.LogQueriesClass, classes, d.Line, fmt.Sprintf("line %d: log's class (only replies of these classes are logged)", d.Line))
 	}
 }
 

@@ -112,9 +112,15 @@ func (m *migrator) finish(blocks []*block) {
 		set(m, &m.cfg.Prefetch, 0, 0, "no cache in the Corefile (nodedns's default refreshes entries hit twice before they expire)")
 		set(m, &m.cfg.ServfailTTL, 0, 0, "no cache in the Corefile (nodedns's default remembers a SERVFAIL, or a failure of every upstream, 5s)")
 	}
-	if !m.seen["kubernetes"] && !m.clusterFwd {
-		m.header = append(m.header, "The Corefile neither answers nor forwards the cluster zone; nodedns answers it from the API server when it has a kubeconfig (or runs in a pod).")
+	if !m.seen["kubernetes"] {
+		// No kubernetes directive: the domain was given (findClusterZones
+		// fails otherwise), and is written, never left to the default.
+		set(m, &m.cfg.ClusterDomain, config.List{trimDot(m.clusterZones[0])}, 0, "the cluster domain: "+m.opts.ClusterDomainFrom)
+		if !m.clusterFwd {
+			m.header = append(m.header, fmt.Sprintf("The Corefile neither answers nor forwards the cluster zone %s; nodedns answers it from the API server when it has a kubeconfig (or runs in a pod).", trimDot(m.clusterZones[0])))
+		}
 	}
+	m.overrideNotes()
 	if m.seen["reload"] {
 		m.header = append(m.header, "reload: nodedns re-reads this file when it changes (every 2s).")
 	}
@@ -136,6 +142,20 @@ func (m *migrator) finish(blocks []*block) {
 		} else {
 			m.header = append(m.header, m.adminNotes...)
 		}
+	}
+}
+
+// overrideNotes say in the output's header what overrides what it writes,
+// where the shipped manifest or the agent's own reading would silently
+// win or lose.
+func (m *migrator) overrideNotes() {
+	if m.opts.KubeDNS != nil && (m.isSet(&m.cfg.Upstream) || len(m.opts.KubeDNS.StubDomains) > 0) {
+		m.header = append(m.header,
+			"The kube-dns ConfigMap ("+m.opts.KubeDNSDir+") was copied into fixed keys (upstream, stub-domains): they override that ConfigMap from now on, and later edits of it change nothing where these keys are set.",
+			"To follow the ConfigMap instead, delete the keys copied from it and keep kube-dns-config: /etc/kube-dns (the shipped manifest mounts the kube-dns ConfigMap there, and the agent re-reads it when it changes, under this file's keys).")
+	}
+	if m.isSet(&m.cfg.Admin) {
+		m.comment(&m.cfg.Admin, "the shipped manifest's --admin=[$(HOST_IP)]:9253 flag overrides this line (a flag wins over the file): drop the flag from the DaemonSet to use it")
 	}
 }
 

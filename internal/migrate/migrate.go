@@ -21,6 +21,7 @@
 package migrate
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -58,7 +59,20 @@ type Options struct {
 	LocalIP string
 	// Source names the Corefile in the output's header.
 	Source string
+	// ClusterDomain is the cluster's DNS domain (kubelet's
+	// clusterDomain; `--cluster-domain`, or read from `--kubelet-config`)
+	// and ClusterDomainFrom says where it came from, for the output's
+	// comments. A Corefile without a kubernetes directive (NodeLocal
+	// DNSCache's) does not name its cluster domain for sure, so it is
+	// required then: Migrate fails with ErrNoClusterDomain rather than
+	// assume cluster.local.
+	ClusterDomain     string
+	ClusterDomainFrom string
 }
+
+// ErrNoClusterDomain: the Corefile has no kubernetes directive and no
+// cluster domain was given.
+var ErrNoClusterDomain = errors.New("the Corefile has no kubernetes directive, so it does not say which zone is the cluster's: give --cluster-domain (kubelet's clusterDomain, as `kubectl get --raw /api/v1/nodes/NODE/proxy/configz` shows) or --kubelet-config FILE; migrate never assumes cluster.local")
 
 // Result is a migration's outcome.
 type Result struct {
@@ -101,7 +115,9 @@ func Migrate(src []byte, opts Options) (*Result, error) {
 	}
 	m := newMigrator(opts)
 	m.dropped = append(m.dropped, f.Skipped...)
-	m.run(f)
+	if err := m.run(f); err != nil {
+		return nil, err
+	}
 	out, err := m.emit()
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -41,7 +42,7 @@ func migrateFixture(t *testing.T, name string, kd *kubedns.Config) *Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Env: testEnv, Source: name + ".corefile"}
+	opts := Options{Env: testEnv, ClusterDomain: "cluster.local", ClusterDomainFrom: "--cluster-domain cluster.local", Source: name + ".corefile"}
 	if kd != nil {
 		opts.KubeDNS, opts.KubeDNSDir = kd, "/etc/kube-dns"
 	}
@@ -160,7 +161,7 @@ func TestCommonCorefiles(t *testing.T) {
 		{"nodelocaldns", map[string]any{
 			"local-ip": list("169.254.20.10", "10.96.0.10"), "cluster-zone": "forward", "cluster-dns": "10.96.0.11",
 			"cluster-dns-protocol": "tcp", "cluster-ttl": "5s", "upstream": nil, "max-ttl": "30s", "admin": "0.0.0.0:9253",
-			"loop-check": true, "autopath": false, "cluster-domain": nil, "stub-domains": nil,
+			"loop-check": true, "autopath": false, "cluster-domain": list("cluster.local"), "stub-domains": nil,
 		}},
 	} {
 		res := migrateFixture(t, tc.name, nil)
@@ -199,7 +200,7 @@ func TestKubeDNSMerge(t *testing.T) {
 
 	// With the cluster zone answered locally, names resolve.
 	src := []byte(".:53 {\n    kubernetes cluster.local\n    forward . /etc/resolv.conf\n}\n")
-	r1, err := Migrate(src, Options{Env: testEnv, KubeDNS: &fixtureKubeDNS, KubeDNSDir: "/etc/kube-dns"})
+	r1, err := Migrate(src, Options{Env: testEnv, ClusterDomain: "cluster.local", ClusterDomainFrom: "--cluster-domain cluster.local", KubeDNS: &fixtureKubeDNS, KubeDNSDir: "/etc/kube-dns"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func TestKubeDNSMerge(t *testing.T) {
 
 	// A Corefile naming its upstreams keeps them.
 	src = []byte(".:53 {\n    forward . 9.9.9.9\n}\nacme.local {\n    forward . 10.0.0.1\n}\n")
-	r2, err := Migrate(src, Options{Env: testEnv, KubeDNS: &fixtureKubeDNS, KubeDNSDir: "/etc/kube-dns"})
+	r2, err := Migrate(src, Options{Env: testEnv, ClusterDomain: "cluster.local", ClusterDomainFrom: "--cluster-domain cluster.local", KubeDNS: &fixtureKubeDNS, KubeDNSDir: "/etc/kube-dns"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +250,8 @@ func TestDirectiveNotes(t *testing.T) {
 		{".:53 {\n  rewrite name regex (.*) {1}.x metadata\n}\n", "metadata", 2},
 		{"example.org {\n  rewrite name regex (.*)\\.a {1}.b\n}\n", "every zone", 2},
 		{".:53 {\n  autopath /etc/resolv.conf\n}\n", "autopath", 2},
-		{".:53 {\n  log . {\n    class denial\n  }\n}\n", "class denial", 3},
+		{".:53 {\n  log . {\n    class denial bogus\n  }\n}\n", "log class bogus", 3},
+		{".:53 {\n  log . {\n    format {name}\n  }\n}\n", "format", 3},
 		{".:53 {\n  bind eth0\n}\n", "interface names", 2},
 		{".:53 {\n  hosts /etc/hosts {\n    bogus\n  }\n  hosts /etc/other\n}\n", "second hosts", 5},
 		{".:53 {\n  loadbalance round_robin {\n    prefer 10.0.0.0/8\n  }\n}\n", "prefer", 3},
@@ -259,7 +261,7 @@ func TestDirectiveNotes(t *testing.T) {
 		{".:53 {\n  dnssec\n}\n", "DNSSEC", 2},
 		{".:53 {\n  kubernetes cluster.local {\n    multicluster clusterset.local\n  }\n}\n", "not a zone of the kubernetes directive", 3},
 	} {
-		res, err := Migrate([]byte(tc.src), Options{Env: testEnv})
+		res, err := Migrate([]byte(tc.src), Options{Env: testEnv, ClusterDomain: "cluster.local", ClusterDomainFrom: "--cluster-domain cluster.local"})
 		if err != nil {
 			t.Errorf("%q: %v", tc.src, err)
 			continue
@@ -338,7 +340,7 @@ func TestCarried(t *testing.T) {
 		{".:53 {\n  bufsize 1232\n  any\n  cancel\n  errors {\n    consolidate 5m \".*\"\n  }\n  log\n}\n",
 			map[string]any{"max-udp-size": float64(1232), "log-queries": float64(1)}},
 	} {
-		res, err := Migrate([]byte(tc.src), Options{Env: testEnv})
+		res, err := Migrate([]byte(tc.src), Options{Env: testEnv, ClusterDomain: "cluster.local", ClusterDomainFrom: "--cluster-domain cluster.local"})
 		if err != nil {
 			t.Errorf("%q: %v", tc.src, err)
 			continue
@@ -391,5 +393,66 @@ func TestOutputReadsBack(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestLogClasses: log's class options become log-queries-class.
+func TestLogClasses(t *testing.T) {
+	for src, want := range map[string]string{
+		".:53 {\n  log {\n    class denial error\n  }\n}\n":              "denial,error",
+		".:53 {\n  log . {\n    class denial\n    class error\n  }\n}\n": "denial,error",
+		".:53 {\n  log {\n    class all\n  }\n}\n":                       "",
+		".:53 {\n  log\n}\n": "",
+	} {
+		res, err := Migrate([]byte(src), Options{Env: testEnv, ClusterDomain: "cluster.local"})
+		if err != nil {
+			t.Fatalf("%q: %v", src, err)
+		}
+		if len(res.Dropped) != 0 {
+			t.Errorf("%q: not carried: %s", src, droppedText(res))
+		}
+		if got := res.Config.LogQueriesClass.String(); got != want || res.Config.LogQueries != 1 {
+			t.Errorf("%q: log-queries-class %q, log-queries %v; want %q and 1", src, got, res.Config.LogQueries, want)
+		}
+	}
+}
+
+// TestClusterDomainNeverAssumed: without a kubernetes directive the
+// cluster domain must be given; a node-local-dns Corefile for k8s.example
+// then forwards k8s.example (no stub domains), and a given domain the
+// kubernetes directive does not answer is a note.
+func TestClusterDomainNeverAssumed(t *testing.T) {
+	nl, err := os.ReadFile(filepath.Join("testdata", "nodelocaldns.corefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := strings.ReplaceAll(string(nl), "cluster.local:53", "k8s.example:53")
+	if _, err := Migrate([]byte(src), Options{Env: testEnv}); !errors.Is(err, ErrNoClusterDomain) {
+		t.Fatalf("no cluster domain given: err %v, want ErrNoClusterDomain", err)
+	}
+	res, err := Migrate([]byte(src), Options{Env: testEnv, ClusterDomain: "k8s.example.", ClusterDomainFrom: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Config.ClusterDomain.String(); got != "k8s.example" || res.Config.ClusterZone != "forward" || len(res.Config.Stubs) != 0 || len(res.Dropped) != 0 {
+		t.Errorf("cluster-domain %q, cluster-zone %q, stub-domains %v, dropped %s", got, res.Config.ClusterZone, res.Config.Stubs, droppedText(res))
+	}
+	if strings.Contains(string(res.YAML), "neither answers nor forwards") {
+		t.Errorf("the header says the cluster zone is neither answered nor forwarded:\n%s", res.YAML)
+	}
+	kube := ".:53 {\n  kubernetes cluster.local example.internal in-addr.arpa ip6.arpa\n  forward . 192.0.2.1\n}\n"
+	res, err = Migrate([]byte(kube), Options{Env: testEnv, ClusterDomain: "example.internal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Config.ClusterDomain.String(); got != "example.internal,cluster.local" {
+		t.Errorf("given domain among the directive's zones: cluster-domain %q, want it first", got)
+	}
+	res, err = Migrate([]byte(kube), Options{Env: testEnv, ClusterDomain: "other.example", ClusterDomainFrom: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(droppedText(res), "other.example") {
+		t.Errorf("a given domain the Corefile does not answer: no note: %s", droppedText(res))
 	}
 }

@@ -33,7 +33,7 @@ func TestResolvConfMalformedNameserver(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	ups, err := upstreams(cfg, cfg.ListenAddrs(), log)
+	ups, err := upstreams(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,33 +20,13 @@ import (
 )
 
 // upstreams resolves the upstream list: --upstream, else the nameservers
-// of /etc/resolv.conf. Our own addresses are refused in the first case
-// (a configuration error) and dropped in the second (the node's
-// resolv.conf may well name us).
-func upstreams(cfg config.Config, listen []string, log *slog.Logger) ([]string, error) {
-	own := map[netip.Addr]map[uint16]bool{}
-	for _, l := range listen {
-		ap := netip.MustParseAddrPort(l)
-		if own[ap.Addr()] == nil {
-			own[ap.Addr()] = map[uint16]bool{}
-		}
-		own[ap.Addr()][ap.Port()] = true
-	}
-	for _, ip := range cfg.LocalIP {
-		a := netip.MustParseAddr(ip)
-		if own[a] == nil {
-			own[a] = map[uint16]bool{}
-		}
-		own[a][53] = true
-	}
-	isOwn := func(s string) bool {
-		ap := netip.MustParseAddrPort(s)
-		ports := own[ap.Addr()]
-		if ports == nil && ap.Addr().IsUnspecified() {
-			return false
-		}
-		return ports[ap.Port()]
-	}
+// of /etc/resolv.conf. Our own addresses (config.IsOwnAddr, the test the
+// configuration's own check applies to --upstream) are refused in the
+// first case (a configuration error: the kube-dns ConfigMap's upstreams
+// come here too) and dropped in the second (the node's resolv.conf may
+// well name us).
+func upstreams(cfg config.Config, log *slog.Logger) ([]string, error) {
+	isOwn := func(s string) bool { return cfg.IsOwnAddr(netip.MustParseAddrPort(s)) }
 	if len(cfg.Upstream) > 0 {
 		var out []string
 		for _, u := range cfg.Upstream {
@@ -120,10 +100,10 @@ func (a *Agent) newForwarder(cfg config.Config, kd kubedns.Config) (*upstream.Fo
 		// The ConfigMap's upstreams replace the node's resolvers.
 		c := cfg
 		c.Upstream = kd.UpstreamNameservers
-		if ups, err = upstreams(c, cfg.ListenAddrs(), a.upLog); err != nil {
+		if ups, err = upstreams(c, a.upLog); err != nil {
 			return nil, fmt.Errorf("kube-dns config %s: %w", kubedns.UpstreamNameserversKey, err)
 		}
-	} else if ups, err = upstreams(cfg, cfg.ListenAddrs(), a.upLog); err != nil {
+	} else if ups, err = upstreams(cfg, a.upLog); err != nil {
 		return nil, err
 	}
 	res := indexResolver{ix: func() *k8s.Index { return a.ix }}
@@ -150,7 +130,7 @@ func nameResolvers(cfg config.Config, log *slog.Logger) ([]string, error) {
 	}
 	c := cfg
 	c.Upstream = nil
-	rs, err := upstreams(c, cfg.ListenAddrs(), log)
+	rs, err := upstreams(c, log)
 	if err != nil {
 		return nil, fmt.Errorf("upstreams given by name (%s) need resolvers: --upstream-resolver, or %w", strings.Join(named, ", "), err)
 	}

@@ -52,7 +52,7 @@ func TestAttackPluginListBounds(t *testing.T) {
 		{"template zones", tzones(maxTemplateItems), tzones(maxTemplateItems + 1), "template 1: a list of 65 items: want at most 64"},
 		{"cache-disable-success", disable(maxDisableZones), disable(maxDisableZones + 1), "65"},
 		{"upstream-except", except(maxExcept), except(maxExcept + 1), "65"},
-		{"chaos-authors", authors(maxChaosAuthors), authors(maxChaosAuthors + 1), "--chaos-authors: 65 authors: want at most 64"},
+		{"chaos-authors", authors(maxChaosAuthors), authors(maxChaosAuthors + 1), "config.yaml: chaos-authors: 65 authors: want at most 64"},
 	} {
 		if _, err := loadFile(t, "listen: [127.0.0.1:5300]\nupstream: [192.0.2.1]\n"+c.at); err != nil {
 			t.Errorf("%s at the bound: %v", c.what, err)

@@ -33,7 +33,9 @@ const configUsage = `usage:
   nodedns config validate FILE [serve flags]
       Check FILE as 'nodedns serve --config FILE [serve flags]' would load
       it, more strictly: an unknown key or another apiVersion is an error
-      (the agent only warns). Exit 0, or print one line per problem and
+      (the agent only warns). The checks are serve's own; each line
+      names the file and its keys. Warnings serve would log are printed
+      too ("warning: ..."). Exit 0, or print one line per problem and
       exit 1.
   nodedns config print [serve flags]
       Print the effective configuration of 'nodedns serve [serve flags]'
@@ -57,6 +59,10 @@ func configValidate(args []string, stdout, stderr io.Writer) error {
 	_, res, err := Parse(append([]string{"--config", file}, args[1:]...), true, stderr)
 	if err != nil {
 		return fmt.Errorf("validate: %w", err)
+	}
+	// The same warnings serve logs at start (each names the file and key).
+	for _, w := range res.Warnings {
+		fmt.Fprintln(stderr, "warning:", w)
 	}
 	if all := res.All(); len(all) > 0 {
 		for _, p := range all {

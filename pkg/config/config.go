@@ -247,6 +247,24 @@ func (c *Config) ListenAddrs() []string {
 	return out
 }
 
+// IsOwnAddr reports whether ap is one of this agent's own DNS addresses:
+// a --listen address, or port 53 of a --local-ip (the addresses pods and
+// the interception send to). An upstream there is a forwarding loop.
+func (c *Config) IsOwnAddr(ap netip.AddrPort) bool {
+	a := ap.Addr().Unmap()
+	for _, l := range c.ListenAddrs() {
+		if lp, err := netip.ParseAddrPort(l); err == nil && lp.Addr().Unmap() == a && lp.Port() == ap.Port() {
+			return true
+		}
+	}
+	for _, ip := range c.LocalIP {
+		if la, err := netip.ParseAddr(ip); err == nil && la.Unmap() == a && ap.Port() == 53 {
+			return true
+		}
+	}
+	return false
+}
+
 // Default is the configuration before the file and the flags: every
 // setting's default from the table.
 func Default() Config {

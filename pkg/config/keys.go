@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -189,7 +190,7 @@ var settings = []*Setting{
 		field: func(c *Config) any { return &c.AdminSocket }},
 
 	// Upstreams.
-	{key: "upstream", help: "comma-separated upstream resolvers: ip[:port], tcp://ip[:port], tls://ip[:853][#server-name], https://ip[:443][#server-name], or names (of the cluster zone, or resolved through --upstream-resolver) in place of ip (default: nameservers in --resolv-conf, minus our own addresses); at most 15, none twice; checked with the stub domains (validateUpstreams)",
+	{key: "upstream", help: "comma-separated upstream resolvers: ip[:port], tcp://ip[:port], tls://ip[:853][#server-name], https://ip[:443][#server-name], or names (of the cluster zone, or resolved through --upstream-resolver) in place of ip (default: nameservers in --resolv-conf, minus our own addresses); at most 15, none twice; checked together with the stub domains",
 		field: func(c *Config) any { return &c.Upstream }, apply: on(ApplyUpstreams)},
 	{key: "resolv-conf", def: resolvconf.DefaultPath, help: "resolver configuration whose nameservers are the default upstreams and whose search domains pods inherit",
 		field: func(c *Config) any { return &c.ResolvConf }, apply: on(ApplyUpstreams, ApplySearch), check: func(c *Config) error {
@@ -331,11 +332,11 @@ var settings = []*Setting{
 		field: func(c *Config) any { return &c.PrefetchPercent }, apply: on(ApplyCache), check: func(c *Config) error {
 			return between("prefetch-percent", c.PrefetchPercent, 10, 90)
 		}},
-	{key: "cache-disable-success", help: "comma-separated zones whose answers are never cached ('.' every name), as CoreDNS `disable success`; at most 64",
+	{key: "cache-disable-success", help: "comma-separated zones whose answers are never cached ('.' every name), as CoreDNS's disable success; at most 64",
 		field: func(c *Config) any { return &c.CacheDisableSuccess }, apply: on(ApplyCache), check: func(c *Config) error {
 			return checkDisableZones("cache-disable-success", c.CacheDisableSuccess)
 		}},
-	{key: "cache-disable-denial", help: "comma-separated zones whose NXDOMAIN, NODATA and SERVFAIL are never cached ('.' every name), as CoreDNS `disable denial`; at most 64",
+	{key: "cache-disable-denial", help: "comma-separated zones whose NXDOMAIN, NODATA and SERVFAIL are never cached ('.' every name), as CoreDNS's disable denial; at most 64",
 		field: func(c *Config) any { return &c.CacheDisableDenial }, apply: on(ApplyCache), check: func(c *Config) error {
 			return checkDisableZones("cache-disable-denial", c.CacheDisableDenial)
 		}},
@@ -381,7 +382,7 @@ var settings = []*Setting{
 	// Cluster zone.
 	{key: "kubeconfig", help: "kubeconfig file (default: in-cluster config inside a pod, else no cluster zone)",
 		field: func(c *Config) any { return &c.Kubeconfig }},
-	{key: "kubeconfig-context", help: "context of --kubeconfig to use (default: the file's current context), as CoreDNS's `kubeconfig FILE CONTEXT`",
+	{key: "kubeconfig-context", help: "context of --kubeconfig to use (default: the file's current context), as CoreDNS's kubeconfig FILE CONTEXT",
 		field: func(c *Config) any { return &c.KubeconfigContext }, check: func(c *Config) error {
 			if c.KubeconfigContext != "" && c.Kubeconfig == "" {
 				return fmt.Errorf("--kubeconfig-context %q needs --kubeconfig: the in-cluster configuration has no contexts", c.KubeconfigContext)
@@ -450,7 +451,7 @@ var settings = []*Setting{
 		}},
 	{key: "endpoint-pod-names", help: "name endpoints without a hostname after their pod (targetRef) instead of their address, as CoreDNS endpoint_pod_names",
 		field: func(c *Config) any { return &c.EndpointPodNames }},
-	{key: "ignore-empty-service", help: "NXDOMAIN for a ClusterIP Service without ready endpoints, as CoreDNS `ignore empty_service`",
+	{key: "ignore-empty-service", help: "NXDOMAIN for a ClusterIP Service without ready endpoints, as CoreDNS's ignore empty_service",
 		field: func(c *Config) any { return &c.IgnoreEmptyService }},
 	{key: "no-endpoints", help: "do not watch EndpointSlices: headless and endpoint names are NXDOMAIN, as CoreDNS noendpoints",
 		field: func(c *Config) any { return &c.NoEndpoints }},
@@ -645,6 +646,7 @@ var crossChecks = []func(c *Config) error{
 	// --cluster-zone forward needs --cluster-dns, which must not be ourselves.
 	func(c *Config) error { return c.validateForward() },
 	checkFallbackLoop,
+	checkUpstreamLoop,
 	checkMinNegativeTTL,
 	func(c *Config) error {
 		// (A min-ttl past its own bound is reported by its check.)
@@ -653,6 +655,29 @@ var crossChecks = []func(c *Config) error{
 		}
 		return nil
 	},
+}
+
+// checkUpstreamLoop refuses an --upstream that is one of the agent's own
+// addresses (the kube-dns ClusterIP both in --local-ip and --upstream):
+// the agent would forward its misses to itself. An upstream given by name
+// or that does not parse is left to the other checks. pkg/agent applies
+// the same test (IsOwnAddr) to the kube-dns ConfigMap's upstreams, which
+// only the running agent reads.
+func checkUpstreamLoop(c *Config) error {
+	for _, u := range c.Upstream {
+		sp, err := upstream.ParseServer(u)
+		if err != nil || sp.ByName() {
+			continue
+		}
+		if c.IsOwnAddr(sp.Addr) {
+			own := fmt.Sprintf("--local-ip %s, on port 53", strings.Join(c.LocalIP, ","))
+			if len(c.Listen) > 0 {
+				own = fmt.Sprintf("--local-ip %s, --listen %s", strings.Join(c.LocalIP, ","), strings.Join(c.Listen, ","))
+			}
+			return fmt.Errorf("--upstream %s is one of this agent's own addresses (%s): that is a forwarding loop; name the central DNS by another address (a kube-dns-upstream Service) or the real resolvers", u, own)
+		}
+	}
+	return nil
 }
 
 // clusterCheck validates the cluster zone settings together, as pkg/k8s

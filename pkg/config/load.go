@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -189,42 +190,62 @@ func (c *Config) readFile(path string, strict bool, res *Result) bool {
 }
 
 // validate records every value the packages would reject later, each with
-// a message naming the bad value.
+// a message naming the bad value. `nodedns serve` and `nodedns config
+// validate` both come here (through Parse): there is one set of checks.
+// Every line names where its values came from (locate).
 func (c *Config) validate(res *Result) {
 	for _, s := range settings {
 		if s.check == nil {
 			continue
 		}
 		if err := s.check(c); err != nil {
-			if c.given[s.key] && !c.fromFlags[s.key] && c.path != "" {
-				// Name the file and the key as written there.
-				res.problem("config %s: %s", c.path, strings.TrimPrefix(err.Error(), "--"))
-				continue
-			}
-			res.problem("%v", err)
+			res.problem("%s", c.locate(err.Error()))
 		}
 	}
 	clean := len(res.Problems) == 0
 	if clean {
 		for _, a := range advice {
 			if w := a(c); w != "" {
-				res.warn("%s", w)
+				res.warn("%s", c.locate(w))
 			}
 		}
 	}
 	if err := completeCheck(c); err != nil {
-		res.Incomplete = append(res.Incomplete, err.Error())
+		res.Incomplete = append(res.Incomplete, c.locate(err.Error()))
 	}
 	for _, check := range crossChecks {
 		if err := check(c); err != nil {
-			res.problem("%v", err)
+			res.problem("%s", c.locate(err.Error()))
 		}
 	}
 	if clean {
 		if err := clusterCheck(c); err != nil {
-			res.problem("%v", err)
+			res.problem("%s", c.locate(err.Error()))
 		}
 	}
+}
+
+// flagRef is a flag named in a check's message: --name.
+var flagRef = regexp.MustCompile(`--([a-z0-9]+(?:-[a-z0-9]+)*)`)
+
+// locate rewrites a check's message, written with flag names, for where
+// the values came from: with a --config file, the line starts with
+// "config FILE: " and names by its key each setting the file gave or that
+// is left at its default (where the operator would add it); a setting a
+// command-line flag gave keeps its flag name. Without a file the message
+// is unchanged.
+func (c *Config) locate(msg string) string {
+	if c.path == "" {
+		return msg
+	}
+	msg = flagRef.ReplaceAllStringFunc(msg, func(ref string) string {
+		s := settingByFlag(ref[2:])
+		if s == nil || c.fromFlags[s.key] {
+			return ref
+		}
+		return s.key
+	})
+	return "config " + c.path + ": " + msg
 }
 
 // yamlError is the YAML decoder's error on one line, without the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -252,11 +253,37 @@ func decodeStrict(b []byte, p any) error {
 	if err := dec.Decode(p); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return fmt.Errorf("want %s, got %s", jsonKind(te.Type.Kind().String()), b)
+			return typeError(te, b)
 		}
 		return err
 	}
 	return nil
+}
+
+// typeError says what a value of the wrong type is and what was wanted. A
+// quoted scalar where a bool or a number is wanted (autopath: 'true') is
+// named as the string it is, with the fix.
+func typeError(te *json.UnmarshalTypeError, raw []byte) error {
+	want := jsonKind(te.Type.Kind().String())
+	var str string
+	if te.Value == "string" && json.Unmarshal(raw, &str) == nil {
+		switch te.Type.Kind() {
+		case reflect.Bool:
+			if str == "true" || str == "false" {
+				return fmt.Errorf("want true or false, got the string %q: write it without quotes", str)
+			}
+		case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint, reflect.Uint64, reflect.Uint32, reflect.Uint16, reflect.Float64, reflect.Float32:
+			if _, err := strconv.ParseFloat(str, 64); err == nil {
+				return fmt.Errorf("want %s, got the string %q: write it without quotes", want, str)
+			}
+		}
+		return fmt.Errorf("want %s, got the string %q", want, str)
+	}
+	got := map[string]string{"bool": "true or false", "number": "a number", "array": "a list", "object": "a map", "string": "a string"}[te.Value]
+	if got == "" {
+		got = te.Value
+	}
+	return fmt.Errorf("want %s, got %s %s", want, got, bytes.TrimSpace(raw))
 }
 
 func jsonKind(goKind string) string {
