@@ -39,7 +39,7 @@ func TestFileNSID(t *testing.T) {
 // comment, nothing dropped); options nodedns does not know are dropped
 // with their line.
 func TestFileNSIDOptions(t *testing.T) {
-	res, err := Migrate([]byte(".:53 {\n  nsid\n  file db.example example.org {\n    reload_by_mtime\n  }\n  forward . 192.0.2.1\n}\n"), Options{Env: testEnv})
+	res, err := Migrate([]byte(".:53 {\n  nsid\n  file db.example example.org {\n    reload_by_mtime\n  }\n  forward . 192.0.2.1\n}\n"), Options{Env: testEnv, ClusterDomain: "cluster.local"})
 	if err != nil {
 		t.Fatal(err)
 	}
