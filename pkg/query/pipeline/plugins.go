@@ -29,6 +29,8 @@ type Plugins struct {
 	ACL          stage.ACL
 	Templates    stage.Templates
 	Header       Header
+	// DNS64 synthesizes AAAA answers (dns64.go).
+	DNS64 stage.DNS64
 }
 
 // Header is CoreDNS's header plugin: flags (dnswire.FlagAA, FlagRA,

@@ -120,6 +120,9 @@ func (p *Pipeline) serve(dst []byte, c *call) (out []byte, v server.Verdict) {
 		}
 		// From here on the reply is a stage's.
 		c.hdr = pl.Header
+		if pl.DNS64 != nil && pl.DNS64.Applies(c.req.Client, c.q.Type, c.q.Class) {
+			return p.dns64(dst, c, pl.DNS64)
+		}
 	}
 	if ns, ok := p.podQuery(c); ok {
 		if out, v, done := p.searchPath(dst, c, ns); done {

@@ -87,3 +87,21 @@ type Templates interface {
 	// allocation.
 	Lookup(name string, qtype, qclass uint16, client netip.Addr, id uint16) (a TemplateAnswer, ok bool)
 }
+
+// DNS64 synthesizes AAAA answers from A records (pkg/query/dns64, CoreDNS
+// dns64). It comes before every other stage but the builtin answers, as
+// CoreDNS's dns64 sits before all the plugins that answer: the reply it
+// looks at is the whole pipeline's, the cluster zone's included, and its A
+// lookup runs the name through the whole pipeline again.
+type DNS64 interface {
+	// Applies is asked about every query, on the reader, at no
+	// allocation: whether a query of (qtype, qclass) from client may be
+	// translated.
+	Applies(client netip.Addr, qtype, qclass uint16) bool
+	// Translate reports whether the reply to the AAAA question is
+	// replaced by one synthesized from the A records.
+	Translate(aaaa *dns.Msg) bool
+	// Synthesize builds that reply from the AAAA reply and the A reply
+	// (both read-only).
+	Synthesize(aaaa, a *dns.Msg) *dns.Msg
+}
