@@ -39,6 +39,9 @@ func (a *Agent) buildPlugins(cfg config.Config) (*pipeline.Plugins, error) {
 	if pl.Header.Set, pl.Header.Clear, _, err = cfg.HeaderMasks(); err != nil {
 		return nil, err
 	}
+	if err := a.buildDNS64External(cfg, pl); err != nil {
+		return nil, err
+	}
 	if *pl == (pipeline.Plugins{}) {
 		return nil, nil
 	}

@@ -597,6 +597,12 @@ var settings = []*Setting{
 		field: func(c *Config) any { return &c.MetricsNamespaces }, check: func(c *Config) error {
 			return between("metrics-namespaces", c.MetricsNamespaces, 0, metrics.MaxNamespaces)
 		}},
+
+	// dns64 and k8s_external (dns64.go).
+	{key: "dns64", flag: noFlag, help: "AAAA records synthesized from A records as CoreDNS's dns64: {prefix (default 64:ff9b::/96; length 32, 40, 48, 56, 64 or 96), translate-all, allow-ipv4}; absent: off",
+		field: func(c *Config) any { return &c.DNS64Opts }, apply: on(ApplyPlugins), check: checkDNS64},
+	{key: "k8s-external", flag: noFlag, help: "Services' external IPs and load-balancer ingress answered in external zones as CoreDNS's k8s_external: {zones, apex (default dns), ttl (default 5; 0 to 3600), headless, fallthrough}; needs the cluster zone; absent: off",
+		field: func(c *Config) any { return &c.K8sExternalOpts }, apply: on(ApplyPlugins), check: checkK8sExternal},
 }
 
 // completeCheck reports a configuration that is valid but not enough to

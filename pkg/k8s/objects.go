@@ -62,6 +62,10 @@ type service struct {
 	external        string       // ExternalName target, lower-case FQDN
 	externalIsIP    bool         // ExternalName holds an IP: the name does not exist (CoreDNS)
 	ports           []port
+	// ext are the external addresses k8s_external answers (external.go):
+	// spec.externalIPs, then the load balancer's ingress IPs or
+	// hostnames; nil for most Services.
+	ext []string
 }
 
 // endpointSlice holds the ready addresses of a slice, one entry per
@@ -201,6 +205,13 @@ func newService[S pbdecode.Text](f pbdecode.Service[S]) *service {
 		name: string(f.Name), namespace: string(f.Namespace),
 		ports: newPorts(f.Ports[:min(len(f.Ports), maxServicePorts)]),
 	}
+	if len(f.External) > 0 {
+		n := min(len(f.External), maxServiceExternal)
+		s.ext = make([]string, n)
+		for i, a := range f.External[:n] {
+			s.ext[i] = string(a)
+		}
+	}
 	switch {
 	case string(f.Type) == string(corev1.ServiceTypeExternalName):
 		s.kind = kindExternal
@@ -256,7 +267,7 @@ func newPorts[S pbdecode.Text](ps []pbdecode.Port[S]) []port {
 func (s *service) equal(o *service) bool {
 	return s.name == o.name && s.namespace == o.namespace && s.kind == o.kind &&
 		s.external == o.external && s.externalIsIP == o.externalIsIP &&
-		slices.Equal(s.ips, o.ips) && slices.Equal(s.ports, o.ports)
+		slices.Equal(s.ips, o.ips) && slices.Equal(s.ports, o.ports) && slices.Equal(s.ext, o.ext)
 }
 
 // endpointSliceTransform returns the transform for EndpointSlices;

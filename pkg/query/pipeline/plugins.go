@@ -31,6 +31,9 @@ type Plugins struct {
 	Header       Header
 	// DNS64 synthesizes AAAA answers (dns64.go).
 	DNS64 stage.DNS64
+	// External answers the external zones of Services (CoreDNS's
+	// k8s_external), after static records, before the cluster zone.
+	External stage.ExternalZone
 }
 
 // Header is CoreDNS's header plugin: flags (dnswire.FlagAA, FlagRA,

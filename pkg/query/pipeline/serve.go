@@ -358,6 +358,12 @@ func (p *Pipeline) held(c *call, name string, qtype uint16) (a answer, ok bool) 
 			return answer{Result: res, stable: true}, true
 		}
 	}
+	if pl := p.plugins.Load(); pl != nil && pl.External != nil {
+		if res, ok := pl.External.Lookup(name, qtype); ok {
+			res.Source = stage.SourceCluster
+			return answer{Result: res}, true
+		}
+	}
 	if p.cfg.Cluster != nil {
 		if res, ok := p.cfg.Cluster.Lookup(name, qtype); ok {
 			res.Source = stage.SourceCluster

@@ -105,3 +105,15 @@ type DNS64 interface {
 	// (both read-only).
 	Synthesize(aaaa, a *dns.Msg) *dns.Msg
 }
+
+// ExternalZone answers the external zones of the cluster's Services
+// (pkg/k8s's External, CoreDNS k8s_external): asked after the static
+// records and before the cluster zone, as CoreDNS's plugin order has it.
+type ExternalZone interface {
+	// Lookup answers name (lower-case FQDN) of type qtype, on the
+	// reader; ok is false for a name of no external zone (a few suffix
+	// comparisons, no allocation) and for an NXDOMAIN that falls
+	// through. NotSynced and ExternalTarget mean what they mean in the
+	// cluster zone's answers.
+	Lookup(name string, qtype uint16) (res Result, ok bool)
+}
