@@ -18,15 +18,23 @@ func (m *migrator) dns64(b *block, d *Directive) {
 	}
 	cfg := &config.DNS64Config{}
 	args := d.ArgTexts()
+	var comments []string
+	block := d.Block
 	switch len(args) {
 	case 0:
 	case 1:
 		cfg.Prefix = args[0]
+		if len(block) > 0 {
+			// CoreDNS 1.15's setup reads the block only when the line
+			// has no prefix: with one, its options have no effect.
+			comments = append(comments, fmt.Sprintf("line %d: the options of the block are not set: CoreDNS 1.15 ignores them when the prefix is on the dns64 line", d.Line))
+			block = nil
+		}
 	default:
 		m.drop(d.Line, "%s: at most one prefix; not carried", d.String())
 		return
 	}
-	for _, o := range d.Block {
+	for _, o := range block {
 		oa := o.ArgTexts()
 		switch o.Name {
 		case "prefix":
@@ -52,7 +60,7 @@ func (m *migrator) dns64(b *block, d *Directive) {
 		m.drop(d.Line, "%s: %v; not carried", d.String(), err)
 		return
 	}
-	set(m, &m.cfg.DNS64Opts, cfg, d.Line)
+	set(m, &m.cfg.DNS64Opts, cfg, d.Line, comments...)
 }
 
 // k8sExternal maps `k8s_external [ZONES...] { apex; ttl; headless;

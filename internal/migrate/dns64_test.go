@@ -19,6 +19,9 @@ func TestDNS64AndK8sExternal(t *testing.T) {
 			map[string]any{"dns64": map[string]any{"prefix": "64:1337::/96"}}},
 		{".:53 {\n  kubernetes cluster.local\n  dns64 {\n    prefix fd00:64::/64\n    translate_all\n    allow_ipv4\n  }\n  forward . 169.254.0.1\n}\n",
 			map[string]any{"dns64": map[string]any{"prefix": "fd00:64::/64", "translate-all": true, "allow-ipv4": true}}},
+		// CoreDNS 1.15 reads no block after a prefix on the line.
+		{".:53 {\n  dns64 fd00:64::/64 {\n    translate_all\n    allow_ipv4\n  }\n  forward . 169.254.0.1\n}\n",
+			map[string]any{"dns64": map[string]any{"prefix": "fd00:64::/64"}}},
 		{".:53 {\n  kubernetes cluster.local\n  k8s_external example.org Example.NET. {\n    apex ns\n    ttl 30\n    headless\n    fallthrough example.net\n  }\n  forward . 169.254.0.1\n}\n",
 			map[string]any{"k8s-external": map[string]any{"zones": []any{"example.org", "example.net"}, "apex": "ns", "ttl": float64(30),
 				"headless": true, "fallthrough": []any{"example.net"}}}},

@@ -176,7 +176,7 @@ func (e *External) Lookup(name string, qtype uint16) (stage.Result, bool) {
 	if len(m.Answer) == 0 {
 		m.Ns = []dns.RR{soa}
 	}
-	return stage.Result{Msg: m, ExternalTarget: target}, true
+	return stage.Result{Msg: m, ExternalTarget: target, TargetAnswerOnly: target != ""}, true
 }
 
 // extEntry is one address and port a name stands for (CoreDNS's

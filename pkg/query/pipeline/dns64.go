@@ -24,19 +24,45 @@ func (p *Pipeline) dns64(dst []byte, c *call, d stage.DNS64) ([]byte, server.Ver
 	if !c.wait {
 		return dst, server.Wait
 	}
-	a, _ := p.lookup(c, nil, c.name, dns.TypeAAAA, asMsg)
-	if a.err != nil || !d.Translate(a.Msg) {
-		return p.answered(dst, c, a)
+	a, translated := p.translate(c, d, c.name, p.lookupMsg(c, c.name, dns.TypeAAAA))
+	if translated {
+		// CoreDNS's reply is a fresh one: neither AA nor RA, whatever
+		// the header plugin (which sits under dns64) says.
+		c.hdr = Header{Clear: dnswire.FlagAA | dnswire.FlagRA}
 	}
-	v4, _ := p.lookup(c, nil, c.name, dns.TypeA, asMsg)
-	if v4.err != nil {
-		return p.answered(dst, c, v4)
+	return p.answered(dst, c, a)
+}
+
+func (p *Pipeline) lookupMsg(c *call, name string, qtype uint16) answer {
+	a, _ := p.lookup(c, nil, name, qtype, asMsg)
+	return a
+}
+
+// translate returns a, the stage order's answer to (name, AAAA), or the
+// answer d synthesizes from the A records of name when it translates a;
+// translated says which. Waiting (c.wait).
+func (p *Pipeline) translate(c *call, d stage.DNS64, name string, a answer) (answer, bool) {
+	if a.err != nil || a.wait || !d.Translate(a.Msg) {
+		return a, false
 	}
-	m := d.Synthesize(a.Msg, v4.Msg)
-	// CoreDNS's reply is a fresh one: neither AA nor RA, whatever the
-	// header plugin (which sits under dns64) says.
-	c.hdr = Header{Clear: dnswire.FlagAA | dnswire.FlagRA}
-	return p.send(dst, c, m, v4.Source, 0, 0), server.Reply
+	v4 := p.lookupMsg(c, name, dns.TypeA)
+	if v4.err != nil || v4.wait {
+		return v4, false
+	}
+	return answer{Result: stage.Result{Msg: d.Synthesize(a.Msg, v4.Msg), Source: v4.Source}}, true
+}
+
+// lookupTarget looks up a CNAME target of a stage's answer (an
+// ExternalName's, a template's, an external zone's hostname) for c, as
+// CoreDNS's plugins look theirs up: through the whole server, dns64
+// included, so an AAAA target with only A records is translated for a
+// client dns64 applies to. Waiting (c.wait).
+func (p *Pipeline) lookupTarget(c *call, name string, qtype uint16) answer {
+	a := p.lookupMsg(c, name, qtype)
+	if pl := p.plugins.Load(); pl != nil && pl.DNS64 != nil && pl.DNS64.Applies(c.req.Client, qtype, c.q.Class) {
+		a, _ = p.translate(c, pl.DNS64, name, a)
+	}
+	return a
 }
 
 // answered sends a, an answer of the stage order looked up as a message

@@ -113,3 +113,16 @@ func mustPrefix(tb testing.TB, s string) netip.Prefix {
 }
 
 func dnsIP(s string) string { return netip.MustParseAddr(s).String() }
+
+// TestDNS64Targets: an ExternalName's target is looked up through dns64,
+// as CoreDNS's kubernetes plugin looks it up through its whole server:
+// the target's synthesized AAAA makes the reply hold an AAAA, which is
+// then not translated again, and keeps the cluster's AA.
+func TestDNS64Targets(t *testing.T) {
+	pl := &Plugins{DNS64: mustDNS64(t, dns64.Config{AllowIPv4: true})}
+	_, addr := start(t, Config{Resolver: externalResolver(), Cluster: testCluster(), Plugins: pl})
+	r := dnstest.Exchange(t, addr, "udp", q("ext.team-a.svc.cluster.local.", dns.TypeAAAA))
+	if len(r.Answer) != 2 || r.Answer[1].(*dns.AAAA).AAAA.String() != "64:ff9b::c000:20a" || !r.Authoritative {
+		t.Fatalf("ExternalName through dns64: %v", r)
+	}
+}

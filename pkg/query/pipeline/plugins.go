@@ -125,7 +125,7 @@ func (p *Pipeline) template(c *call, t stage.Templates, name string, qtype uint1
 	c.noTemplates = true
 	defer func() { c.noTemplates = false }()
 	for _, target := range ta.Targets {
-		a, _ := p.lookup(c, nil, target, qtype, asMsg)
+		a := p.lookupTarget(c, target, qtype)
 		if a.wait || a.err == nil && a.Msg == nil {
 			continue
 		}

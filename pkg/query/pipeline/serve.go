@@ -460,7 +460,7 @@ func (p *Pipeline) externalName(c *call, res stage.Result, qtype uint16) answer 
 	if qtype == dns.TypeCNAME {
 		return answer{Result: cluster}
 	}
-	a, _ := p.lookup(c, nil, res.ExternalTarget, qtype, asMsg)
+	a := p.lookupTarget(c, res.ExternalTarget, qtype)
 	if f, failed := targetFailed(c, a, "ExternalName", res.ExternalTarget); failed {
 		return f
 	}
@@ -474,7 +474,7 @@ func (p *Pipeline) externalName(c *call, res stage.Result, qtype uint16) answer 
 		target = target[:maxChain]
 	}
 	out.Answer = append(out.Answer, target...)
-	if len(target) == 0 {
+	if len(target) == 0 && !res.TargetAnswerOnly {
 		out.Ns = a.Msg.Ns
 	}
 	return answer{Result: cluster}

@@ -65,6 +65,10 @@ type Result struct {
 	// from it, and asks the configured cluster DNS instead, or answers
 	// SERVFAIL. Msg is then a SERVFAIL. Cluster only.
 	NotSynced bool
+	// TargetAnswerOnly: of ExternalTarget's answer only the answer
+	// section is appended, never its authority when it has no records
+	// (the external zones, as CoreDNS's k8s_external).
+	TargetAnswerOnly bool
 }
 
 // Classes of failure a stage's errors match (errors.Is), so that the
