@@ -224,7 +224,7 @@ func (e *External) entries(labels []string, zone string) ([]extEntry, int) {
 	s := v.svc
 	svcTarget := svcName + "." + ns + "." + zone
 	var out []extEntry
-	if e.cfg.Headless && len(s.ext) == 0 && (s.kind == kindHeadless || endpoint != "") {
+	if e.cfg.Headless && len(s.extList()) == 0 && (s.kind == kindHeadless || endpoint != "") {
 		for _, sl := range v.slices {
 			for i := range sl.len() {
 				label := sl.label(i)
@@ -240,7 +240,7 @@ func (e *External) entries(labels []string, zone string) ([]extEntry, int) {
 			}
 		}
 	} else {
-		for _, h := range s.ext {
+		for _, h := range s.extList() {
 			for _, p := range s.ports {
 				if p.port == -1 || !matchPort(qport, qproto, p) {
 					continue

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"testing"
+	"unsafe"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
@@ -91,5 +92,14 @@ func TestCheckExternal(t *testing.T) {
 		if err := CheckExternal(cfg); err == nil {
 			t.Errorf("%+v: no error", cfg)
 		}
+	}
+}
+
+// TestServiceSize: the external addresses cost the many Services without
+// them nothing: the stripped Service stays in the 112-byte size class it
+// had before them (bench/RESULTS.md, "k8s_external memory").
+func TestServiceSize(t *testing.T) {
+	if n := unsafe.Sizeof(service{}); n > 112 {
+		t.Errorf("service is %d bytes: want at most 112 (a larger size class costs every Service)", n)
 	}
 }
