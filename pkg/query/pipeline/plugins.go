@@ -21,6 +21,11 @@ import (
 //     included (finish), not to what the pipeline answers itself (errors,
 //     the answers above, the ACL's), as CoreDNS's header sits under those
 //     plugins.
+//   - DNS64 looks at the whole order's reply to an AAAA query and may
+//     replace it (dns64.go; in CoreDNS it sits right after local, here
+//     after the ACL and rewrites, a stated departure);
+//   - External (k8s_external) answers after static records, before the
+//     cluster zone.
 //
 // Each field nil (or zero) is a plugin not configured: one pointer load
 // and a nil test per query.
