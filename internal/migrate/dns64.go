@@ -113,7 +113,7 @@ func (m *migrator) k8sExternal(b *block, d *Directive) {
 		m.drop(d.Line, "%s: %v; not carried", d.String(), err)
 		return
 	}
-	set(m, &m.cfg.K8sExternalOpts, cfg, d.Line, fmt.Sprintf("line %d: the NS answer of the zone's apex and ns1.%s.<zone> carry no addresses in nodedns (docs/plugins.md#departures)", d.Line, apexOf(cfg)))
+	set(m, &m.cfg.K8sExternalOpts, cfg, d.Line, fmt.Sprintf("line %d: ns1.%s.<zone> (the apex's NS) has the cluster DNS Service's external IPs, as a CoreDNS in the cluster answers; a CoreDNS outside it gives its listen addresses (docs/plugins.md#departures)", d.Line, apexOf(cfg)))
 }
 
 func apexOf(c *config.K8sExternalConfig) string {

@@ -36,9 +36,13 @@ import (
 //   - The apex: SOA (`ns1.<apex>.<zone> hostmaster.<apex>.<zone>`, the
 //     zone's TTL), NS `ns1.<apex>.<zone>`; `<apex>.<zone>` NODATA.
 //
-// Departures (docs/plugins.md): the NS answer and `ns1.<apex>.<zone>` carry
-// no addresses (CoreDNS gives its own Service's external addresses, or its
-// listen addresses); PTR is not answered from external addresses; an SRV
+// The name server `ns1.<apex>.<zone>` (the NS answer's glue, its A and
+// AAAA) has the cluster DNS Service's external addresses, or the agent's
+// own without that Service (nsAddrs), as CoreDNS gives its own Service's
+// or its listen addresses.
+//
+// Departures (docs/plugins.md): PTR is not answered from external
+// addresses; an SRV
 // to a hostname ingress has no glue; of several hostname ingresses (or one
 // with several ports) only the first CNAME's target is looked up.
 
@@ -132,7 +136,11 @@ func (e *External) Lookup(name string, qtype uint16) (stage.Result, bool) {
 		case dns.TypeSOA:
 			m.Answer = []dns.RR{soa}
 		case dns.TypeNS:
-			m.Answer = []dns.RR{&dns.NS{Hdr: e.hdr(zone, dns.TypeNS, e.cfg.TTL), Ns: "ns1." + e.cfg.Apex + "." + zone}}
+			target := "ns1." + e.cfg.Apex + "." + zone
+			m.Answer = []dns.RR{&dns.NS{Hdr: e.hdr(zone, dns.TypeNS, e.cfg.TTL), Ns: target}}
+			for _, a := range e.nsAddrs() {
+				m.Extra = append(m.Extra, e.addrRR(target, a))
+			}
 		default:
 			m.Ns = []dns.RR{soa}
 		}
@@ -148,8 +156,14 @@ func (e *External) Lookup(name string, qtype uint16) (stage.Result, bool) {
 		case len(labels) == 1:
 			m.Ns = []dns.RR{soa}
 		case len(labels) == 2 && labels[0] == "ns1":
-			// CoreDNS's addresses of itself; none here (a departure).
-			m.Ns = []dns.RR{soa}
+			for _, a := range e.nsAddrs() {
+				if a.Is4() == (qtype == dns.TypeA) && (qtype == dns.TypeA || qtype == dns.TypeAAAA) {
+					m.Answer = append(m.Answer, e.addrRR(name, a))
+				}
+			}
+			if len(m.Answer) == 0 {
+				m.Ns = []dns.RR{soa}
+			}
 		default:
 			m.Rcode = dns.RcodeNameError
 			m.Ns = []dns.RR{soa}
@@ -332,4 +346,35 @@ func (e *External) soa(zone string) *dns.SOA {
 	apex := e.cfg.Apex + "." + zone
 	return &dns.SOA{Hdr: e.hdr(zone, dns.TypeSOA, e.cfg.TTL), Ns: "ns1." + apex, Mbox: "hostmaster." + apex,
 		Serial: e.ix.zoneMsg.Load().serial, Refresh: 7200, Retry: 1800, Expire: 86400, Minttl: e.cfg.TTL}
+}
+
+// nsAddrs are the addresses of the zone's name server, as CoreDNS's
+// kubernetes plugin gives them to k8s_external: those of the Service the
+// server is an endpoint of (here the cluster DNS Service,
+// Config.DNSService): its external IPs, or with Headless and a headless
+// Service its ready endpoints; without that Service, the server's own
+// addresses (Config.NSAddrs).
+func (e *External) nsAddrs() []netip.Addr {
+	ix := e.ix
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	v := ix.records[ix.dnsSvcKey]
+	if v == nil || v.svc == nil {
+		return ix.cfg.NSAddrs
+	}
+	var out []netip.Addr
+	if e.cfg.Headless && v.svc.kind == kindHeadless {
+		for _, sl := range v.slices {
+			for i := range sl.len() {
+				out = append(out, sl.ip(i))
+			}
+		}
+		return out
+	}
+	for _, h := range v.svc.extList() {
+		if a, err := netip.ParseAddr(h); err == nil {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"net/netip"
 	"testing"
 	"unsafe"
 
@@ -101,5 +102,36 @@ func TestCheckExternal(t *testing.T) {
 func TestServiceSize(t *testing.T) {
 	if n := unsafe.Sizeof(service{}); n > 112 {
 		t.Errorf("service is %d bytes: want at most 112 (a larger size class costs every Service)", n)
+	}
+}
+
+// TestExternalNameServer: ns1.dns.<zone> and the NS glue are the cluster
+// DNS Service's external addresses, or the configured addresses without
+// that Service.
+func TestExternalNameServer(t *testing.T) {
+	kd := clusterIPSvc("kube-system", "kube-dns", []string{"fd00:10:96::a"}, svcPort("dns", corev1.ProtocolUDP, 53))
+	kd.Spec.ExternalIPs = []string{"fd00:53::1"}
+	with, _ := startIndex(t, Config{TTL: 5}, append(extFixture(), ns("kube-system"), kd)...)
+	without, _ := startIndex(t, Config{TTL: 5, NSAddrs: []netip.Addr{netip.MustParseAddr("169.254.20.10")}}, extFixture()...)
+	for _, tc := range []struct {
+		ix    *Index
+		name  string
+		qtype uint16
+		want  string
+	}{
+		{with, "example.org.", dns.TypeNS, "NOERROR aa\nan example.org. 5 NS ns1.dns.example.org.\nex ns1.dns.example.org. 5 AAAA fd00:53::1"},
+		{with, "ns1.dns.example.org.", dns.TypeAAAA, "NOERROR aa\nan ns1.dns.example.org. 5 AAAA fd00:53::1"},
+		{with, "ns1.dns.example.org.", dns.TypeA, "NOERROR aa\nns " + extSOA},
+		{without, "example.org.", dns.TypeNS, "NOERROR aa\nan example.org. 5 NS ns1.dns.example.org.\nex ns1.dns.example.org. 5 A 169.254.20.10"},
+		{without, "ns1.dns.example.org.", dns.TypeA, "NOERROR aa\nan ns1.dns.example.org. 5 A 169.254.20.10"},
+	} {
+		x, err := tc.ix.External(ExternalConfig{Zones: []string{"example.org."}, TTL: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, ok := x.Lookup(tc.name, tc.qtype)
+		if got := format(r); !ok || got != tc.want {
+			t.Errorf("%s %s:\ngot\n%s\nwant\n%s", tc.name, dns.TypeToString[tc.qtype], got, tc.want)
+		}
 	}
 }
