@@ -15,6 +15,11 @@ package integration
 
 import (
 	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +28,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
 )
@@ -170,22 +177,27 @@ func TestDNS64ExternalDifferential(t *testing.T) {
 		// AAAA record (the prefix's) on both sides.
 		translated []string
 		prefix     string
+		// translated6: the same over IPv6, when it differs.
+		translated6 []string
 	}{
 		{"allow_ipv4", []string{"dns64 {", "  allow_ipv4", "}", "k8s_external example.org"},
 			[]string{"v4." + ns + ".svc.cluster.local.", "hl." + ns + ".svc.cluster.local.", "v4only.example.com.", "cname.example.com.",
-				"ext4." + ns + ".example.org.", "lbhost." + ns + ".example.org."}, "64:ff9b::"},
+				"ext4." + ns + ".example.org.", "lbhost." + ns + ".example.org."}, "64:ff9b::", nil},
 		{"translate_all", []string{"dns64 {", "  prefix fd00:64::/64", "  translate_all", "  allow_ipv4", "}",
 			"k8s_external example.org {", "  ttl 30", "  headless", "}"},
-			[]string{"dual." + ns + ".svc.cluster.local.", "dual.example.com.", "ext." + ns + ".example.org.", "hl." + ns + ".example.org."}, "fd00:64:"},
-		{"ipv6_clients_only", []string{"dns64", "k8s_external example.org"}, nil, ""},
+			[]string{"dual." + ns + ".svc.cluster.local.", "dual.example.com.", "ext." + ns + ".example.org.", "hl." + ns + ".example.org."}, "fd00:64:", nil},
+		{"ipv6_clients_only", []string{"dns64", "k8s_external example.org"}, []string{}, "64:ff9b::",
+			[]string{"v4." + ns + ".svc.cluster.local.", "v4only.example.com.", "lbhost." + ns + ".example.org."}},
 	}
 	total := 0
 	for _, cfg := range configs {
 		t.Run(cfg.name, func(t *testing.T) {
 			var corefile string
+			var cdnsPort int
 			cdns, _ := startCoreDNSCorefile(t, coredns, func(dnsPort, readyPort int) string {
+				cdnsPort = dnsPort
 				var b strings.Builder
-				fmt.Fprintf(&b, ".:%d {\n  bind 127.0.0.1\n  errors\n  ready 127.0.0.1:%d\n", dnsPort, readyPort)
+				fmt.Fprintf(&b, ".:%d {\n  bind 127.0.0.1 ::1\n  errors\n  ready 127.0.0.1:%d\n", dnsPort, readyPort)
 				for _, l := range cfg.lines {
 					fmt.Fprintf(&b, "  %s\n", l)
 				}
@@ -195,16 +207,21 @@ func TestDNS64ExternalDifferential(t *testing.T) {
 				return corefile
 			})
 			mcfg, migrated := migrateCorefile(t, corefile)
-			nd, _ := startMigrated(t, mcfg, migrated)
+			nd, nd6 := d64StartMigrated(t, mcfg, migrated)
+			cdns6 := net.JoinHostPort("::1", strconv.Itoa(cdnsPort))
 			diffs := 0
-			for _, proto := range []string{"udp", "tcp"} {
+			for _, proto := range []string{"udp", "tcp", "udp6", "tcp6"} {
+				c, n := cdns, nd
+				if strings.HasSuffix(proto, "6") {
+					c, n = cdns6, nd6
+				}
 				for _, q := range qs {
-					rc, err := d64Ask(cdns, proto, q)
+					rc, err := d64Ask(c, proto, q)
 					if err != nil {
 						t.Errorf("CoreDNS: %v", err)
 						continue
 					}
-					rn, err := d64Ask(nd, proto, q)
+					rn, err := d64Ask(n, proto, q)
 					if err != nil {
 						t.Errorf("nodedns: %v", err)
 						continue
@@ -215,7 +232,19 @@ func TestDNS64ExternalDifferential(t *testing.T) {
 						diffs++
 						t.Errorf("%s over %s differs:\nCoreDNS:\n%s\nnodedns:\n%s", q, proto, want, got)
 					}
-					if q.qtype == dns.TypeAAAA && cfg.prefix != "" && containsStr(cfg.translated, q.name) {
+					translated := cfg.translated
+					if strings.HasSuffix(proto, "6") && cfg.translated6 != nil {
+						translated = cfg.translated6
+					}
+					if cfg.name == "ipv6_clients_only" && !strings.HasSuffix(proto, "6") {
+						// IPv4 clients: nothing translated on either side.
+						for _, m := range []*dns.Msg{rc, rn} {
+							if d64Synthesized(m, cfg.prefix) {
+								t.Errorf("%s over %s: translated for an IPv4 client:\n%s", q, proto, m)
+							}
+						}
+					}
+					if q.qtype == dns.TypeAAAA && cfg.prefix != "" && containsStr(translated, q.name) {
 						for _, m := range []*dns.Msg{rc, rn} {
 							if !d64Synthesized(m, cfg.prefix) {
 								t.Errorf("%s over %s: no AAAA of %s in\n%s", q, proto, cfg.prefix, m)
@@ -224,7 +253,7 @@ func TestDNS64ExternalDifferential(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("FIGURE dns64/k8s_external differential %s: %d questions over UDP and TCP, %d differences", cfg.name, 2*len(qs), diffs)
+			t.Logf("FIGURE dns64/k8s_external differential %s: %d questions over UDP and TCP, IPv4 and IPv6, %d differences", cfg.name, 4*len(qs), diffs)
 		})
 	}
 	t.Logf("FIGURE dns64/k8s_external differential: %d answers compared", total)
@@ -248,4 +277,43 @@ func d64Synthesized(m *dns.Msg, prefix string) bool {
 		}
 	}
 	return false
+}
+
+// d64StartMigrated is startMigrated listening on 127.0.0.1 and ::1 (the
+// same port): the IPv6 clients dns64 translates for by default.
+func d64StartMigrated(t *testing.T, cfg map[string]any, migrated string) (addr4, addr6 string) {
+	t.Helper()
+	dnsPort, adminPort := agentPorts(t)
+	addr4 = "127.0.0.1:" + strconv.Itoa(dnsPort)
+	addr6 = net.JoinHostPort("::1", strconv.Itoa(dnsPort))
+	admin := "127.0.0.1:" + strconv.Itoa(adminPort)
+	cfg["listen"] = []string{addr4, addr6}
+	cfg["admin"] = admin
+	cfg["lameduck"] = "0s"
+	delete(cfg, "local-ip")
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfgPath, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "nodedns.log")
+	p, err := startCPProc("nodedns", logPath, nodednsBin, "serve", "--config", cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.stop(10 * time.Second)
+		if t.Failed() {
+			t.Logf("migrate's configuration:\n%s\nnodedns log (last 40 lines):\n%s", migrated, tailFile(logPath, 40))
+		}
+	})
+	hc := &http.Client{Timeout: 2 * time.Second}
+	if err := waitHTTP(p, hc, "http://"+admin+"/ready", "", 30*time.Second, func([]byte) bool { return true }); err != nil {
+		t.Fatalf("nodedns not ready: %v\n%s", err, tailFile(logPath, 40))
+	}
+	return addr4, addr6
 }
