@@ -106,8 +106,13 @@ func d64Objects(t *testing.T, cp *ControlPlane) string {
 	for name, ingress := range map[string][]corev1.LoadBalancerIngress{
 		"lb":     {{IP: "169.254.100.2"}, {IP: "fd00:100::2"}, {Hostname: "lb.example.com"}},
 		"lbhost": {{Hostname: "lb.example.com"}},
+		"lb2":    {{Hostname: "lb.example.com"}},
 	} {
-		s := mk(name, corev1.ServiceTypeLoadBalancer, nil)
+		s := mk(name, corev1.ServiceTypeLoadBalancer, func(s *corev1.Service) {
+			if s.Name == "lb2" { // a hostname ingress of two ports: CoreDNS answers each
+				s.Spec.Ports = append(s.Spec.Ports, svcPort("https", 443))
+			}
+		})
 		s.Status.LoadBalancer.Ingress = ingress
 		if _, err := c.CoreV1().Services(ns).UpdateStatus(ctxBG, s, metav1.UpdateOptions{}); err != nil {
 			t.Fatalf("status of %s/%s: %v", ns, name, err)
@@ -123,7 +128,7 @@ func d64Questions(ns string) []zoQuestion {
 	var qs []zoQuestion
 	for _, n := range []string{"v4" + svc, "dual" + svc, "hl" + svc, "a.hl" + svc, "nosuch" + svc, ns + ".svc.cluster.local.",
 		"v4only.example.com.", "dual.example.com.", "cname.example.com.", "lb.example.com.", "nx.example.com.",
-		"ext" + ext, "ext4" + ext, "x.ext4" + ext, "lb" + ext, "lbhost" + ext, "noext" + ext, "hl" + ext, "a.hl" + ext,
+		"ext" + ext, "ext4" + ext, "x.ext4" + ext, "lb" + ext, "lbhost" + ext, "lb2" + ext, "noext" + ext, "hl" + ext, "a.hl" + ext,
 		ns + ".example.org.", "nosuchns.example.org.", "example.org.", "dns.example.org."} {
 		qs = append(qs, zoQuestion{n, AAAA}, zoQuestion{n, A})
 	}
@@ -131,7 +136,9 @@ func d64Questions(ns string) []zoQuestion {
 		zoQuestion{"example.org.", SOA}, zoQuestion{"ext" + ext, TXT}, zoQuestion{"a.b.c.d.e.example.org.", A})
 }
 
-// d64Render is zoNormalize with the TC flag. Not RA: CoreDNS's
+// d64Render is zoNormalize with the TC flag and the answer count (which
+// zoNormalize's set of records hides: CoreDNS repeats a hostname
+// ingress's records for each port). Not RA: CoreDNS's
 // kubernetes and k8s_external replies leave it clear, nodedns's set it
 // (on every reply, a difference of the cluster zone the other
 // differential tests leave out too); dns64's synthesized replies clear it
@@ -142,6 +149,7 @@ func d64Render(m *dns.Msg) string {
 	if m.Truncated {
 		head += " tc"
 	}
+	head += fmt.Sprintf(" an=%d", len(m.Answer))
 	return strings.TrimSuffix(head+"\n"+rest, "\n")
 }
 

@@ -42,9 +42,9 @@ import (
 // or its listen addresses.
 //
 // Departures (docs/plugins.md): PTR is not answered from external
-// addresses; an SRV
-// to a hostname ingress has no glue; of several hostname ingresses (or one
-// with several ports) only the first CNAME's target is looked up.
+// addresses; an SRV to a hostname ingress has no glue; of several
+// hostname ingresses only the first one's target is looked up, and the
+// target's records follow the CNAMEs rather than each of them.
 
 // ExternalConfig configures the external zones (CoreDNS's `k8s_external
 // ZONES... { apex; ttl; headless; fallthrough }`).
@@ -180,17 +180,20 @@ func (e *External) Lookup(name string, qtype uint16) (stage.Result, bool) {
 		m.Ns = []dns.RR{soa}
 		return stage.Result{Msg: m}, true
 	}
-	var target string
+	var (
+		target string
+		times  int
+	)
 	switch qtype {
 	case dns.TypeA, dns.TypeAAAA:
-		m.Answer, target = e.addrs(name, qtype, entries)
+		m.Answer, target, times = e.addrs(name, qtype, entries)
 	case dns.TypeSRV:
 		m.Answer, m.Extra = e.srv(name, entries)
 	}
 	if len(m.Answer) == 0 {
 		m.Ns = []dns.RR{soa}
 	}
-	return stage.Result{Msg: m, ExternalTarget: target, TargetAnswerOnly: target != ""}, true
+	return stage.Result{Msg: m, ExternalTarget: target, TargetAnswerOnly: target != "", TargetTimes: times}, true
 }
 
 // extEntry is one address and port a name stands for (CoreDNS's
@@ -270,8 +273,10 @@ func (e *External) entries(labels []string, zone string) ([]extEntry, int) {
 }
 
 // addrs answers A or AAAA: each address of the family once; a CNAME for
-// each hostname entry, the first one's target looked up by the pipeline.
-func (e *External) addrs(name string, qtype uint16, entries []extEntry) (rrs []dns.RR, target string) {
+// each hostname entry (one a port), the first hostname's target looked
+// up by the pipeline, its answer appended once for each of its entries
+// (times), as CoreDNS appends one lookup's answer after each CNAME.
+func (e *External) addrs(name string, qtype uint16, entries []extEntry) (rrs []dns.RR, target string, times int) {
 	seen := make(map[string]bool, len(entries))
 	for _, en := range entries {
 		a, err := netip.ParseAddr(en.host)
@@ -280,6 +285,9 @@ func (e *External) addrs(name string, qtype uint16, entries []extEntry) (rrs []d
 			rrs = append(rrs, &dns.CNAME{Hdr: e.hdr(name, dns.TypeCNAME, e.ix.ttl), Target: t})
 			if target == "" {
 				target = t
+			}
+			if t == target {
+				times++
 			}
 			continue
 		}
@@ -290,7 +298,7 @@ func (e *External) addrs(name string, qtype uint16, entries []extEntry) (rrs []d
 		seen[en.host] = true
 		rrs = append(rrs, e.addrRR(name, a))
 	}
-	return rrs, target
+	return rrs, target, times
 }
 
 // srv answers SRV: one record per target and port, weight 100/N of the N

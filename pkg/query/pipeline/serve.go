@@ -473,7 +473,9 @@ func (p *Pipeline) externalName(c *call, res stage.Result, qtype uint16) answer 
 	if len(target) > maxChain {
 		target = target[:maxChain]
 	}
-	out.Answer = append(out.Answer, target...)
+	for range max(res.TargetTimes, 1) {
+		out.Answer = append(out.Answer, target...)
+	}
 	if len(target) == 0 && !res.TargetAnswerOnly {
 		out.Ns = a.Msg.Ns
 	}
