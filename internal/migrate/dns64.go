@@ -52,6 +52,9 @@ func (m *migrator) dns64(b *block, d *Directive) {
 			return
 		}
 	}
+	if m.otherBlocks > 0 {
+		comments = append(comments, fmt.Sprintf("line %d: dns64 of the root block translates in the other server blocks' zones too (CoreDNS answers those from their own blocks)", d.Line))
+	}
 	if cfg.Prefix == "64:ff9b::/96" {
 		cfg.Prefix = "" // the default
 	}
