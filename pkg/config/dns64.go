@@ -36,9 +36,9 @@ func (c *Config) DNS64() (*dns64.DNS64, error) {
 	}
 	var cfg dns64.Config
 	if d.Prefix != "" {
-		p, err := dns64.ParsePrefix(d.Prefix)
+		p, err := dns64.ParsePrefix(d.Prefix) // its error names the key and the value
 		if err != nil {
-			return nil, fmt.Errorf("dns64: %w", err)
+			return nil, err
 		}
 		cfg.Prefix = p
 	}
