@@ -194,6 +194,9 @@ func TestDNS64ExternalDifferential(t *testing.T) {
 		{"translate_all", []string{"dns64 {", "  prefix fd00:64::/64", "  translate_all", "  allow_ipv4", "}",
 			"k8s_external example.org {", "  ttl 30", "  headless", "}"},
 			[]string{"dual." + ns + ".svc.cluster.local.", "dual.example.com.", "ext." + ns + ".example.org.", "hl." + ns + ".example.org."}, "fd00:64:", nil},
+		// dns64 wraps acl: refused AAAA questions are translated.
+		{"acl_block_aaaa", []string{"dns64 {", "  allow_ipv4", "}", "acl {", "  block type AAAA", "}", "k8s_external example.org"},
+			[]string{"v4." + ns + ".svc.cluster.local.", "dual." + ns + ".svc.cluster.local.", "dual.example.com.", "ext." + ns + ".example.org."}, "64:ff9b::", nil},
 		{"ipv6_clients_only", []string{"dns64", "k8s_external example.org"}, []string{}, "64:ff9b::",
 			[]string{"v4." + ns + ".svc.cluster.local.", "v4only.example.com.", "lbhost." + ns + ".example.org."}},
 	}

@@ -15,22 +15,73 @@ import (
 // reply to translate is known only once resolved); every other query
 // costs the pipeline one call to Applies.
 //
-// Where it departs from CoreDNS, whose dns64 wraps every plugin after it:
-// the access list and rewrites run first here (CoreDNS's dns64 translates
-// an AAAA query its acl refused when the A query is allowed), and the
-// search-path walk is not taken for these queries (the client walks its
-// list itself; each name it asks is translated as CoreDNS would).
-func (p *Pipeline) dns64(dst []byte, c *call, d stage.DNS64) ([]byte, server.Verdict) {
-	if !c.wait {
+// It comes before the access list, as CoreDNS's dns64 wraps its acl: the
+// access list's reply to the AAAA question (REFUSED, or NOERROR without
+// records) is translated like any other, so an AAAA query it refuses is
+// answered from the A records when it allows those; the A question is
+// judged in turn (refused or filtered: the reply, with its EDE; dropped:
+// SERVFAIL, CoreDNS's dns64 getting no reply to its lookup). A dropped
+// AAAA question is dropped. Rewrites run first (CoreDNS's sit under its
+// dns64: the same names are asked). The search-path walk is not taken for
+// these queries (the client walks its list itself; each name it asks is
+// translated as CoreDNS would).
+func (p *Pipeline) dns64(dst []byte, c *call, pl *Plugins) ([]byte, server.Verdict) {
+	decide := func(qtype uint16) stage.ACLAction {
+		if pl.ACL == nil {
+			return stage.ACLPass
+		}
+		return pl.ACL.Decide(c.name, qtype, c.req.Client)
+	}
+	v6 := decide(dns.TypeAAAA)
+	switch {
+	case v6 == stage.ACLDrop && !c.wait:
+		return dst, server.Drop
+	case !c.wait:
 		return dst, server.Wait
 	}
-	a, translated := p.translate(c, d, c.name, p.lookupMsg(c, c.name, dns.TypeAAAA))
-	if translated {
-		// CoreDNS's reply is a fresh one: neither AA nor RA, whatever
-		// the header plugin (which sits under dns64) says.
-		c.hdr = Header{Clear: dnswire.FlagAA | dnswire.FlagRA}
+	var a answer
+	switch v6 {
+	case stage.ACLPass:
+		a = p.lookupMsg(c, c.name, dns.TypeAAAA)
+	case stage.ACLBlock:
+		a = answer{Result: stage.Result{Msg: &dns.Msg{MsgHdr: dns.MsgHdr{Rcode: dns.RcodeRefused}}, Source: stage.SourceLocal}}
+	case stage.ACLFilter:
+		a = answer{Result: stage.Result{Msg: &dns.Msg{}, Source: stage.SourceLocal}}
+	default:
+		// Decided a drop on the reader; a reload in between made it so
+		// here: refused, as the access list's own path does.
+		return p.aclReply(dst, c, stage.ACLBlock), server.Reply
 	}
+	d := pl.DNS64
+	if a.err != nil || !d.Translate(a.Msg) {
+		return p.answered(dst, c, a)
+	}
+	if v4 := decide(dns.TypeA); v4 != stage.ACLPass {
+		return p.aclReply(dst, c, v4), server.Reply
+	}
+	a, _ = p.translate(c, d, c.name, a)
+	// CoreDNS's reply is a fresh one: neither AA nor RA, whatever the
+	// header plugin (which sits under dns64) says.
+	c.hdr = Header{Clear: dnswire.FlagAA | dnswire.FlagRA}
 	return p.answered(dst, c, a)
+}
+
+// aclReply is the reply of dns64 when the access list decides act about
+// the A question of its synthesis: CoreDNS's dns64 takes the rcode and
+// the OPT of the reply its acl gave (refused or filtered, with EDE 15 or
+// 17), or answers SERVFAIL when it got none (dropped).
+func (p *Pipeline) aclReply(dst []byte, c *call, act stage.ACLAction) []byte {
+	c.hdr = Header{}
+	switch act {
+	case stage.ACLBlock:
+		c.ede.add(dns.ExtendedErrorCodeBlocked, "")
+		return p.reply(dst, c, dns.RcodeRefused, stage.SourceLocal)
+	case stage.ACLFilter:
+		c.ede.add(dns.ExtendedErrorCodeFiltered, "")
+		return p.reply(dst, c, dns.RcodeSuccess, stage.SourceLocal)
+	}
+	c.fail = failDNS64Dropped
+	return p.reply(dst, c, dns.RcodeServerFailure, stage.SourceLocal)
 }
 
 func (p *Pipeline) lookupMsg(c *call, name string, qtype uint16) answer {

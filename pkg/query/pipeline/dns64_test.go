@@ -2,12 +2,16 @@ package pipeline
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
+	"github.com/nodedns/nodedns/pkg/query/acl"
 	"github.com/nodedns/nodedns/pkg/query/dns64"
+	"github.com/nodedns/nodedns/pkg/query/server"
 )
 
 func mustDNS64(tb testing.TB, cfg dns64.Config) *dns64.DNS64 {
@@ -124,5 +128,41 @@ func TestDNS64Targets(t *testing.T) {
 	r := dnstest.Exchange(t, addr, "udp", q("ext.team-a.svc.cluster.local.", dns.TypeAAAA))
 	if len(r.Answer) != 2 || r.Answer[1].(*dns.AAAA).AAAA.String() != "64:ff9b::c000:20a" || !r.Authoritative {
 		t.Fatalf("ExternalName through dns64: %v", r)
+	}
+}
+
+// TestDNS64BeforeACL: dns64 wraps the access list, as in CoreDNS: an AAAA
+// question the list refuses or filters is translated when the A question
+// is allowed; refused when the A question is; a dropped AAAA question is
+// dropped (no reply), a dropped A question SERVFAIL.
+func TestDNS64BeforeACL(t *testing.T) {
+	name := "web.team-a.svc.cluster.local."
+	for _, tc := range []struct {
+		policies []acl.Policy
+		rcode    int
+		synth    bool
+		ede      []uint16
+	}{
+		{[]acl.Policy{{Action: acl.Block, Types: []string{"AAAA"}}}, dns.RcodeSuccess, true, nil},
+		{[]acl.Policy{{Action: acl.Filter, Types: []string{"AAAA"}}}, dns.RcodeSuccess, true, nil},
+		{[]acl.Policy{{Action: acl.Block, Types: []string{"A"}}}, dns.RcodeRefused, false, []uint16{dns.ExtendedErrorCodeBlocked}},
+		{[]acl.Policy{{Action: acl.Filter, Types: []string{"A"}}}, dns.RcodeSuccess, false, []uint16{dns.ExtendedErrorCodeFiltered}},
+		{[]acl.Policy{{Action: acl.Drop, Types: []string{"A"}}}, dns.RcodeServerFailure, false, nil},
+	} {
+		pl := &Plugins{DNS64: mustDNS64(t, dns64.Config{AllowIPv4: true}), ACL: mustACL(t, acl.Rule{Policies: tc.policies})}
+		_, addr := start(t, Config{Resolver: externalResolver(), Cluster: testCluster(), Plugins: pl})
+		r := dnstest.Exchange(t, addr, "udp", qEDNS(name, dns.TypeAAAA))
+		synth := len(r.Answer) == 1 && r.Answer[0].(*dns.AAAA).AAAA.String() == "64:ff9b::a60:a"
+		codes := edeCodes(r)
+		if r.Rcode != tc.rcode || synth != tc.synth || (tc.ede != nil && !slices.Equal(codes, tc.ede)) {
+			t.Errorf("%+v: rcode %d synthesized %v EDE %v, want %d %v %v", tc.policies, r.Rcode, synth, codes, tc.rcode, tc.synth, tc.ede)
+		}
+	}
+	pl := &Plugins{DNS64: mustDNS64(t, dns64.Config{AllowIPv4: true}),
+		ACL: mustACL(t, acl.Rule{Policies: []acl.Policy{{Action: acl.Drop, Types: []string{"AAAA"}}}})}
+	a, _ := start(t, Config{Resolver: externalResolver(), Cluster: testCluster(), Plugins: pl})
+	reqs.Read("udp", 0, client, time.Now(), packet(t, name, dns.TypeAAAA, true))
+	if _, v := a.Answer(nil, reqs); v != server.Drop {
+		t.Errorf("dropped AAAA question: verdict %d, want a drop", v)
 	}
 }

@@ -36,6 +36,9 @@ const (
 	failWalk       = "search-path walk answered SERVFAIL"
 	failRewrite    = "rewrite produced an invalid name"
 	failOther      = "SERVFAIL"
+	// failDNS64Dropped: dns64's A lookup was dropped by the access list
+	// (CoreDNS's dns64 answers SERVFAIL when its lookup gets no reply).
+	failDNS64Dropped = "dns64: the access list drops the A question"
 )
 
 var (

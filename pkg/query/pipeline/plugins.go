@@ -21,9 +21,9 @@ import (
 //     included (finish), not to what the pipeline answers itself (errors,
 //     the answers above, the ACL's), as CoreDNS's header sits under those
 //     plugins.
-//   - DNS64 looks at the whole order's reply to an AAAA query and may
-//     replace it (dns64.go; in CoreDNS it sits right after local, here
-//     after the ACL and rewrites, a stated departure);
+//   - DNS64 looks at the whole order's reply to an AAAA query, the
+//     ACL's included, and may replace it (dns64.go; after the rewrites,
+//     which CoreDNS runs under it on the same names);
 //   - External (k8s_external) answers after static records, before the
 //     cluster zone.
 //

@@ -113,6 +113,11 @@ func (p *Pipeline) serve(dst []byte, c *call) (out []byte, v server.Verdict) {
 		return out, server.Reply
 	}
 	if pl := p.plugins.Load(); pl != nil {
+		if pl.DNS64 != nil && pl.DNS64.Applies(c.req.Client, c.q.Type, c.q.Class) {
+			// Before the access list, which it asks itself (dns64.go).
+			c.hdr = pl.Header
+			return p.dns64(dst, c, pl)
+		}
 		if pl.ACL != nil {
 			if out, v, done := p.acl(dst, c, pl.ACL); done {
 				return out, v
@@ -120,9 +125,6 @@ func (p *Pipeline) serve(dst []byte, c *call) (out []byte, v server.Verdict) {
 		}
 		// From here on the reply is a stage's.
 		c.hdr = pl.Header
-		if pl.DNS64 != nil && pl.DNS64.Applies(c.req.Client, c.q.Type, c.q.Class) {
-			return p.dns64(dst, c, pl.DNS64)
-		}
 	}
 	if ns, ok := p.podQuery(c); ok {
 		if out, v, done := p.searchPath(dst, c, ns); done {
