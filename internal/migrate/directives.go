@@ -14,40 +14,38 @@ import (
 
 // unsupported says what the plugins nodedns does not carry would have done.
 var unsupported = map[string]string{
-	"auto":         "served zones from zone files in a directory",
-	"azure":        "served zones from Azure DNS",
-	"clouddns":     "served zones from Google Cloud DNS",
-	"debug":        "disabled panic recovery and printed debug output (nodedns: log-level: debug)",
-	"dns64":        "synthesized AAAA records from A records (DNS64)",
-	"dnssec":       "signed answers with DNSSEC on the fly",
-	"dynupdate":    "accepted dynamic updates (RFC 2136)",
-	"erratic":      "answered erratically for testing",
-	"etcd":         "served records from etcd (SkyDNS)",
-	"geoip":        "looked up the client's location",
-	"grpc":         "forwarded queries over gRPC",
-	"grpc_server":  "served DNS over gRPC",
-	"https":        "served DNS over HTTPS",
-	"https3":       "served DNS over HTTP/3",
-	"k8s_external": "answered for the external IPs of Services in an external zone",
-	"metadata":     "made request metadata available to other plugins",
-	"multisocket":  "served on several sockets per port",
-	"nomad":        "served records from Nomad",
-	"on":           "ran commands on startup or shutdown",
-	"pprof":        "served Go profiling data",
-	"proxyproto":   "accepted the PROXY protocol",
-	"quic":         "served DNS over QUIC",
-	"root":         "set the directory of relative file names",
-	"route53":      "served zones from AWS Route 53",
-	"secondary":    "served zones transferred from a primary",
-	"shed":         "shed load above a CPU threshold",
-	"sign":         "signed zone files with DNSSEC",
-	"siit":         "translated IPv4 and IPv6 addresses (SIIT)",
-	"timeouts":     "set the server's read, write and idle timeouts",
-	"tls":          "configured TLS for the server's own DNS-over-TLS listeners",
-	"trace":        "traced queries (OpenTracing)",
-	"transfer":     "served zone transfers",
-	"tsig":         "verified TSIG signatures",
-	"whoami":       "answered with the client's address and port",
+	"auto":        "served zones from zone files in a directory",
+	"azure":       "served zones from Azure DNS",
+	"clouddns":    "served zones from Google Cloud DNS",
+	"debug":       "disabled panic recovery and printed debug output (nodedns: log-level: debug)",
+	"dnssec":      "signed answers with DNSSEC on the fly",
+	"dynupdate":   "accepted dynamic updates (RFC 2136)",
+	"erratic":     "answered erratically for testing",
+	"etcd":        "served records from etcd (SkyDNS)",
+	"geoip":       "looked up the client's location",
+	"grpc":        "forwarded queries over gRPC",
+	"grpc_server": "served DNS over gRPC",
+	"https":       "served DNS over HTTPS",
+	"https3":      "served DNS over HTTP/3",
+	"metadata":    "made request metadata available to other plugins",
+	"multisocket": "served on several sockets per port",
+	"nomad":       "served records from Nomad",
+	"on":          "ran commands on startup or shutdown",
+	"pprof":       "served Go profiling data",
+	"proxyproto":  "accepted the PROXY protocol",
+	"quic":        "served DNS over QUIC",
+	"root":        "set the directory of relative file names",
+	"route53":     "served zones from AWS Route 53",
+	"secondary":   "served zones transferred from a primary",
+	"shed":        "shed load above a CPU threshold",
+	"sign":        "signed zone files with DNSSEC",
+	"siit":        "translated IPv4 and IPv6 addresses (SIIT)",
+	"timeouts":    "set the server's read, write and idle timeouts",
+	"tls":         "configured TLS for the server's own DNS-over-TLS listeners",
+	"trace":       "traced queries (OpenTracing)",
+	"transfer":    "served zone transfers",
+	"tsig":        "verified TSIG signatures",
+	"whoami":      "answered with the client's address and port",
 }
 
 // directive maps one directive of block b.
@@ -119,6 +117,10 @@ func (m *migrator) directive(b *block, d *Directive, clusterFwd, reverseOnly boo
 		m.file(b, d)
 	case "nsid":
 		m.nsid(d)
+	case "dns64":
+		m.dns64(b, d)
+	case "k8s_external":
+		m.k8sExternal(b, d)
 	default:
 		if what, ok := unsupported[d.Name]; ok {
 			m.drop(d.Line, "%s: not carried; it %s", d.String(), what)

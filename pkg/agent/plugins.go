@@ -44,6 +44,9 @@ func (a *Agent) buildPlugins(cfg config.Config) (*pipeline.Plugins, error) {
 	if cfg.NSID {
 		pl.NSID = &pipeline.NSID{Data: cfg.NSIDPayload(os.Hostname), Zones: canonicalZones(cfg.NSIDZones), Except: canonicalZones(cfg.NSIDExcept)}
 	}
+	if err := a.buildDNS64External(cfg, pl); err != nil {
+		return nil, err
+	}
 	if *pl == (pipeline.Plugins{}) {
 		return nil, nil
 	}

@@ -121,6 +121,9 @@ type Config struct {
 	NSIDZones  List
 	NSIDExcept List
 	ZoneFiles  []ZoneFileConfig
+	// dns64 and k8s_external (dns64.go); file keys only.
+	DNS64Opts       *DNS64Config
+	K8sExternalOpts *K8sExternalConfig
 	// Dnstap are the dnstap collectors (dnstap.go); file key only.
 	Dnstap []DnstapConfig
 	// Views are CoreDNS view blocks with a forward (views.go); file key

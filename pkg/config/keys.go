@@ -612,6 +612,11 @@ var settings = []*Setting{
 		field: func(c *Config) any { return &c.NSIDExcept }, apply: on(ApplyPlugins), check: checkNSID},
 	{key: "zone-files", flag: noFlag, help: "zones served from RFC 1035 zone files as CoreDNS's file: a list of {file, zones, reload (default 1m; 0s: never), fallthrough}; at most 16 files of 32 MiB and 200000 records each",
 		field: func(c *Config) any { return &c.ZoneFiles }, apply: on(ApplyZoneFiles), check: checkZoneFiles},
+	// dns64 and k8s_external (dns64.go).
+	{key: "dns64", flag: noFlag, help: "AAAA records synthesized from A records as CoreDNS's dns64: {prefix (default 64:ff9b::/96; length 32, 40, 48, 56, 64 or 96), translate-all, allow-ipv4}; absent: off",
+		field: func(c *Config) any { return &c.DNS64Opts }, apply: on(ApplyPlugins), check: checkDNS64},
+	{key: "k8s-external", flag: noFlag, help: "Services' external IPs and load-balancer ingress answered in external zones as CoreDNS's k8s_external: {zones, apex (default dns), ttl (default 5; 0 to 3600), headless, fallthrough}; needs the cluster zone; absent: off",
+		field: func(c *Config) any { return &c.K8sExternalOpts }, apply: on(ApplyPlugins), check: checkK8sExternal},
 }
 
 // completeCheck reports a configuration that is valid but not enough to

@@ -57,11 +57,28 @@ var noPorts = []port{{port: -1}}
 type service struct {
 	objStub
 	name, namespace string
-	kind            svcKind
 	ips             []netip.Addr // ClusterIPs, primary family first
 	external        string       // ExternalName target, lower-case FQDN
-	externalIsIP    bool         // ExternalName holds an IP: the name does not exist (CoreDNS)
 	ports           []port
+	// ext are the external addresses k8s_external answers (external.go):
+	// spec.externalIPs, then the load balancer's ingress IPs or
+	// hostnames; nil for most Services. A pointer, and kind and
+	// externalIsIP side by side: the struct stays in the 112-byte size
+	// class it had without it (bench/RESULTS.md, "k8s_external memory").
+	ext          *extAddrs
+	kind         svcKind
+	externalIsIP bool // ExternalName holds an IP: the name does not exist (CoreDNS)
+}
+
+// extAddrs are a Service's external addresses, in CoreDNS's order.
+type extAddrs struct{ addrs []string }
+
+// extList returns s's external addresses (nil: none).
+func (s *service) extList() []string {
+	if s.ext == nil {
+		return nil
+	}
+	return s.ext.addrs
 }
 
 // endpointSlice holds the ready addresses of a slice, one entry per
@@ -201,6 +218,13 @@ func newService[S pbdecode.Text](f pbdecode.Service[S]) *service {
 		name: string(f.Name), namespace: string(f.Namespace),
 		ports: newPorts(f.Ports[:min(len(f.Ports), maxServicePorts)]),
 	}
+	if len(f.External) > 0 {
+		n := min(len(f.External), maxServiceExternal)
+		s.ext = &extAddrs{addrs: make([]string, n)}
+		for i, a := range f.External[:n] {
+			s.ext.addrs[i] = string(a)
+		}
+	}
 	switch {
 	case string(f.Type) == string(corev1.ServiceTypeExternalName):
 		s.kind = kindExternal
@@ -256,7 +280,7 @@ func newPorts[S pbdecode.Text](ps []pbdecode.Port[S]) []port {
 func (s *service) equal(o *service) bool {
 	return s.name == o.name && s.namespace == o.namespace && s.kind == o.kind &&
 		s.external == o.external && s.externalIsIP == o.externalIsIP &&
-		slices.Equal(s.ips, o.ips) && slices.Equal(s.ports, o.ports)
+		slices.Equal(s.ips, o.ips) && slices.Equal(s.ports, o.ports) && slices.Equal(s.extList(), o.extList())
 }
 
 // endpointSliceTransform returns the transform for EndpointSlices;

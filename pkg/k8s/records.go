@@ -28,6 +28,9 @@ const (
 	// 1.5 MiB), every SRV query walks them, and past maxAnswerSRV ports no
 	// SRV answer could hold another.
 	maxServicePorts = maxAnswerSRV
+	// maxServiceExternal bounds the external addresses kept of a Service
+	// (k8s_external): the API allows any number.
+	maxServiceExternal = 64
 )
 
 // svcRecords is a Service's records: everything Lookup needs about one

@@ -19,6 +19,7 @@ import (
 type Decoder struct {
 	ports []Port[[]byte]
 	text  [][]byte // repeated strings: clusterIPs, podIPs, endpoint addresses
+	ext   [][]byte // a Service's external addresses
 	eps   []Endpoint[[]byte]
 }
 
@@ -29,11 +30,18 @@ func (d *Decoder) Service(b []byte) (Service[[]byte], error) {
 		m meta
 	)
 	d.ports, d.text = d.ports[:0], d.text[:0]
+	var ingress [][]byte // status.loadBalancer.ingress, after the spec's externalIPs
+	d.ext = d.ext[:0]
 	it := fieldIter{b: b}
 	for it.next() {
 		switch {
 		case it.is(1, wireBytes): // metadata
 			if err := readMeta(it.data, &m, 0); err != nil {
+				return Service[[]byte]{}, err
+			}
+		case it.is(3, wireBytes): // status
+			var err error
+			if ingress, err = readIngress(it.data, ingress); err != nil {
 				return Service[[]byte]{}, err
 			}
 		case it.is(2, wireBytes): // spec
@@ -54,6 +62,8 @@ func (d *Decoder) Service(b []byte) (Service[[]byte], error) {
 					f.ExternalName = sp.data
 				case sp.is(18, wireBytes):
 					d.text = append(d.text, sp.data) // clusterIPs
+				case sp.is(5, wireBytes):
+					d.ext = append(d.ext, sp.data) // externalIPs
 				}
 			}
 			if sp.err != nil {
@@ -66,7 +76,50 @@ func (d *Decoder) Service(b []byte) (Service[[]byte], error) {
 	}
 	f.Name, f.Namespace = m.name, m.namespace
 	f.ClusterIPs, f.Ports = d.text, d.ports
+	if d.ext = append(d.ext, ingress...); len(d.ext) > 0 {
+		f.External = d.ext
+	}
 	return f, nil
+}
+
+// readIngress appends to out each status.loadBalancer.ingress (ServiceStatus
+// 1, LoadBalancerStatus 1) of a ServiceStatus: its ip (1), or its hostname
+// (2) when it has no ip.
+func readIngress(status []byte, out [][]byte) ([][]byte, error) {
+	st := fieldIter{b: status}
+	for st.next() {
+		if !st.is(1, wireBytes) { // loadBalancer
+			continue
+		}
+		lb := st.sub()
+		for lb.next() {
+			if !lb.is(1, wireBytes) { // ingress
+				continue
+			}
+			var ip, host []byte
+			in := lb.sub()
+			for in.next() {
+				switch {
+				case in.is(1, wireBytes):
+					ip = in.data
+				case in.is(2, wireBytes):
+					host = in.data
+				}
+			}
+			if in.err != nil {
+				return out, in.err
+			}
+			if len(ip) > 0 {
+				out = append(out, ip)
+			} else {
+				out = append(out, host)
+			}
+		}
+		if lb.err != nil {
+			return out, lb.err
+		}
+	}
+	return out, st.err
 }
 
 // readPort reads a ServicePort or an EndpointPort, which share their

@@ -46,7 +46,7 @@ func ports[S Text](in []Port[S]) []Port[string] {
 
 func serviceText[S Text](f Service[S]) Service[string] {
 	return Service[string]{Name: str(f.Name), Namespace: str(f.Namespace), Type: str(f.Type), ClusterIP: str(f.ClusterIP),
-		ClusterIPs: strs(f.ClusterIPs), ExternalName: str(f.ExternalName), Ports: ports(f.Ports)}
+		ClusterIPs: strs(f.ClusterIPs), ExternalName: str(f.ExternalName), Ports: ports(f.Ports), External: strs(f.External)}
 }
 
 func sliceText[S Text](f EndpointSlice[S]) EndpointSlice[string] {

@@ -39,6 +39,10 @@ type Service[S Text] struct {
 	ClusterIPs      []S // spec.clusterIPs
 	ExternalName    S   // spec.externalName
 	Ports           []Port[S]
+	// External are spec.externalIPs, then each status.loadBalancer
+	// ingress's ip, or its hostname when it has none (what CoreDNS's
+	// k8s_external answers, in its order).
+	External []S
 }
 
 // EndpointSlice is what DNS reads of a discovery/v1 EndpointSlice.
@@ -100,6 +104,17 @@ func ServiceOf(o *corev1.Service) Service[string] {
 		Name: o.Name, Namespace: o.Namespace,
 		Type: string(o.Spec.Type), ClusterIP: o.Spec.ClusterIP, ClusterIPs: o.Spec.ClusterIPs,
 		ExternalName: o.Spec.ExternalName,
+	}
+	if n := len(o.Spec.ExternalIPs) + len(o.Status.LoadBalancer.Ingress); n > 0 {
+		f.External = make([]string, 0, n)
+		f.External = append(f.External, o.Spec.ExternalIPs...)
+		for _, in := range o.Status.LoadBalancer.Ingress {
+			if in.IP != "" {
+				f.External = append(f.External, in.IP)
+			} else {
+				f.External = append(f.External, in.Hostname)
+			}
+		}
 	}
 	if len(o.Spec.Ports) > 0 {
 		f.Ports = make([]Port[string], len(o.Spec.Ports))

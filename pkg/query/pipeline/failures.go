@@ -37,6 +37,9 @@ const (
 	failRewrite    = "rewrite produced an invalid name"
 	failOther      = "SERVFAIL"
 	failZone       = "file: zone not loaded, or a CNAME loop"
+	// failDNS64Dropped: dns64's A lookup was dropped by the access list
+	// (CoreDNS's dns64 answers SERVFAIL when its lookup gets no reply).
+	failDNS64Dropped = "dns64: the access list drops the A question"
 )
 
 var (

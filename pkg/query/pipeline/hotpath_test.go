@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodedns/nodedns/pkg/query/dns64"
+
 	"github.com/miekg/dns"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
@@ -123,6 +125,7 @@ func TestHotPathAllocs(t *testing.T) {
 		{"with views", hotServer(t, withViews(t))},
 		{"with dnstap", hotServer(t, withDnstap(t))},
 		{"with file and nsid", hotServer(t, withPlugins(t), withZoneFiles(t), withNSID)},
+		{"with dns64 (IPv6 clients only)", hotServer(t, withDNS64(t))},
 	}
 	out := make([]byte, 0, 4096)
 	cases := []struct {
@@ -364,4 +367,15 @@ func TestPackedRepliesFollowChanges(t *testing.T) {
 	if n := s.packed.len(); n != 1 {
 		t.Fatalf("%d packed entries after 50 changes of one name, want 1", n)
 	}
+}
+
+// withDNS64 configures the plugins of withPlugins and dns64 for IPv6
+// clients (CoreDNS's default): the hot-path queries, from an IPv4 client,
+// are not translated.
+func withDNS64(tb testing.TB) func(*Config) {
+	var c Config
+	withPlugins(tb)(&c)
+	pl := *c.Plugins
+	pl.DNS64 = mustDNS64(tb, dns64.Config{TranslateAll: true})
+	return func(c *Config) { c.Plugins = &pl }
 }

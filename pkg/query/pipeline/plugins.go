@@ -22,6 +22,11 @@ import (
 //     included (finish), not to what the pipeline answers itself (errors,
 //     the answers above, the ACL's), as CoreDNS's header sits under those
 //     plugins.
+//   - DNS64 looks at the whole order's reply to an AAAA query, the
+//     ACL's included, and may replace it (dns64.go; after the rewrites,
+//     which CoreDNS runs under it on the same names);
+//   - External (k8s_external) answers after static records, before the
+//     cluster zone.
 //
 // Each field nil (or zero) is a plugin not configured: one pointer load
 // and a nil test per query.
@@ -33,6 +38,11 @@ type Plugins struct {
 	// NSID is CoreDNS's nsid: queries that carry the NSID option (RFC
 	// 5001) get it back with these bytes (check, finish). nil: off.
 	NSID *NSID
+	// DNS64 synthesizes AAAA answers (dns64.go).
+	DNS64 stage.DNS64
+	// External answers the external zones of Services (CoreDNS's
+	// k8s_external), after static records, before the cluster zone.
+	External stage.ExternalZone
 }
 
 // NSID is the nsid plugin: every reply to a query carrying the NSID
@@ -162,7 +172,7 @@ func (p *Pipeline) template(c *call, t stage.Templates, name string, qtype uint1
 	c.noTemplates = true
 	defer func() { c.noTemplates = false }()
 	for _, target := range ta.Targets {
-		a, _ := p.lookup(c, nil, target, qtype, asMsg)
+		a := p.lookupTarget(c, target, qtype)
 		if a.wait || a.err == nil && a.Msg == nil {
 			continue
 		}

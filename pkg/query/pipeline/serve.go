@@ -120,9 +120,16 @@ func (p *Pipeline) serve(dst []byte, c *call) (out []byte, v server.Verdict) {
 		return out, server.Reply
 	}
 	pl := p.plugins.Load()
-	if pl != nil && pl.ACL != nil {
-		if out, v, done := p.acl(dst, c, pl.ACL); done {
-			return out, v
+	if pl != nil {
+		if pl.DNS64 != nil && pl.DNS64.Applies(c.req.Client, c.q.Type, c.q.Class) {
+			// Before the access list, which it asks itself (dns64.go).
+			c.hdr = pl.Header
+			return p.dns64(dst, c, pl)
+		}
+		if pl.ACL != nil {
+			if out, v, done := p.acl(dst, c, pl.ACL); done {
+				return out, v
+			}
 		}
 	}
 	if c.q.Type == dns.TypeANY {
@@ -385,6 +392,12 @@ func (p *Pipeline) held(c *call, name string, qtype uint16) (a answer, ok bool) 
 			return answer{Result: res, stable: true}, true
 		}
 	}
+	if pl := p.plugins.Load(); pl != nil && pl.External != nil {
+		if res, ok := pl.External.Lookup(name, qtype); ok {
+			res.Source = stage.SourceCluster
+			return answer{Result: res}, true
+		}
+	}
 	if p.cfg.Cluster != nil {
 		if res, ok := p.cfg.Cluster.Lookup(name, qtype); ok {
 			res.Source = stage.SourceCluster
@@ -486,7 +499,7 @@ func (p *Pipeline) externalName(c *call, res stage.Result, qtype uint16) answer 
 	if qtype == dns.TypeCNAME {
 		return answer{Result: cluster}
 	}
-	a, _ := p.lookup(c, nil, res.ExternalTarget, qtype, asMsg)
+	a := p.lookupTarget(c, res.ExternalTarget, qtype)
 	if f, failed := targetFailed(c, a, "ExternalName", res.ExternalTarget); failed {
 		return f
 	}
@@ -499,8 +512,10 @@ func (p *Pipeline) externalName(c *call, res stage.Result, qtype uint16) answer 
 	if len(target) > maxChain {
 		target = target[:maxChain]
 	}
-	out.Answer = append(out.Answer, target...)
-	if len(target) == 0 {
+	for range max(res.TargetTimes, 1) {
+		out.Answer = append(out.Answer, target...)
+	}
+	if len(target) == 0 && !res.TargetAnswerOnly {
 		out.Ns = a.Msg.Ns
 	}
 	return answer{Result: cluster}

@@ -115,3 +115,33 @@ type ZoneFiles interface {
 	// file read again).
 	Generation() uint64
 }
+
+// DNS64 synthesizes AAAA answers from A records (pkg/query/dns64, CoreDNS
+// dns64). It comes before every other stage but the builtin answers, as
+// CoreDNS's dns64 sits before all the plugins that answer: the reply it
+// looks at is the whole pipeline's, the cluster zone's included, and its A
+// lookup runs the name through the whole pipeline again.
+type DNS64 interface {
+	// Applies is asked about every query, on the reader, at no
+	// allocation: whether a query of (qtype, qclass) from client may be
+	// translated.
+	Applies(client netip.Addr, qtype, qclass uint16) bool
+	// Translate reports whether the reply to the AAAA question is
+	// replaced by one synthesized from the A records.
+	Translate(aaaa *dns.Msg) bool
+	// Synthesize builds that reply from the AAAA reply and the A reply
+	// (both read-only).
+	Synthesize(aaaa, a *dns.Msg) *dns.Msg
+}
+
+// ExternalZone answers the external zones of the cluster's Services
+// (pkg/k8s's External, CoreDNS k8s_external): asked after the static
+// records and before the cluster zone, as CoreDNS's plugin order has it.
+type ExternalZone interface {
+	// Lookup answers name (lower-case FQDN) of type qtype, on the
+	// reader; ok is false for a name of no external zone (a few suffix
+	// comparisons, no allocation) and for an NXDOMAIN that falls
+	// through. NotSynced and ExternalTarget mean what they mean in the
+	// cluster zone's answers.
+	Lookup(name string, qtype uint16) (res Result, ok bool)
+}

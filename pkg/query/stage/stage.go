@@ -66,6 +66,15 @@ type Result struct {
 	// from it, and asks the configured cluster DNS instead, or answers
 	// SERVFAIL. Msg is then a SERVFAIL. Cluster only.
 	NotSynced bool
+	// TargetAnswerOnly: of ExternalTarget's answer only the answer
+	// section is appended, never its authority when it has no records
+	// (the external zones, as CoreDNS's k8s_external).
+	TargetAnswerOnly bool
+	// TargetTimes, when over 1, is how many times the target's answer is
+	// appended (the external zones: CoreDNS's k8s_external looks a
+	// hostname up again for each port of the Service, and appends each
+	// answer).
+	TargetTimes int
 }
 
 // Classes of failure a stage's errors match (errors.Is), so that the

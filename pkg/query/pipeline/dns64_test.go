@@ -1,0 +1,168 @@
+package pipeline
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
+	"github.com/nodedns/nodedns/pkg/query/acl"
+	"github.com/nodedns/nodedns/pkg/query/dns64"
+	"github.com/nodedns/nodedns/pkg/query/server"
+)
+
+func mustDNS64(tb testing.TB, cfg dns64.Config) *dns64.DNS64 {
+	tb.Helper()
+	d, err := dns64.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
+}
+
+// TestDNS64 pins where dns64 sits and what it answers: the cluster zone's
+// NODATA for a Service with only an IPv4 address is translated (dns64 sees
+// the cluster's answers), so is an ExternalName whose target has only A
+// records; an NXDOMAIN is not; the synthesized reply is neither
+// authoritative nor says RA, its TTL bounded by the SOA's.
+func TestDNS64(t *testing.T) {
+	res := externalResolver()
+	pl := &Plugins{DNS64: mustDNS64(t, dns64.Config{AllowIPv4: true})}
+	s, addr := start(t, Config{Resolver: res, Cluster: testCluster(), Plugins: pl})
+	for _, proto := range []string{"udp", "tcp"} {
+		a := addr
+		if proto == "tcp" {
+			a = s.TCPAddrs()[0].String()
+		}
+		r := dnstest.Exchange(t, a, proto, q("web.team-a.svc.cluster.local.", dns.TypeAAAA))
+		if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+			t.Fatalf("%s: cluster AAAA: %v", proto, r)
+		}
+		aaaa, ok := r.Answer[0].(*dns.AAAA)
+		if !ok || aaaa.AAAA.String() != "64:ff9b::a60:a" || aaaa.Hdr.Ttl != 5 || aaaa.Hdr.Name != "web.team-a.svc.cluster.local." {
+			t.Errorf("%s: synthesized %v, want web.team-a.svc.cluster.local. 5 AAAA 64:ff9b::a60:a", proto, r.Answer[0])
+		}
+		if r.Authoritative || r.RecursionAvailable {
+			t.Errorf("%s: AA %v RA %v: want neither (CoreDNS's fresh reply)", proto, r.Authoritative, r.RecursionAvailable)
+		}
+	}
+	// ExternalName to a target with A records only: CNAME kept, A made AAAA
+	// with the TTL bounded by the AAAA reply's SOA (cluster SOA, 5).
+	r := dnstest.Exchange(t, addr, "udp", q("ext.team-a.svc.cluster.local.", dns.TypeAAAA))
+	if len(r.Answer) != 2 || r.Answer[0].Header().Rrtype != dns.TypeCNAME || r.Answer[1].(*dns.AAAA).AAAA.String() != "64:ff9b::c000:20a" {
+		t.Fatalf("ExternalName: %v", r)
+	}
+	// Upstream NODATA with a 60 s SOA, A of 60 s.
+	r = dnstest.Exchange(t, addr, "udp", q("api.example.com.", dns.TypeAAAA))
+	if len(r.Answer) != 1 || r.Answer[0].Header().Ttl != 60 || r.Answer[0].(*dns.AAAA).AAAA.String() != "64:ff9b::c000:20a" {
+		t.Fatalf("upstream name: %v", r)
+	}
+	// NXDOMAIN stays.
+	r = dnstest.Exchange(t, addr, "udp", q("nosuch.team-a.svc.cluster.local.", dns.TypeAAAA))
+	if r.Rcode != dns.RcodeNameError || len(r.Answer) != 0 || !r.Authoritative {
+		t.Fatalf("NXDOMAIN: %v", r)
+	}
+	// A queries are not touched.
+	r = dnstest.Exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA))
+	if len(r.Answer) != 1 || r.Answer[0].Header().Rrtype != dns.TypeA || !r.Authoritative {
+		t.Fatalf("A: %v", r)
+	}
+}
+
+// TestDNS64Family: without allow_ipv4 only IPv6 clients get translations.
+func TestDNS64Family(t *testing.T) {
+	pl := &Plugins{DNS64: mustDNS64(t, dns64.Config{})}
+	cfg := Config{Resolver: externalResolver(), Cluster: testCluster(), Plugins: pl}
+	_, v4 := start(t, cfg)
+	r := dnstest.Exchange(t, v4, "udp", q("web.team-a.svc.cluster.local.", dns.TypeAAAA))
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 0 {
+		t.Fatalf("IPv4 client: %v, want NODATA", r)
+	}
+	_, v6 := startOn(t, "[::1]:0", cfg)
+	r = dnstest.Exchange(t, v6, "udp", q("web.team-a.svc.cluster.local.", dns.TypeAAAA))
+	if len(r.Answer) != 1 || r.Answer[0].(*dns.AAAA).AAAA.String() != "64:ff9b::a60:a" {
+		t.Fatalf("IPv6 client: %v, want the synthesized AAAA", r)
+	}
+}
+
+// TestDNS64TranslateAll: an AAAA answer is replaced too.
+func TestDNS64TranslateAll(t *testing.T) {
+	cl := testCluster()
+	cl.names["dual.team-a.svc.cluster.local."] = []dns.RR{dnstest.MustRRf("dual.team-a.svc.cluster.local. 5 IN A 169.254.7.7"),
+		dnstest.MustRRf("dual.team-a.svc.cluster.local. 5 IN AAAA fd00::7")}
+	for _, all := range []bool{false, true} {
+		pl := &Plugins{DNS64: mustDNS64(t, dns64.Config{AllowIPv4: true, TranslateAll: all, Prefix: mustPrefix(t, "fd00:64::/64")})}
+		_, addr := start(t, Config{Resolver: externalResolver(), Cluster: cl, Plugins: pl})
+		r := dnstest.Exchange(t, addr, "udp", q("dual.team-a.svc.cluster.local.", dns.TypeAAAA))
+		want := "fd00::7"
+		if all {
+			want = "fd00:64:0:0:a9:fe07:700:0"
+		}
+		if len(r.Answer) != 1 || r.Answer[0].(*dns.AAAA).AAAA.String() != dnsIP(want) {
+			t.Errorf("translate_all %v: %v, want %s", all, r.Answer, want)
+		}
+	}
+}
+
+func mustPrefix(tb testing.TB, s string) netip.Prefix {
+	tb.Helper()
+	p, err := dns64.ParsePrefix(s)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+func dnsIP(s string) string { return netip.MustParseAddr(s).String() }
+
+// TestDNS64Targets: an ExternalName's target is looked up through dns64,
+// as CoreDNS's kubernetes plugin looks it up through its whole server:
+// the target's synthesized AAAA makes the reply hold an AAAA, which is
+// then not translated again, and keeps the cluster's AA.
+func TestDNS64Targets(t *testing.T) {
+	pl := &Plugins{DNS64: mustDNS64(t, dns64.Config{AllowIPv4: true})}
+	_, addr := start(t, Config{Resolver: externalResolver(), Cluster: testCluster(), Plugins: pl})
+	r := dnstest.Exchange(t, addr, "udp", q("ext.team-a.svc.cluster.local.", dns.TypeAAAA))
+	if len(r.Answer) != 2 || r.Answer[1].(*dns.AAAA).AAAA.String() != "64:ff9b::c000:20a" || !r.Authoritative {
+		t.Fatalf("ExternalName through dns64: %v", r)
+	}
+}
+
+// TestDNS64BeforeACL: dns64 wraps the access list, as in CoreDNS: an AAAA
+// question the list refuses or filters is translated when the A question
+// is allowed; refused when the A question is; a dropped AAAA question is
+// dropped (no reply), a dropped A question SERVFAIL.
+func TestDNS64BeforeACL(t *testing.T) {
+	name := "web.team-a.svc.cluster.local."
+	for _, tc := range []struct {
+		policies []acl.Policy
+		rcode    int
+		synth    bool
+		ede      []uint16
+	}{
+		{[]acl.Policy{{Action: acl.Block, Types: []string{"AAAA"}}}, dns.RcodeSuccess, true, nil},
+		{[]acl.Policy{{Action: acl.Filter, Types: []string{"AAAA"}}}, dns.RcodeSuccess, true, nil},
+		{[]acl.Policy{{Action: acl.Block, Types: []string{"A"}}}, dns.RcodeRefused, false, []uint16{dns.ExtendedErrorCodeBlocked}},
+		{[]acl.Policy{{Action: acl.Filter, Types: []string{"A"}}}, dns.RcodeSuccess, false, []uint16{dns.ExtendedErrorCodeFiltered}},
+		{[]acl.Policy{{Action: acl.Drop, Types: []string{"A"}}}, dns.RcodeServerFailure, false, nil},
+	} {
+		pl := &Plugins{DNS64: mustDNS64(t, dns64.Config{AllowIPv4: true}), ACL: mustACL(t, acl.Rule{Policies: tc.policies})}
+		_, addr := start(t, Config{Resolver: externalResolver(), Cluster: testCluster(), Plugins: pl})
+		r := dnstest.Exchange(t, addr, "udp", qEDNS(name, dns.TypeAAAA))
+		synth := len(r.Answer) == 1 && r.Answer[0].(*dns.AAAA).AAAA.String() == "64:ff9b::a60:a"
+		codes := edeCodes(r)
+		if r.Rcode != tc.rcode || synth != tc.synth || (tc.ede != nil && !slices.Equal(codes, tc.ede)) {
+			t.Errorf("%+v: rcode %d synthesized %v EDE %v, want %d %v %v", tc.policies, r.Rcode, synth, codes, tc.rcode, tc.synth, tc.ede)
+		}
+	}
+	pl := &Plugins{DNS64: mustDNS64(t, dns64.Config{AllowIPv4: true}),
+		ACL: mustACL(t, acl.Rule{Policies: []acl.Policy{{Action: acl.Drop, Types: []string{"AAAA"}}}})}
+	a, _ := start(t, Config{Resolver: externalResolver(), Cluster: testCluster(), Plugins: pl})
+	reqs.Read("udp", 0, client, time.Now(), packet(t, name, dns.TypeAAAA, true))
+	if _, v := a.Answer(nil, reqs); v != server.Drop {
+		t.Errorf("dropped AAAA question: verdict %d, want a drop", v)
+	}
+}
