@@ -28,7 +28,7 @@ func TestDNS64AndK8sExternal(t *testing.T) {
 		{".:53 {\n  kubernetes cluster.local\n  forward . 169.254.0.1\n}\nexample.org {\n  k8s_external {\n    fallthrough\n  }\n}\n",
 			map[string]any{"k8s-external": map[string]any{"zones": []any{"example.org"}, "fallthrough": []any{}}}},
 	} {
-		res, err := Migrate([]byte(tc.src), Options{Env: testEnv})
+		res, err := Migrate([]byte(tc.src), Options{Env: testEnv, ClusterDomain: "cluster.local"})
 		if err != nil {
 			t.Errorf("%q: %v", tc.src, err)
 			continue
@@ -44,7 +44,7 @@ func TestDNS64AndK8sExternal(t *testing.T) {
 		{".:53 {\n  forward . 169.254.0.1\n}\nexample.org {\n  dns64\n  forward . 169.254.0.2\n}\n", "applies to every name"},
 		{".:53 {\n  kubernetes cluster.local\n  k8s_external example.org {\n    ttl 4000\n  }\n}\n", "ttl 4000"},
 	} {
-		res, err := Migrate([]byte(tc.src), Options{Env: testEnv})
+		res, err := Migrate([]byte(tc.src), Options{Env: testEnv, ClusterDomain: "cluster.local"})
 		if err != nil {
 			t.Errorf("%q: %v", tc.src, err)
 			continue
