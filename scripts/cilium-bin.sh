@@ -98,7 +98,8 @@ build() {
 	local tmp src moddir s start
 	tmp="$(mktemp -d "${TMPDIR:-/tmp}/cilium-build.XXXXXX")"
 	# shellcheck disable=SC2064 # expand now: tmp is local
-	trap "rm -rf '${tmp}' || true" RETURN
+	# EXIT too: a failed go build ends the script (set -e) before RETURN.
+	trap "rm -rf '${tmp}' || true" RETURN EXIT
 
 	log "downloading github.com/cilium/cilium@${CILIUM_VERSION}"
 	moddir="$(cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "github.com/cilium/cilium@${CILIUM_VERSION}" |
