@@ -34,7 +34,13 @@
 # A FORWARD guard drops whatever would leave the pod bridge for another
 # interface: pods reach the node and each other, nothing outside.
 #
+# CLUSTER_CNI=cilium runs Cilium instead of the bridge plugin and kube-proxy:
+# cilium-agent with kube-proxy replacement and LocalRedirectPolicy, and its
+# CNI plugin (scripts/cluster-cilium.sh, binaries from
+# scripts/cilium-bin.sh). `down` undoes it whichever mode `up` ran in.
+#
 # Env: CLUSTER_DNS (kubelet --cluster-dns, default 169.254.20.10),
+#      CLUSTER_CNI (bridge, the default, or cilium),
 #      KUBE_PROXY_MODE (iptables, the default, or nftables), KUBE_VERSION,
 #      NODEDNS_CACHE, NODEDNS_CLUSTER_STATE (default /var/lib/nodedns-cluster).
 set -euo pipefail
@@ -47,6 +53,9 @@ CACHE="${NODEDNS_CACHE:-/var/cache/nodedns}"
 CLUSTER_DNS="${CLUSTER_DNS:-169.254.20.10}"
 # kube-proxy's mode: iptables (default) or nftables (this kernel has no IPVS).
 KUBE_PROXY_MODE="${KUBE_PROXY_MODE:-iptables}"
+# The pod network: bridge (Debian's CNI plugins and kube-proxy) or cilium.
+CLUSTER_CNI="${CLUSTER_CNI:-bridge}"
+case "$CLUSTER_CNI" in bridge | cilium) ;; *) echo "cluster.sh: CLUSTER_CNI must be bridge or cilium, got ${CLUSTER_CNI}" >&2; exit 2 ;; esac
 
 NODE_NAME=nodedns-node
 NODE_LINK=ndc-node0
@@ -59,6 +68,9 @@ POD_CIDR4=169.254.64.0/24
 POD_GW4=169.254.64.1
 SVC_CIDR6=fdd5:6e6f:6465:96::/112
 SVC_CIDR4=169.254.128.0/20
+# Cilium's allocator holds at most 2^16 addresses per range: its IPv6 pod
+# range is a /112 inside the pod /64.
+CILIUM_POD_CIDR6=fdd5:6e6f:6465:1::/112
 KUBERNETES_SVC6=fdd5:6e6f:6465:96::1
 API_PORT=6443
 ETCD_CLIENT=http://127.0.0.1:23790
@@ -74,7 +86,7 @@ GUARD_CHAIN=NODEDNS-CLUSTER-GUARD
 # Paths kubelet, containerd and CNI use whatever their flags say; `down`
 # removes those that did not exist before `up`.
 FIXED_PATHS=(/var/lib/kubelet /usr/libexec/kubernetes /var/log/containers /var/log/pods
-	/run/containerd /var/lib/cni /run/netns /etc/cni /opt/cni)
+	/run/containerd /var/lib/cni /run/netns /etc/cni /opt/cni /run/cilium /var/lib/cilium)
 # Sysctls kubelet, kube-proxy and the CNI bridge plugin set.
 SYSCTLS=(net.ipv4.ip_forward net.ipv6.conf.all.forwarding net.ipv6.conf.default.forwarding
 	net.ipv4.conf.all.route_localnet vm.overcommit_memory vm.panic_on_oom kernel.panic
@@ -82,10 +94,15 @@ SYSCTLS=(net.ipv4.ip_forward net.ipv6.conf.all.forwarding net.ipv6.conf.default.
 	net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables
 	net.netfilter.nf_conntrack_max net.netfilter.nf_conntrack_tcp_timeout_established
 	net.netfilter.nf_conntrack_tcp_timeout_close_wait net.ipv4.conf.all.rp_filter
-	net.ipv6.conf.all.accept_ra net.ipv6.conf.all.disable_ipv6)
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
+	net.ipv6.conf.all.accept_ra net.ipv6.conf.all.disable_ipv6
+	net.ipv4.conf.all.forwarding net.core.bpf_jit_enable net.ipv4.fib_multipath_use_neigh
+	kernel.timer_migration net.core.fb_tunnels_only_for_init_net net.ipv4.ip_early_demux
+	kernel.unprivileged_bpf_disabled)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy cilium-agent)
 
 log() { printf 'cluster.sh: %s\n' "$*" >&2; }
+# shellcheck source=scripts/cluster-cilium.sh
+source "${REPO}/scripts/cluster-cilium.sh"
 die() { log "$*"; exit 1; }
 
 bin() { echo "${KUBE_BIN}/$1"; }
@@ -200,6 +217,15 @@ snapshot() {
 		echo "## routes"
 		ip route show table all | grep -v '^local fe80::\|^fe80::\|^multicast' | sort
 		ip -6 route show table all | grep -v 'fe80::\|^multicast\|^ff00::' | sort
+		echo "## ip rules"
+		ip -4 rule show | sort
+		ip -6 rule show | sort
+		echo "## bpf"
+		if mountpoint -q /sys/fs/bpf; then find /sys/fs/bpf | sort; fi
+		if command -v bpftool >/dev/null 2>&1; then
+			bpftool cgroup show /sys/fs/cgroup/unified 2>/dev/null
+			bpftool net show 2>/dev/null | grep -v '^$'
+		fi
 		echo "## netns"
 		ip netns list 2>/dev/null | sort
 		for t in iptables-nft ip6tables-nft iptables-legacy ip6tables-legacy; do
@@ -219,7 +245,7 @@ snapshot() {
 		echo "## cgroups"
 		find /sys/fs/cgroup -maxdepth 2 -type d -name 'kubepods*' 2>/dev/null | sort
 		echo "## processes"
-		ps -eo comm= | grep -E '^(etcd|kube-.*|kubelet|containerd.*|runc|nodedns|pause)$' | sort || true
+		ps -eo comm= | grep -E '^(etcd|kube-.*|kubelet|containerd.*|runc|nodedns|pause|cilium.*)$' | sort || true
 	) >"$out"
 }
 
@@ -274,8 +300,15 @@ node_network() {
 	for ipt in iptables ip6tables; do
 		if ! "$ipt" -w -L "$GUARD_CHAIN" -n >/dev/null 2>&1; then
 			"$ipt" -w -N "$GUARD_CHAIN"
-			"$ipt" -w -A "$GUARD_CHAIN" -i "$CNI_BRIDGE" ! -o "$CNI_BRIDGE" -j DROP
-			"$ipt" -w -A "$GUARD_CHAIN" -o "$CNI_BRIDGE" ! -i "$CNI_BRIDGE" -j DROP
+			if [[ "$CLUSTER_CNI" == cilium ]]; then
+				# Cilium: each pod has its own lxc* veth on the host.
+				"$ipt" -w -A "$GUARD_CHAIN" -i 'lxc+' -o 'lxc+' -j RETURN
+				"$ipt" -w -A "$GUARD_CHAIN" -i 'lxc+' -j DROP
+				"$ipt" -w -A "$GUARD_CHAIN" -o 'lxc+' -j DROP
+			else
+				"$ipt" -w -A "$GUARD_CHAIN" -i "$CNI_BRIDGE" ! -o "$CNI_BRIDGE" -j DROP
+				"$ipt" -w -A "$GUARD_CHAIN" -o "$CNI_BRIDGE" ! -i "$CNI_BRIDGE" -j DROP
+			fi
 		fi
 		"$ipt" -w -C FORWARD -j "$GUARD_CHAIN" 2>/dev/null || "$ipt" -w -I FORWARD 1 -j "$GUARD_CHAIN"
 	done
@@ -421,11 +454,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = $([[ $(cgroup_driver) == systemd ]] && echo true || echo false)
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dir = "$([[ "$CLUSTER_CNI" == cilium ]] && echo "$CILIUM_CNI_BIN" || echo /usr/lib/cni)"
     conf_dir = "${STATE}/cni/net.d"
     max_conf_num = 1
 EOF
-	cat >"${STATE}/cni/net.d/10-nodedns.conflist" <<EOF
+	# Cilium's agent writes its own configuration there once it is ready.
+	[[ "$CLUSTER_CNI" == cilium ]] || cat >"${STATE}/cni/net.d/10-nodedns.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
   "name": "nodedns-cluster",
@@ -544,15 +578,20 @@ up() {
 	kube_bin
 	mkdir -p "$STATE" "$RUN"
 	record_baseline
+	if [[ -f "${STATE}/cni-mode" && $(<"${STATE}/cni-mode") != "$CLUSTER_CNI" ]]; then
+		die "the cluster is up with CLUSTER_CNI=$(<"${STATE}/cni-mode"), not ${CLUSTER_CNI}: run down first"
+	fi
+	echo "$CLUSTER_CNI" >"${STATE}/cni-mode"
 	node_network
 	certs
 	start_etcd
 	start_apiserver
 	start_controllers
+	if [[ "$CLUSTER_CNI" == cilium ]]; then cilium_prepare; fi
 	start_containerd
 	scripts/image.sh pause >/dev/null
 	start_kubelet
-	start_proxy
+	if [[ "$CLUSTER_CNI" == cilium ]]; then cilium_up; else start_proxy; fi
 	wait_for "node ${NODE_NAME} Ready" 120 node_ready
 	wait_for "default ServiceAccount and kube-root-ca.crt" 60 default_sa
 	log "cluster up: node ${NODE_NAME} Ready, cluster DNS ${CLUSTER_DNS}"
@@ -570,7 +609,7 @@ remove_chains() {
 	local dump
 	dump=$("${t}-save" 2>/dev/null) || return 0
 	local ours
-	ours=$(sed -n 's/^:\(\(KUBE-\|CNI-\|'"$GUARD_CHAIN"'\)[^ ]*\) .*/\1/p' <<<"$dump" | sort -u)
+	ours=$(sed -n 's/^:\(\(KUBE-\|CNI-\|CILIUM_\|'"$GUARD_CHAIN"'\)[^ ]*\) .*/\1/p' <<<"$dump" | sort -u)
 	if [[ -f "$base" ]]; then
 		ours=$(comm -23 <(echo "$ours") "$base")
 	fi
@@ -703,12 +742,15 @@ down() {
 	KUBE_BIN="${CACHE}/kubernetes-${KUBE_VERSION:-v1.34.4}/bin"
 	stop kube-controller-manager kube-scheduler
 	stop_pods
+	# After the pods: kubelet's CNI DEL goes through the agent.
+	cilium_stop
 	stop kubelet kube-proxy
 	stop kube-apiserver
 	stop etcd
 	stop_pods
 	stop containerd
 	kill_leftovers
+	cilium_cleanup
 	unmount_all
 	# kube-proxy removes its own rules in every mode it knows.
 	if [[ -x "$(bin kube-proxy)" ]]; then
