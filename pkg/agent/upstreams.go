@@ -39,6 +39,15 @@ func upstreams(cfg config.Config, listen []string, log *slog.Logger) ([]string, 
 		}
 		own[a][53] = true
 	}
+	// Pod mode: the redirect's frontends (169.254.20.10 whatever
+	// local-ip says) lead back here; a node whose resolv.conf names one
+	// must not make the agent its own upstream.
+	for _, a := range cfg.RedirectedAddrs() {
+		if own[a] == nil {
+			own[a] = map[uint16]bool{}
+		}
+		own[a][53] = true
+	}
 	isOwn := func(s string) bool {
 		ap := netip.MustParseAddrPort(s)
 		ports := own[ap.Addr()]

@@ -133,6 +133,11 @@ type Config struct {
 	// means none; the default is the reverse zones.
 	Fallthrough List
 
+	// NetworkMode is host (the link and rules on the node) or pod (the
+	// pod network, behind a redirect: network.go); PodIPs are the pod's
+	// addresses, listened on in pod mode.
+	NetworkMode    string
+	PodIPs         List
 	LocalIP        List
 	Interface      string
 	SetupInterface bool
@@ -227,14 +232,23 @@ func (c *Config) SocketsPerAddr() int {
 	return 1
 }
 
-// ListenAddrs is --listen, or port 53 of every --local-ip.
+// ListenAddrs is --listen, or port 53 of every --local-ip (host mode) or
+// of every --pod-ips address (pod mode). An address that does not parse is
+// left out (its setting's check reports it; the checks that count listen
+// addresses run on a configuration that may hold one).
 func (c *Config) ListenAddrs() []string {
 	if len(c.Listen) > 0 {
 		return c.Listen
 	}
+	ips := c.LocalIP
+	if c.PodMode() {
+		ips = c.PodIPs
+	}
 	var out []string
-	for _, ip := range c.LocalIP {
-		out = append(out, netip.AddrPortFrom(netip.MustParseAddr(ip), 53).String())
+	for _, ip := range ips {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			out = append(out, netip.AddrPortFrom(a, 53).String())
+		}
 	}
 	return out
 }
