@@ -110,7 +110,13 @@ func TestCiliumPodMode(t *testing.T) {
 				t.Fatalf("through %s: %s", what, r)
 			}
 			sent += r.Sent
-			ok(t, "through %s (%s): cluster and external names: %s", what, servers[what], r)
+			ok(t, "through %s (%s): cluster and external names over UDP: %s; over TCP answered", what, servers[what], r)
+			// TCP too (the policies name dns and dns-tcp).
+			host, _, _ := strings.Cut(strings.Trim(servers[what], "[]"), "]:")
+			host = strings.TrimSuffix(host, ":53")
+			if out := c.Exec(t, nsName, pod, "dig", "+tcp", "+short", "@"+host, names[0], "A"); strings.TrimSpace(out) == "" {
+				t.Fatalf("dig +tcp @%s %s: no answer", host, names[0])
+			}
 			// glibc through the pod's resolv.conf (169.254.20.10, or only
 			// the ClusterIP for the legacy client): search path included.
 			out := c.Exec(t, nsName, pod, "getent", "ahosts", "web")
