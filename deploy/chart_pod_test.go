@@ -87,6 +87,11 @@ func TestChartNetworkModes(t *testing.T) {
 				t.Errorf("%s probe %+v: want httpGet on the pod's IP, port 9253", name, p.ProbeHandler)
 			}
 		}
+		// A supervised restart must not drop the pod from the redirect;
+		// SIGTERM's not-ready must show within the lameduck.
+		if rp := c.ReadinessProbe; rp.PeriodSeconds != 1 || rp.FailureThreshold != 2 {
+			t.Errorf("readiness probe every %d s, %d failures: want 1 s and 2", rp.PeriodSeconds, rp.FailureThreshold)
+		}
 		if c.ReadinessProbe.HTTPGet.Path != "/ready" || c.LivenessProbe.HTTPGet.Path != "/health" {
 			t.Errorf("probe paths %s %s", c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path)
 		}
