@@ -89,8 +89,8 @@ func TestChartNetworkModes(t *testing.T) {
 		}
 		// A supervised restart must not drop the pod from the redirect;
 		// SIGTERM's not-ready must show within the lameduck.
-		if rp := c.ReadinessProbe; rp.PeriodSeconds != 1 || rp.FailureThreshold != 2 {
-			t.Errorf("readiness probe every %d s, %d failures: want 1 s and 2", rp.PeriodSeconds, rp.FailureThreshold)
+		if rp := c.ReadinessProbe; rp.PeriodSeconds != 1 || rp.FailureThreshold != 3 {
+			t.Errorf("readiness probe every %d s, %d failures: want 1 s and 3", rp.PeriodSeconds, rp.FailureThreshold)
 		}
 		if c.ReadinessProbe.HTTPGet.Path != "/ready" || c.LivenessProbe.HTTPGet.Path != "/health" {
 			t.Errorf("probe paths %s %s", c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path)
