@@ -87,8 +87,10 @@ func TestCiliumPodMode(t *testing.T) {
 	}
 	ok(t, "no link nodelocaldns, no nodedns rules on the node")
 
+	var lrp *standIn
 	if mode == "standin" {
 		s := startStandIn(t, c)
+		lrp = s
 		framework.WaitFor(t, "the stand-in redirects to "+agent.Name, 10*time.Second, 100*time.Millisecond, func() (bool, string) {
 			b := s.current()
 			return b == agent.Name, "backend " + b
@@ -214,6 +216,17 @@ func TestCiliumPodMode(t *testing.T) {
 
 	t.Run("kill -9 of the serving process", func(t *testing.T) {
 		agent := c.AgentPod(t)
+		switches := 0
+		if lrp != nil {
+			switches = lrp.switched()
+		}
+		defer func() {
+			// The restart is the supervisor's, on the same sockets: the
+			// pod must stay Ready, so the redirect never leaves it.
+			if lrp != nil && lrp.switched() != switches {
+				t.Errorf("the redirect changed backend %d times during the kill -9 (the pod turned not ready): its readiness probe caught the restart", lrp.switched()-switches)
+			}
+		}()
 		disrupt(t, "kill -9", 20*time.Second, 5*time.Second, func(t *testing.T) {
 			pid := framework.ServingPID(string(agent.UID))
 			if pid == 0 {
@@ -362,6 +375,8 @@ type standIn struct {
 	c       *framework.Cluster
 	mu      sync.Mutex
 	backend string // the agent pod redirected to ("": none)
+	// switches counts the changes of backend.
+	switches int
 	stop    chan struct{}
 	done    chan struct{}
 	err     error
@@ -394,6 +409,12 @@ func startStandIn(t *testing.T, c *framework.Cluster) *standIn {
 	})
 	go s.run()
 	return s
+}
+
+func (s *standIn) switched() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.switches
 }
 
 func (s *standIn) current() string {
@@ -485,6 +506,7 @@ func (s *standIn) sync() error {
 	framework.ConntrackForget(kubeDNSIP)
 	s.mu.Lock()
 	s.backend = name
+	s.switches++
 	s.mu.Unlock()
 	return nil
 }
