@@ -377,9 +377,9 @@ type standIn struct {
 	backend string // the agent pod redirected to ("": none)
 	// switches counts the changes of backend.
 	switches int
-	stop    chan struct{}
-	done    chan struct{}
-	err     error
+	stop     chan struct{}
+	done     chan struct{}
+	err      error
 }
 
 func startStandIn(t *testing.T, c *framework.Cluster) *standIn {
