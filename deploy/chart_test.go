@@ -420,6 +420,7 @@ func TestChartEveryConfigKey(t *testing.T) {
 		vals[k] = fmt.Sprintf("value-%d", i)
 	}
 	vals["admin-socket"] = "/run/nodedns/x.sock" // the chart checks this one
+	vals["network-mode"] = "host"                // and this one (networkMode sets it)
 	js, _ := yaml.Marshal(map[string]any{"config": vals})
 	vf := filepath.Join(t.TempDir(), "values.yaml")
 	if err := os.WriteFile(vf, js, 0o600); err != nil {

@@ -43,14 +43,16 @@ func (e *exitError) Unwrap() error { return e.err }
 func migrateCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	corefile := fs.String("corefile", "", "the CoreDNS Corefile to carry over (required)")
+	corefile := fs.String("corefile", "", "the CoreDNS Corefile to carry over (required unless --manifest has one)")
+	manifest := fs.String("manifest", "", "a NodeLocal DNSCache manifest (nodelocaldns.yaml, or its Cilium Local Redirect Policy variant): its ConfigMap's Corefile (unless --corefile) and its DaemonSet's network and node-cache flags; off the host network, or with -setupinterface=false -setupiptables=false, the output is a network-mode pod configuration")
 	kubeDNS := fs.String("kube-dns-config", "", "directory of the kube-dns ConfigMap (stubDomains, upstreamNameservers), as node-cache reads it")
 	clusterDNS := fs.String("cluster-dns", "", "the kube-dns-upstream Service's ClusterIP, for node-cache's __PILLAR__CLUSTER__DNS__ (default $KUBE_DNS_UPSTREAM_SERVICE_HOST)")
 	localIP := fs.String("local-ip", migrate.DefaultLocalIP, "the agent's address when the Corefile binds none")
 	clusterDomain := fs.String("cluster-domain", "", "the cluster's DNS domain, kubelet's clusterDomain (required when the Corefile has no kubernetes directive, as NodeLocal DNSCache's: migrate never assumes cluster.local)")
 	kubeletConfig := fs.String("kubelet-config", "", "a KubeletConfiguration file (/var/lib/kubelet/config.yaml) to read clusterDomain from, instead of --cluster-domain")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: nodedns migrate --corefile FILE [--cluster-domain DOMAIN | --kubelet-config FILE]
+		fmt.Fprint(stderr, `usage: nodedns migrate --corefile FILE | --manifest FILE
+                       [--cluster-domain DOMAIN | --kubelet-config FILE]
                        [--kube-dns-config DIR] [flags]
 
 Prints a nodedns configuration file equivalent to the Corefile. Every
@@ -70,16 +72,42 @@ does not read or parse.
 	if fs.NArg() > 0 {
 		return &exitError{code: migrateBadInput, err: fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
-	if *corefile == "" {
+	if *corefile == "" && *manifest == "" {
 		fs.Usage()
-		return &exitError{code: migrateBadInput, err: errors.New("--corefile is required")}
+		return &exitError{code: migrateBadInput, err: errors.New("--corefile is required (or --manifest with a Corefile)")}
 	}
-	// A Corefile comes from a ConfigMap too: the --config file's bound.
-	src, err := config.ReadConfigMapFile("Corefile", *corefile)
-	if err != nil {
-		return &exitError{code: migrateBadInput, err: err}
+	var man *migrate.Manifest
+	if *manifest != "" {
+		b, err := config.ReadConfigMapFile("manifest", *manifest)
+		if err != nil {
+			return &exitError{code: migrateBadInput, err: err}
+		}
+		if man, err = migrate.ReadManifest(b); err != nil {
+			return &exitError{code: migrateBadInput, err: fmt.Errorf("--manifest %s: %w", *manifest, err)}
+		}
 	}
-	opts := migrate.Options{ClusterDNS: *clusterDNS, LocalIP: *localIP, Source: *corefile}
+	var src []byte
+	source := *corefile
+	switch {
+	case *corefile != "":
+		// A Corefile comes from a ConfigMap too: the --config file's bound.
+		b, err := config.ReadConfigMapFile("Corefile", *corefile)
+		if err != nil {
+			return &exitError{code: migrateBadInput, err: err}
+		}
+		src = b
+	case man.Corefile == nil:
+		return &exitError{code: migrateBadInput, err: fmt.Errorf("--manifest %s has no ConfigMap with a Corefile: give --corefile", *manifest)}
+	default:
+		src, source = man.Corefile, *manifest+" ("+man.CorefileFrom+")"
+	}
+	opts := migrate.Options{ClusterDNS: *clusterDNS, LocalIP: *localIP, Source: source}
+	if man != nil && man.NetworkMode() == config.NetworkPod {
+		opts.NetworkMode, opts.RedirectedIPs = config.NetworkPod, man.LocalIPs
+		opts.NetworkModeWhy = fmt.Sprintf("%s: DaemonSet %s runs node-cache with hostNetwork %v, -setupinterface=%v, -setupiptables=%v",
+			*manifest, man.DaemonSet, man.HostNetwork, man.SetupInterface, man.SetupIptables)
+	}
+	var err error
 	if opts.ClusterDomain, opts.ClusterDomainFrom, err = migrateClusterDomain(*clusterDomain, *kubeletConfig); err != nil {
 		return &exitError{code: migrateBadInput, err: err}
 	}
@@ -99,7 +127,7 @@ does not read or parse.
 	}
 	res, err := migrate.Migrate(src, opts)
 	if err != nil {
-		return &exitError{code: migrateBadInput, err: fmt.Errorf("%s: %w", *corefile, err)}
+		return &exitError{code: migrateBadInput, err: fmt.Errorf("%s: %w", source, err)}
 	}
 	if _, err := stdout.Write(res.YAML); err != nil {
 		return fmt.Errorf("writing the configuration: %w", err)
@@ -109,9 +137,9 @@ does not read or parse.
 		case n.File != "":
 			fmt.Fprintf(stderr, "%s: %s\n", n.File, n.Text)
 		case n.Line > 0:
-			fmt.Fprintf(stderr, "%s:%d: %s\n", *corefile, n.Line, n.Text)
+			fmt.Fprintf(stderr, "%s:%d: %s\n", source, n.Line, n.Text)
 		default:
-			fmt.Fprintf(stderr, "%s: %s\n", *corefile, n.Text)
+			fmt.Fprintf(stderr, "%s: %s\n", source, n.Text)
 		}
 	}
 	if len(res.Dropped) > 0 {

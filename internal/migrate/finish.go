@@ -20,6 +20,17 @@ import (
 // nodedns's differ.
 func (m *migrator) finish(blocks []*block) {
 	m.exceptServfailZones()
+	if m.opts.NetworkMode == config.NetworkPod {
+		m.podMode()
+	} else {
+		m.hostAddresses()
+	}
+	m.finishUpstreams()
+}
+
+// hostAddresses: the Corefile's binds become the intercepted addresses
+// (local-ip) and, for loopback, unspecified or another port, listen.
+func (m *migrator) hostAddresses() {
 	// Loopback and unspecified binds cannot be intercepted (a link and
 	// NOTRACK rules for them make no sense): they become listen addresses
 	// beside the intercepted ones.
@@ -52,6 +63,12 @@ func (m *migrator) finish(blocks []*block) {
 		}
 		set(m, &m.cfg.Listen, l, m.portLine, why)
 	}
+}
+
+// finishUpstreams decides the rest: the reverse zones' forwards, the
+// default upstreams, the kube-dns ConfigMap, and the Corefile's defaults
+// where nodedns's differ.
+func (m *migrator) finishUpstreams() {
 
 	for _, p := range m.reverseFwds {
 		switch {

@@ -50,6 +50,14 @@ type Options struct {
 	// Corefile; KubeDNSDir names where it was read, for messages.
 	KubeDNS    *kubedns.Config
 	KubeDNSDir string
+	// NetworkMode is where the agent runs: "" or host as the Corefile's
+	// binds say (a link and rules), pod behind a redirect (the manifest's
+	// node-cache ran in the pod network: Manifest.NetworkMode), with
+	// RedirectedIPs the redirect's frontends (node-cache's -localip) and
+	// NetworkModeWhy, when set, what said so.
+	NetworkMode    string
+	RedirectedIPs  []string
+	NetworkModeWhy string
 	// ClusterDNS fills node-cache's __PILLAR__CLUSTER__DNS__ (the
 	// kube-dns-upstream Service's ClusterIP), which node-cache fills at
 	// start.

@@ -321,7 +321,7 @@ func Build(cfg config.Config, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(cfg.LocalIP) > 0 && a.ix == nil && cfg.HasFallbackServices() {
+	if cfg.Intercepts() && a.ix == nil && cfg.HasFallbackServices() {
 		return nil, fmt.Errorf("--fallback-dns names a Service, which needs the cluster index (--kubeconfig, or running in a pod, with --cluster-zone local)")
 	}
 	if icfg, ok := interceptConfig(cfg, log); ok {
@@ -425,7 +425,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		go a.runFallback(ctx)
 	}
 	go a.watchPeers(ctx)
-	a.log.Info("serving DNS", "listen", a.cfg.ListenAddrs(), "upstreams", len(a.fwd.Load().Servers()), "version", a.version, "supervised", a.sup != nil)
+	a.log.Info("serving DNS", "listen", a.cfg.ListenAddrs(), "network_mode", a.cfg.NetworkMode, "upstreams", len(a.fwd.Load().Servers()), "version", a.version, "supervised", a.sup != nil)
 	if a.sup != nil {
 		if err := a.sup.Serving(); err != nil {
 			a.log.Warn("telling the supervisor this process serves", "err", err)

@@ -49,7 +49,7 @@ func newFallbackState() *fallbackState {
 func fallbackOn(cfg config.Config, haveIndex bool) (on bool, why string) {
 	entries, unset := cfg.FallbackEntries()
 	switch {
-	case len(cfg.LocalIP) == 0 || !cfg.SetupIptables:
+	case !cfg.Intercepts() || !cfg.SetupIptables:
 		return false, "the agent manages no rules"
 	case unset && !haveIndex:
 		return false, "no cluster index, so no cluster DNS Service to fall back to: give fallback-dns addresses for one"

@@ -13,10 +13,11 @@ import (
 )
 
 // interceptConfig maps the serve configuration onto pkg/intercept's. ok is
-// false when interception is off (no --local-ip): then nothing on the host
-// is touched.
+// false when interception is off (no --local-ip, or --network-mode pod):
+// then nothing on the host is touched, at start, on exit or after a
+// supervised stop.
 func interceptConfig(cfg config.Config, log *slog.Logger) (intercept.Config, bool) {
-	if len(cfg.LocalIP) == 0 {
+	if !cfg.Intercepts() {
 		return intercept.Config{}, false
 	}
 	ic := intercept.Config{Interface: cfg.Interface, SetupInterface: cfg.SetupInterface, SetupIptables: cfg.SetupIptables,

@@ -225,10 +225,7 @@ func canonNamespace(s string) (string, error) {
 
 // checkReaders bounds the UDP readers over all listen addresses.
 func (c *Config) checkReaders() error {
-	addrs := len(c.Listen)
-	if addrs == 0 {
-		addrs = len(c.LocalIP)
-	}
+	addrs := len(c.ListenAddrs())
 	if n := c.SocketsPerAddr() * addrs; n > maxUDPReaders {
 		return fmt.Errorf("--udp-sockets %d x %d listen addresses: %d UDP readers: want at most %d", c.SocketsPerAddr(), addrs, n, maxUDPReaders)
 	}

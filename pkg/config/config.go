@@ -144,6 +144,11 @@ type Config struct {
 	// means none; the default is the reverse zones.
 	Fallthrough List
 
+	// NetworkMode is host (the link and rules on the node) or pod (the
+	// pod network, behind a redirect: network.go); PodIPs are the pod's
+	// addresses, listened on in pod mode.
+	NetworkMode    string
+	PodIPs         List
 	LocalIP        List
 	Interface      string
 	SetupInterface bool
@@ -238,21 +243,30 @@ func (c *Config) SocketsPerAddr() int {
 	return 1
 }
 
-// ListenAddrs is --listen, or port 53 of every --local-ip.
+// ListenAddrs is --listen, or port 53 of every --local-ip (host mode) or
+// of every --pod-ips address (pod mode). An address that does not parse is
+// left out (its setting's check reports it; the checks that count listen
+// addresses run on a configuration that may hold one).
 func (c *Config) ListenAddrs() []string {
 	if len(c.Listen) > 0 {
 		return c.Listen
 	}
+	ips := c.LocalIP
+	if c.PodMode() {
+		ips = c.PodIPs
+	}
 	var out []string
-	for _, ip := range c.LocalIP {
-		out = append(out, netip.AddrPortFrom(netip.MustParseAddr(ip), 53).String())
+	for _, ip := range ips {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			out = append(out, netip.AddrPortFrom(a, 53).String())
+		}
 	}
 	return out
 }
 
 // IsOwnAddr reports whether ap is one of this agent's own DNS addresses:
 // a --listen address, or port 53 of a --local-ip (the addresses pods and
-// the interception send to). An upstream there is a forwarding loop.
+// the interception send to) or, in pod mode, of a redirected address. An upstream there is a forwarding loop.
 func (c *Config) IsOwnAddr(ap netip.AddrPort) bool {
 	a := ap.Addr().Unmap()
 	for _, l := range c.ListenAddrs() {
@@ -262,6 +276,13 @@ func (c *Config) IsOwnAddr(ap netip.AddrPort) bool {
 	}
 	for _, ip := range c.LocalIP {
 		if la, err := netip.ParseAddr(ip); err == nil && la.Unmap() == a && ap.Port() == 53 {
+			return true
+		}
+	}
+	// Pod mode: the redirect's frontends (169.254.20.10 whatever local-ip
+	// says) lead back here.
+	for _, r := range c.RedirectedAddrs() {
+		if r == a && ap.Port() == 53 {
 			return true
 		}
 	}

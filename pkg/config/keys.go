@@ -467,7 +467,13 @@ var settings = []*Setting{
 		}},
 
 	// Interception.
-	{key: "local-ip", help: "comma-separated addresses to intercept (e.g. 169.254.20.10 and the kube-dns ClusterIP); enables the link and rules; at most 8, none twice",
+	{key: "network-mode", def: NetworkHost, help: "host: the agent holds --local-ip on its link with NOTRACK/ACCEPT rules (a host-network pod); pod: the agent runs in the pod network as the backend of a CiliumLocalRedirectPolicy, with no link, no rules and no teardown, serving DNS on port 53 of --pod-ips; restart-only",
+		field: func(c *Config) any { return &c.NetworkMode }, check: func(c *Config) error {
+			return oneOf("network-mode", c.NetworkMode, NetworkHost, NetworkPod)
+		}},
+	{key: "pod-ips", env: "POD_IPS", help: "with --network-mode pod: comma-separated addresses of the pod (default $POD_IPS, the downward API's status.podIPs), one per family; DNS is served on port 53 of each (unless --listen); at most 2",
+		field: func(c *Config) any { return &c.PodIPs }, check: checkPodIPs},
+	{key: "local-ip", help: "comma-separated addresses pods send DNS to (e.g. 169.254.20.10 and the kube-dns ClusterIP): in host mode held on the link with rules; in pod mode the redirect's frontends, never bound, refused as upstreams (a loop); at most 8, none twice",
 		field: func(c *Config) any { return &c.LocalIP }, check: func(c *Config) error {
 			for _, a := range c.LocalIP {
 				ip, err := netip.ParseAddr(a)
@@ -623,7 +629,10 @@ var settings = []*Setting{
 // serve: `nodedns serve` and `config validate` refuse it, `config print`
 // still shows it (the defaults alone are such a configuration).
 func completeCheck(c *Config) error {
-	if len(c.Listen) == 0 && len(c.LocalIP) == 0 {
+	if len(c.ListenAddrs()) == 0 {
+		if c.PodMode() {
+			return errors.New("nothing to listen on: with --network-mode pod give --pod-ips (the chart sets $POD_IPS from status.podIPs) or --listen")
+		}
 		return errors.New("nothing to listen on: give --listen or --local-ip")
 	}
 	return nil
@@ -652,6 +661,10 @@ var crossChecks = []func(c *Config) error{
 	func(c *Config) error { return c.validateForward() },
 	checkFallbackLoop,
 	checkUpstreamLoop,
+	// Pod mode: no upstream is an address the redirect sends here
+	// (network.go).
+	CheckPodNetwork,
+	checkNetworkMode,
 	checkMinNegativeTTL,
 	func(c *Config) error {
 		// (A min-ttl past its own bound is reported by its check.)

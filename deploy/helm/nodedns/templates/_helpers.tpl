@@ -70,22 +70,35 @@ otherwise only fail on the nodes.
 {{- define "nodedns.config" -}}
 {{- $cfg := deepCopy .Values.config }}
 {{- $k := .Values.kubeDNS }}
+{{- $pod := eq .Values.networkMode "pod" }}
+{{- if $pod }}
+{{- /* The agent's network-mode follows networkMode: the DaemonSet's shape depends on it. */}}
+{{- if and (hasKey $cfg "network-mode") (ne (toString (get $cfg "network-mode")) "pod") }}
+{{- fail (printf "config.network-mode %v contradicts networkMode pod: set networkMode only" (get $cfg "network-mode")) }}
+{{- end }}
+{{- $_ := set $cfg "network-mode" "pod" }}
+{{- else if and (hasKey $cfg "network-mode") (ne (toString (get $cfg "network-mode")) "host") }}
+{{- fail (printf "config.network-mode %v: set networkMode (host or pod) instead: the DaemonSet's shape depends on it" (get $cfg "network-mode")) }}
+{{- end }}
 {{- /* local-ip: a list, or a comma-separated string as the agent also takes */}}
 {{- $ips := list }}
 {{- $raw := get $cfg "local-ip" | default list }}
 {{- if kindIs "string" $raw }}{{ $raw = splitList "," $raw }}{{ end }}
 {{- range $raw }}{{ if trim (toString .) }}{{ $ips = append $ips (trim (toString .)) }}{{ end }}{{ end }}
-{{- if $k.intercept }}
+{{- if and $k.intercept (not $pod) }}
 {{- if not $k.clusterIP }}
 {{- fail "kubeDNS.intercept needs kubeDNS.clusterIP: the kube-dns Service's ClusterIP (kubectl -n kube-system get svc kube-dns -o jsonpath='{.spec.clusterIP}')" }}
 {{- end }}
+{{- end }}
+{{- /* Pod mode: local-ip lists the redirect's frontends (never bound), the kube-dns ClusterIP among them when known, so that the agent refuses them as upstreams. */}}
+{{- if and (or $k.intercept $pod) $k.clusterIP }}
 {{- if not (has (toString $k.clusterIP) $ips) }}{{ $ips = append $ips (toString $k.clusterIP) }}{{ end }}
 {{- end }}
 {{- if $ips }}{{ $_ := set $cfg "local-ip" $ips }}{{ end }}
-{{- if $k.intercept }}
+{{- if or $k.intercept $pod }}
 {{- $dns := get $cfg "cluster-dns" | default "" | toString }}
 {{- if and $dns (or (eq $dns (toString $k.clusterIP)) (hasPrefix (printf "%s:" $k.clusterIP) $dns) (hasPrefix (printf "[%s]" $k.clusterIP) $dns)) }}
-{{- fail (printf "config.cluster-dns %s is the kube-dns ClusterIP, which the agent intercepts: that is a loop; leave it empty (the chart points it at the %s Service) or name another address of the central DNS" $dns $k.upstreamService.name) }}
+{{- fail (printf "config.cluster-dns %s is the kube-dns ClusterIP, which the agent intercepts (or, in pod mode, the redirect sends back to it): that is a loop; leave it empty (the chart points it at the %s Service) or name another address of the central DNS" $dns $k.upstreamService.name) }}
 {{- end }}
 {{- if and $k.upstreamService.create (not $dns) $k.upstreamService.clusterIP }}
 {{- $_ := set $cfg "cluster-dns" (toString $k.upstreamService.clusterIP) }}
@@ -104,7 +117,7 @@ manages that Service and its ClusterIP is not known at render time.
 */}}
 {{- define "nodedns.clusterDNSArg" -}}
 {{- $k := .Values.kubeDNS }}
-{{- if and $k.intercept $k.upstreamService.create (not $k.upstreamService.clusterIP) (not (get .Values.config "cluster-dns")) }}
+{{- if and (or $k.intercept (eq .Values.networkMode "pod")) $k.upstreamService.create (not $k.upstreamService.clusterIP) (not (get .Values.config "cluster-dns")) }}
 {{- if ne .Release.Namespace $k.namespace }}
 {{- fail (printf "kubeDNS.upstreamService: the release namespace %s is not kubeDNS.namespace %s, so the agent cannot learn the %s Service's ClusterIP from its environment; set kubeDNS.upstreamService.clusterIP (a free address of the Service range) or config.cluster-dns" .Release.Namespace $k.namespace $k.upstreamService.name) }}
 {{- end }}

@@ -1,0 +1,61 @@
+//go:build e2e
+
+// Package e2e holds the end-to-end tests: what nodedns promises, shown on
+// the real single-node cluster scripts/cluster.sh runs, written on
+// e2e/framework. scripts/e2e.sh (the agent from deploy/daemonset.yaml) and
+// scripts/chart-e2e.sh (the Helm chart) bring the cluster up, build and
+// import the images, run these tests and take the cluster down; against a
+// cluster already up (KEEP=1 scripts/e2e.sh, or scripts/cluster.sh up),
+// each step runs alone:
+//
+//	go test -tags e2e -count=1 -v -run TestRollouts ./e2e/
+//
+// A step makes what it needs and finds missing (the DaemonSet, the
+// workloads, the kube-dns Service and its intercept), so it can run alone
+// or after the steps before it. The tests run as root on the cluster's
+// node.
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/nodedns/nodedns/e2e/framework"
+)
+
+// stopUpstream stops the test upstream this binary started, if any.
+var stopUpstream = func() {}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	stopUpstream()
+	os.Exit(code)
+}
+
+var upstreamErr error
+var upstreamDone bool
+
+// setup connects to the cluster and makes sure the test upstream answers.
+func setup(t *testing.T) *framework.Cluster {
+	t.Helper()
+	c := framework.Connect(t)
+	if !upstreamDone {
+		upstreamDone = true
+		var stop func()
+		stop, upstreamErr = c.EnsureUpstream()
+		if upstreamErr == nil {
+			stopUpstream = stop
+		}
+	}
+	if upstreamErr != nil {
+		t.Fatalf("test upstream: %v", upstreamErr)
+	}
+	return c
+}
+
+// logf logs an "ok:" line: what a step showed.
+func ok(t *testing.T, format string, args ...any) {
+	t.Helper()
+	t.Logf("ok: %s", fmt.Sprintf(format, args...))
+}
