@@ -73,7 +73,7 @@ func TestMigratePodMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Migrate(m.Corefile, Options{ClusterDNS: "10.96.0.11", NetworkMode: m.NetworkMode(), RedirectedIPs: append(m.LocalIPs, "__PILLAR__DNS__SERVER__")})
+	res, err := Migrate(m.Corefile, Options{ClusterDomain: "cluster.local", ClusterDNS: "10.96.0.11", NetworkMode: m.NetworkMode(), RedirectedIPs: append(m.LocalIPs, "__PILLAR__DNS__SERVER__")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestMigratePodMode(t *testing.T) {
 		t.Errorf("dropped %v", res.Dropped)
 	}
 	// Without the manifest's word, the same Corefile is host mode as ever.
-	res, err = Migrate(m.Corefile, Options{ClusterDNS: "10.96.0.11"})
+	res, err = Migrate(m.Corefile, Options{ClusterDomain: "cluster.local", ClusterDNS: "10.96.0.11"})
 	if err != nil {
 		t.Fatal(err)
 	}
