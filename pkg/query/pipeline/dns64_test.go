@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/query/acl"
 	"github.com/nodedns/nodedns/pkg/query/dns64"
 	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/zonefile"
 )
 
 func mustDNS64(tb testing.TB, cfg dns64.Config) *dns64.DNS64 {
@@ -128,6 +131,43 @@ func TestDNS64Targets(t *testing.T) {
 	r := dnstest.Exchange(t, addr, "udp", q("ext.team-a.svc.cluster.local.", dns.TypeAAAA))
 	if len(r.Answer) != 2 || r.Answer[1].(*dns.AAAA).AAAA.String() != "64:ff9b::c000:20a" || !r.Authoritative {
 		t.Fatalf("ExternalName through dns64: %v", r)
+	}
+}
+
+// TestDNS64ZoneFileTargets: a zone file's CNAME target outside the zone
+// (a Service, an upstream name) is looked up through dns64, as CoreDNS's
+// file asks its whole server: the target's AAAA comes back synthesized,
+// so the zone's reply holds an AAAA record, is not translated again and
+// keeps its AA (CoreDNS 1.15, TestCoreDNSZonesDifferential).
+func TestDNS64ZoneFileTargets(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "db.example.org")
+	zone := "$ORIGIN example.org.\n$TTL 300\n@ IN SOA ns1 hm 1 7200 1800 86400 60\n@ IN NS ns1\nns1 IN A 192.0.2.53\n" +
+		"svc IN CNAME web.team-a.svc.cluster.local.\next IN CNAME api.example.com.\n"
+	if err := os.WriteFile(p, []byte(zone), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files, err := zonefile.New(zonefile.Config{Zones: []zonefile.Zone{{File: p, Origins: []string{"example.org."}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := &Plugins{DNS64: mustDNS64(t, dns64.Config{AllowIPv4: true})}
+	_, addr := start(t, Config{Resolver: externalResolver(), Cluster: testCluster(), Files: files, Plugins: pl})
+	for _, tc := range []struct {
+		name, target, aaaa string
+		ttl                uint32
+	}{
+		{"svc.example.org.", "web.team-a.svc.cluster.local.", "64:ff9b::a60:a", 5},
+		{"ext.example.org.", "api.example.com.", "64:ff9b::c000:20a", 60},
+	} {
+		r := dnstest.Exchange(t, addr, "udp", q(tc.name, dns.TypeAAAA))
+		if r.Rcode != dns.RcodeSuccess || !r.Authoritative || len(r.Answer) != 2 {
+			t.Fatalf("%s: %v, want the zone's authoritative CNAME and the target's synthesized AAAA", tc.name, r)
+		}
+		cn, ok1 := r.Answer[0].(*dns.CNAME)
+		aaaa, ok2 := r.Answer[1].(*dns.AAAA)
+		if !ok1 || !ok2 || cn.Target != tc.target || aaaa.Hdr.Name != tc.target || aaaa.AAAA.String() != tc.aaaa || aaaa.Hdr.Ttl != tc.ttl {
+			t.Errorf("%s: %v, want CNAME %s and %s %d AAAA %s", tc.name, r.Answer, tc.target, tc.target, tc.ttl, tc.aaaa)
+		}
 	}
 }
 
