@@ -1,0 +1,249 @@
+//go:build integration
+
+package integration
+
+// Differential test of the four plugins of issue 33 together, with the
+// kubernetes plugin, the access list and forward, against CoreDNS 1.15 on
+// one kube-apiserver: one Corefile of nsid, dns64 (allow_ipv4), acl
+// (block type ANY), k8s_external, kubernetes, file (reloaded) and
+// forward; nodedns runs what `nodedns migrate` makes of it. The questions
+// cross the plugins: AAAA questions of zone-file names (IPv4-only, dual,
+// CNAMEs to a cluster Service and to an external name, a wildcard,
+// NXDOMAIN, a delegation), of Services and of external names through
+// dns64, k8s_external's names, ANY questions (REFUSED by the access list
+// on both sides), each over UDP and TCP, IPv4 and IPv6, with and without
+// the NSID option. Zero differences (czRender: d64Render with the NSID
+// payload and the TTLs of the zones both serve).
+// Then the zone file is edited (an address changed, the serial bumped):
+// both must answer the new address, translated by dns64, within the
+// reload period, and every question is asked again. The departures of
+// docs/plugins.md (k8s_external's ns1 glue and PTR, several hostname
+// ingresses; zone files' DNAME and large replies) are not asked.
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/dnstest"
+)
+
+// czZone is the file zone: an IPv4-only name (WWW, edited), a dual-stack
+// one, CNAMEs to the test's Services (NAMESPACE) and to the upstream's
+// IPv4-only and dual-stack names, a wildcard, a delegation with glue.
+const czZone = `$ORIGIN example.org.
+$TTL 300
+@        IN SOA ns1.example.org. hostmaster.example.org. SERIAL 7200 1800 86400 60
+@        IN NS  ns1.example.org.
+@        IN A   192.0.2.10
+ns1      IN A   192.0.2.53
+v4       IN A   WWW
+dual     IN A   192.0.2.80
+dual     IN AAAA 2001:db8::80
+svc      IN CNAME v4.NAMESPACE.svc.cluster.local.
+svcdual  IN CNAME dual.NAMESPACE.svc.cluster.local.
+ext      IN CNAME v4only.example.com.
+extdual  IN CNAME dual.example.com.
+chain    IN CNAME svc
+*.wild   IN A   192.0.2.99
+sub      IN NS  ns.sub
+ns.sub   IN A   192.0.2.77
+`
+
+func czZoneText(ns, serial, v4 string) string {
+	return strings.NewReplacer("NAMESPACE", ns, "SERIAL", serial, "WWW", v4).Replace(czZone)
+}
+
+// czCorefile is the test's Corefile (one server block, on 127.0.0.1 and
+// ::1: dns64 translates for IPv6 clients, and for IPv4 ones with
+// allow_ipv4).
+func czCorefile(port, ready int, kubeconfig, zonefile, upstream string) string {
+	return fmt.Sprintf(`.:%d {
+  bind 127.0.0.1 ::1
+  errors
+  ready 127.0.0.1:%d
+  nsid test-node-1
+  dns64 {
+    allow_ipv4
+  }
+  acl {
+    block type ANY
+  }
+  k8s_external ext.test
+  kubernetes cluster.local in-addr.arpa ip6.arpa {
+    kubeconfig %s
+    pods insecure
+    ttl 5
+    fallthrough in-addr.arpa ip6.arpa
+  }
+  file %s example.org {
+    reload %s
+  }
+  forward . %s
+}
+`, port, ready, kubeconfig, zonefile, zfReload, upstream)
+}
+
+// czRender is d64Render with the NSID payload in the head and the TTLs of
+// the records of the zones both answer themselves (the file zone, the
+// cluster zone, the external zone; synthesized AAAA records of their names
+// too) as lines of their own; the upstream's are left out (nodedns's
+// cache counts them down, CoreDNS here has no cache).
+func czRender(m *dns.Msg) string {
+	s := d64Render(m)
+	head, rest, _ := strings.Cut(s, "\n")
+	head += nsidNote(m)
+	var ttls []string
+	for _, sec := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
+		for _, rr := range sec {
+			h := rr.Header()
+			n := strings.ToLower(h.Name)
+			if h.Rrtype == dns.TypeOPT || !dns.IsSubDomain("example.org.", n) && !dns.IsSubDomain("cluster.local.", n) && !dns.IsSubDomain("ext.test.", n) {
+				continue
+			}
+			ttls = append(ttls, fmt.Sprintf("ttl %s %s %d", n, dns.TypeToString[h.Rrtype], h.Ttl))
+		}
+	}
+	slices.Sort(ttls)
+	lines := append([]string{head}, slices.Compact(ttls)...)
+	if rest != "" {
+		lines = append(lines, rest)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestCoreDNSZonesDifferential: see the file's comment.
+func TestCoreDNSZonesDifferential(t *testing.T) {
+	cp := controlPlane(t)
+	coredns := coreDNSBin(t)
+	ensureKubeDNS(t, cp.Client)
+	ns := d64Objects(t, cp)
+	up := d64Upstream(t)
+
+	zonefile := filepath.Join(t.TempDir(), "db.example.org")
+	if err := os.WriteFile(zonefile, []byte(czZoneText(ns, "2026120201", "192.0.2.81")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var corefile string
+	var cPort int
+	cdns, _ := startCoreDNSCorefile(t, coredns, func(port, ready int) string {
+		cPort = port
+		corefile = czCorefile(port, ready, cp.Kubeconfig, zonefile, up.Addr)
+		return corefile
+	})
+	cdns6 := net.JoinHostPort("::1", strconv.Itoa(cPort))
+	// migrateCorefile fails the test when anything is not carried.
+	mcfg, migrated := migrateCorefile(t, corefile)
+	nd, nd6 := d64StartMigrated(t, mcfg, migrated)
+
+	A, AAAA, ANY, SOA, NS, SRV, CNAME := dns.TypeA, dns.TypeAAAA, dns.TypeANY, dns.TypeSOA, dns.TypeNS, dns.TypeSRV, dns.TypeCNAME
+	svc := "." + ns + ".svc.cluster.local."
+	ext := "." + ns + ".ext.test."
+	base := []struct {
+		name  string
+		types []uint16
+	}{
+		// file, through dns64
+		{"example.org.", []uint16{SOA, NS, A, AAAA, ANY}},
+		{"v4.example.org.", []uint16{A, AAAA, ANY, CNAME}},
+		{"dual.example.org.", []uint16{AAAA}},
+		{"svc.example.org.", []uint16{A, AAAA, CNAME}},
+		{"svcdual.example.org.", []uint16{AAAA}},
+		{"chain.example.org.", []uint16{AAAA}},
+		{"ext.example.org.", []uint16{A, AAAA}},
+		{"extdual.example.org.", []uint16{AAAA}},
+		{"x.wild.example.org.", []uint16{A, AAAA}},
+		{"nope.example.org.", []uint16{A, AAAA}},
+		{"sub.example.org.", []uint16{NS, AAAA}},
+		{"host.sub.example.org.", []uint16{A, AAAA}},
+		// the cluster zone, through dns64
+		{"v4" + svc, []uint16{A, AAAA, ANY}},
+		{"dual" + svc, []uint16{AAAA}},
+		{"hl" + svc, []uint16{AAAA}},
+		{"nosuch" + svc, []uint16{AAAA}},
+		// k8s_external, through dns64
+		{"ext" + ext, []uint16{A, AAAA, SRV}},
+		{"ext4" + ext, []uint16{A, AAAA, ANY}},
+		{"lb" + ext, []uint16{A, AAAA}},
+		{"lbhost" + ext, []uint16{A, AAAA}},
+		{"noext" + ext, []uint16{AAAA}},
+		{"ext.test.", []uint16{SOA}},
+		// forwarded, through dns64
+		{"v4only.example.com.", []uint16{A, AAAA, ANY}},
+		{"cname.example.com.", []uint16{AAAA}},
+		{"dual.example.com.", []uint16{AAAA}},
+		{"nx.example.com.", []uint16{AAAA}},
+	}
+	var qs []zfQuestion
+	for _, proto := range []string{"udp", "tcp", "udp6", "tcp6"} {
+		for _, nsid := range []bool{true, false} {
+			for _, n := range base {
+				for _, qt := range n.types {
+					qs = append(qs, zfQuestion{name: n.name, qtype: qt, proto: proto, nsid: nsid})
+				}
+			}
+		}
+	}
+	total := 0
+	compare := func(phase string) {
+		t.Helper()
+		diffs := 0
+		for _, q := range qs {
+			c, n := cdns, nd
+			if strings.HasSuffix(q.proto, "6") {
+				c, n = cdns6, nd6
+			}
+			rc, rn := zfAsk(t, c, q), zfAsk(t, n, q)
+			total++
+			if want, got := czRender(rc), czRender(rn); want != got {
+				diffs++
+				t.Errorf("%s, %s:\n  CoreDNS: %s\n  nodedns: %s", phase, q, strings.ReplaceAll(want, "\n", "\n           "),
+					strings.ReplaceAll(got, "\n", "\n           "))
+			}
+			// What the test is about happened on both sides: ANY
+			// refused, IPv4-only names translated.
+			switch {
+			case q.qtype == ANY && rc.Rcode != dns.RcodeRefused:
+				t.Errorf("%s, %s: CoreDNS answered %s, not REFUSED", phase, q, dns.RcodeToString[rc.Rcode])
+			case q.qtype == AAAA && (q.name == "v4.example.org." || q.name == "svc.example.org." || q.name == "ext.example.org." ||
+				q.name == "v4"+svc || q.name == "ext4"+ext) && !d64Synthesized(rc, "64:ff9b::"):
+				t.Errorf("%s, %s: CoreDNS did not translate:\n%s", phase, q, rc)
+			}
+		}
+		t.Logf("FIGURE CoreDNS zones differential (nsid, dns64, acl, k8s_external, kubernetes, file, forward), %s: %d questions (UDP and TCP, IPv4 and IPv6, with and without NSID), %d differences",
+			phase, len(qs), diffs)
+	}
+	compare("before the edit")
+
+	// The edit: v4.example.org's address and the serial. Both must
+	// answer the AAAA question with the new address translated within
+	// the reload period (plus one for the tick's phase and the load).
+	edited := time.Now()
+	if err := os.WriteFile(zonefile, []byte(czZoneText(ns, "2026120202", "192.0.2.82")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := net.ParseIP("64:ff9b::c000:252")
+	for _, s := range []struct{ who, addr string }{{"CoreDNS", cdns}, {"nodedns", nd}} {
+		q := zfQuestion{name: "v4.example.org.", qtype: AAAA, proto: "udp"}
+		dnstest.WaitFor(t, 2*zfReload+3*time.Second, s.who+" answering the edited zone through dns64", func() bool {
+			r := zfAsk(t, s.addr, q)
+			for _, rr := range r.Answer {
+				if a, ok := rr.(*dns.AAAA); ok && a.AAAA.Equal(want) {
+					return true
+				}
+			}
+			return false
+		})
+		t.Logf("FIGURE CoreDNS zones differential: zone file edit seen by %s after %v (reload %v)", s.who, time.Since(edited).Round(10*time.Millisecond), zfReload)
+	}
+	compare("after the edit")
+	t.Logf("FIGURE CoreDNS zones differential: %d answers compared", total)
+}
