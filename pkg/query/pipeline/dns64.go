@@ -100,6 +100,7 @@ func (p *Pipeline) translate(c *call, d stage.DNS64, name string, a answer) (ans
 	if v4.err != nil || v4.wait {
 		return v4, false
 	}
+	c.translated++
 	return answer{Result: stage.Result{Msg: d.Synthesize(a.Msg, v4.Msg), Source: v4.Source}}, true
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,7 +152,8 @@ func TestDNS64ZoneFileTargets(t *testing.T) {
 		t.Fatal(err)
 	}
 	pl := &Plugins{DNS64: mustDNS64(t, dns64.Config{AllowIPv4: true})}
-	_, addr := start(t, Config{Resolver: externalResolver(), Cluster: testCluster(), Files: files, Plugins: pl})
+	obs := &translatedObserver{}
+	_, addr := start(t, Config{Resolver: externalResolver(), Cluster: testCluster(), Files: files, Plugins: pl, Observer: obs})
 	for _, tc := range []struct {
 		name, target, aaaa string
 		ttl                uint32
@@ -169,6 +171,23 @@ func TestDNS64ZoneFileTargets(t *testing.T) {
 			t.Errorf("%s: %v, want CNAME %s and %s %d AAAA %s", tc.name, r.Answer, tc.target, tc.target, tc.ttl, tc.aaaa)
 		}
 	}
+	// Each counted once (the target's translation; the reply holds an
+	// AAAA record then, not translated again), as CoreDNS counts its
+	// inner request; a direct AAAA question of a Service too.
+	dnstest.Exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeAAAA))
+	dnstest.Exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA))
+	dnstest.WaitFor(t, 5*time.Second, "the 4 answers observed", func() bool { return obs.events.Load() == 4 })
+	if n := obs.translated.Load(); n != 3 {
+		t.Errorf("%d translations observed, want 3", n)
+	}
+}
+
+// translatedObserver adds up the events' DNS64Translated.
+type translatedObserver struct{ translated, events atomic.Int64 }
+
+func (o *translatedObserver) Observe(ev Event) {
+	o.translated.Add(int64(ev.DNS64Translated))
+	o.events.Add(1)
 }
 
 // TestDNS64BeforeACL: dns64 wraps the access list, as in CoreDNS: an AAAA
