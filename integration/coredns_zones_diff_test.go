@@ -16,13 +16,16 @@ package integration
 // payload and the TTLs of the zones both serve).
 // Then the zone file is edited (an address changed, the serial bumped):
 // both must answer the new address, translated by dns64, within the
-// reload period, and every question is asked again. The departures of
+// reload period, and every question is asked again. dns64's counter
+// (coredns_dns64_requests_translated_total) must go up as much on both
+// sides for the same questions. The departures of
 // docs/plugins.md (k8s_external's ns1 glue and PTR, several hostname
 // ingresses; zone files' DNAME and large replies) are not asked.
 
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,6 +35,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
 )
@@ -65,11 +70,12 @@ func czZoneText(ns, serial, v4 string) string {
 // czCorefile is the test's Corefile (one server block, on 127.0.0.1 and
 // ::1: dns64 translates for IPv6 clients, and for IPv4 ones with
 // allow_ipv4).
-func czCorefile(port, ready int, kubeconfig, zonefile, upstream string) string {
+func czCorefile(port, ready, metrics int, kubeconfig, zonefile, upstream string) string {
 	return fmt.Sprintf(`.:%d {
   bind 127.0.0.1 ::1
   errors
   ready 127.0.0.1:%d
+  prometheus 127.0.0.1:%d
   nsid test-node-1
   dns64 {
     allow_ipv4
@@ -89,7 +95,7 @@ func czCorefile(port, ready int, kubeconfig, zonefile, upstream string) string {
   }
   forward . %s
 }
-`, port, ready, kubeconfig, zonefile, zfReload, upstream)
+`, port, ready, metrics, kubeconfig, zonefile, zfReload, upstream)
 }
 
 // czRender is d64Render with the NSID payload in the head and the TTLs of
@@ -133,10 +139,10 @@ func TestCoreDNSZonesDifferential(t *testing.T) {
 		t.Fatal(err)
 	}
 	var corefile string
-	var cPort int
+	var cPort, cMetrics int
 	cdns, _ := startCoreDNSCorefile(t, coredns, func(port, ready int) string {
-		cPort = port
-		corefile = czCorefile(port, ready, cp.Kubeconfig, zonefile, up.Addr)
+		cPort, cMetrics = port, dnstest.FreePort(t)
+		corefile = czCorefile(port, ready, cMetrics, cp.Kubeconfig, zonefile, up.Addr)
 		return corefile
 	})
 	cdns6 := net.JoinHostPort("::1", strconv.Itoa(cPort))
@@ -221,7 +227,38 @@ func TestCoreDNSZonesDifferential(t *testing.T) {
 		t.Logf("FIGURE CoreDNS zones differential (nsid, dns64, acl, k8s_external, kubernetes, file, forward), %s: %d questions (UDP and TCP, IPv4 and IPv6, with and without NSID), %d differences",
 			phase, len(qs), diffs)
 	}
+	// dns64's counter: the same count of translations on both sides for
+	// the same questions (each reply synthesized, a CNAME target's
+	// included). nodedns's /metrics is on its admin address (migrate's
+	// prometheus, the address d64StartMigrated set). The waits on the
+	// edit below ask each side a different number of times: the
+	// questions after it are counted from after the waits.
+	metrics := map[string]string{"CoreDNS": "http://127.0.0.1:" + strconv.Itoa(cMetrics) + "/metrics",
+		"nodedns": fmt.Sprintf("http://%v/metrics", mcfg["admin"])}
+	translated := func() map[string]float64 {
+		t.Helper()
+		counts := map[string]float64{}
+		for who, url := range metrics {
+			counts[who] = czCounter(t, url, "coredns_dns64_requests_translated_total")
+		}
+		return counts
+	}
+	compareTranslated := func(phase string, before map[string]float64) {
+		t.Helper()
+		// Counted when the reply is sent (nodedns's observer): waited on.
+		now := translated()
+		for deadline := time.Now().Add(5 * time.Second); now["CoreDNS"]-before["CoreDNS"] != now["nodedns"]-before["nodedns"] && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+			now = translated()
+		}
+		c, n := now["CoreDNS"]-before["CoreDNS"], now["nodedns"]-before["nodedns"]
+		if c == 0 || c != n {
+			t.Errorf("%s: coredns_dns64_requests_translated_total went up by %v in CoreDNS, %v in nodedns", phase, c, n)
+		}
+		t.Logf("FIGURE CoreDNS zones differential, %s: coredns_dns64_requests_translated_total +%v in CoreDNS, +%v in nodedns", phase, c, n)
+	}
 	compare("before the edit")
+	compareTranslated("before the edit", map[string]float64{})
 
 	// The edit: v4.example.org's address and the serial. Both must
 	// answer the AAAA question with the new address translated within
@@ -244,6 +281,31 @@ func TestCoreDNSZonesDifferential(t *testing.T) {
 		})
 		t.Logf("FIGURE CoreDNS zones differential: zone file edit seen by %s after %v (reload %v)", s.who, time.Since(edited).Round(10*time.Millisecond), zfReload)
 	}
+	afterWaits := translated()
 	compare("after the edit")
+	compareTranslated("after the edit", afterWaits)
 	t.Logf("FIGURE CoreDNS zones differential: %d answers compared", total)
+}
+
+// czCounter is the sum over its series of the counter name at url.
+func czCounter(t *testing.T, url, name string) float64 {
+	t.Helper()
+	hc := &http.Client{Timeout: 5 * time.Second}
+	resp, err := hc.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parsing %s: %v", url, err)
+	}
+	var v float64
+	if mf := mfs[name]; mf != nil {
+		for _, m := range mf.GetMetric() {
+			v += counterValue(m)
+		}
+	}
+	return v
 }
