@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,6 +40,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/nodedns/nodedns/internal/dnstest"
+	"github.com/nodedns/nodedns/pkg/query/dns64"
 )
 
 // czZone is the file zone: an IPv4-only name (WWW, edited), a dual-stack
@@ -69,21 +71,18 @@ func czZoneText(ns, serial, v4 string) string {
 
 // czCorefile is the test's Corefile (one server block, on 127.0.0.1 and
 // ::1: dns64 translates for IPv6 clients, and for IPv4 ones with
-// allow_ipv4).
-func czCorefile(port, ready, metrics int, kubeconfig, zonefile, upstream string) string {
+// allow_ipv4); plugins are the configuration's dns64 and k8s_external.
+func czCorefile(port, ready, metrics int, plugins, kubeconfig, zonefile, upstream string) string {
 	return fmt.Sprintf(`.:%d {
   bind 127.0.0.1 ::1
   errors
   ready 127.0.0.1:%d
   prometheus 127.0.0.1:%d
   nsid test-node-1
-  dns64 {
-    allow_ipv4
-  }
+%s
   acl {
     block type ANY
   }
-  k8s_external ext.test
   kubernetes cluster.local in-addr.arpa ip6.arpa {
     kubeconfig %s
     pods insecure
@@ -95,7 +94,7 @@ func czCorefile(port, ready, metrics int, kubeconfig, zonefile, upstream string)
   }
   forward . %s
 }
-`, port, ready, metrics, kubeconfig, zonefile, zfReload, upstream)
+`, port, ready, metrics, plugins, kubeconfig, zonefile, zfReload, upstream)
 }
 
 // czRender is d64Render with the NSID payload in the head and the TTLs of
@@ -126,14 +125,43 @@ func czRender(m *dns.Msg) string {
 	return strings.Join(lines, "\n")
 }
 
-// TestCoreDNSZonesDifferential: see the file's comment.
+// czConfig is one configuration of dns64 and k8s_external.
+type czConfig struct {
+	name, plugins string
+	// prefix is dns64's; allowIPv4: IPv4 clients get translations too;
+	// translated are the AAAA questions (names, besides the IPv4-only
+	// ones) that must be translated.
+	prefix     string
+	allowIPv4  bool
+	translated []string
+}
+
+// TestCoreDNSZonesDifferential: see the file's comment. Two
+// configurations: dns64 with allow_ipv4 and k8s_external's defaults;
+// dns64 with a /64 prefix and translate_all for IPv6 clients only, and
+// k8s_external with ttl and headless.
 func TestCoreDNSZonesDifferential(t *testing.T) {
 	cp := controlPlane(t)
 	coredns := coreDNSBin(t)
 	ensureKubeDNS(t, cp.Client)
 	ns := d64Objects(t, cp)
 	up := d64Upstream(t)
+	for _, cfg := range []czConfig{
+		{name: "allow_ipv4", plugins: "  dns64 {\n    allow_ipv4\n  }\n  k8s_external ext.test", prefix: dns64.DefaultPrefix, allowIPv4: true},
+		{name: "translate_all_ipv6_clients", plugins: "  dns64 {\n    prefix fd00:64::/64\n    translate_all\n  }\n  k8s_external ext.test {\n    ttl 30\n    headless\n  }",
+			prefix: "fd00:64::/64", translated: []string{"dual.example.org.", "svcdual.example.org.", "dual." + ns + ".svc.cluster.local.", "dual.example.com.",
+				"extdual.example.org.", "ext." + ns + ".ext.test.", "lb." + ns + ".ext.test."}},
+	} {
+		t.Run(cfg.name, func(t *testing.T) { czRun(t, cp, coredns, ns, up.Addr, cfg) })
+	}
+}
 
+// czRun is TestCoreDNSZonesDifferential for one configuration.
+func czRun(t *testing.T, cp *ControlPlane, coredns, ns, upstream string, cfg czConfig) {
+	prefix, err := dns64.ParsePrefix(cfg.prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
 	zonefile := filepath.Join(t.TempDir(), "db.example.org")
 	if err := os.WriteFile(zonefile, []byte(czZoneText(ns, "2026120201", "192.0.2.81")), 0o644); err != nil {
 		t.Fatal(err)
@@ -142,7 +170,7 @@ func TestCoreDNSZonesDifferential(t *testing.T) {
 	var cPort, cMetrics int
 	cdns, _ := startCoreDNSCorefile(t, coredns, func(port, ready int) string {
 		cPort, cMetrics = port, dnstest.FreePort(t)
-		corefile = czCorefile(port, ready, cMetrics, cp.Kubeconfig, zonefile, up.Addr)
+		corefile = czCorefile(port, ready, cMetrics, cfg.plugins, cp.Kubeconfig, zonefile, upstream)
 		return corefile
 	})
 	cdns6 := net.JoinHostPort("::1", strconv.Itoa(cPort))
@@ -177,6 +205,7 @@ func TestCoreDNSZonesDifferential(t *testing.T) {
 		{"nosuch" + svc, []uint16{AAAA}},
 		// k8s_external, through dns64
 		{"ext" + ext, []uint16{A, AAAA, SRV}},
+		{"hl" + ext, []uint16{A, AAAA}},
 		{"ext4" + ext, []uint16{A, AAAA, ANY}},
 		{"lb" + ext, []uint16{A, AAAA}},
 		{"lbhost" + ext, []uint16{A, AAAA}},
@@ -215,17 +244,22 @@ func TestCoreDNSZonesDifferential(t *testing.T) {
 					strings.ReplaceAll(got, "\n", "\n           "))
 			}
 			// What the test is about happened on both sides: ANY
-			// refused, IPv4-only names translated.
+			// refused, IPv4-only names translated where dns64 applies,
+			// nothing translated where it does not.
+			applies := cfg.allowIPv4 || strings.HasSuffix(q.proto, "6")
+			mustTranslate := q.qtype == AAAA && applies && (q.name == "v4.example.org." || q.name == "svc.example.org." || q.name == "ext.example.org." ||
+				q.name == "v4"+svc || q.name == "ext4"+ext || slices.Contains(cfg.translated, q.name))
 			switch {
 			case q.qtype == ANY && rc.Rcode != dns.RcodeRefused:
 				t.Errorf("%s, %s: CoreDNS answered %s, not REFUSED", phase, q, dns.RcodeToString[rc.Rcode])
-			case q.qtype == AAAA && (q.name == "v4.example.org." || q.name == "svc.example.org." || q.name == "ext.example.org." ||
-				q.name == "v4"+svc || q.name == "ext4"+ext) && !d64Synthesized(rc, "64:ff9b::"):
+			case mustTranslate && !czSynthesized(rc, prefix):
 				t.Errorf("%s, %s: CoreDNS did not translate:\n%s", phase, q, rc)
+			case !applies && czSynthesized(rc, prefix):
+				t.Errorf("%s, %s: CoreDNS translated for an IPv4 client:\n%s", phase, q, rc)
 			}
 		}
-		t.Logf("FIGURE CoreDNS zones differential (nsid, dns64, acl, k8s_external, kubernetes, file, forward), %s: %d questions (UDP and TCP, IPv4 and IPv6, with and without NSID), %d differences",
-			phase, len(qs), diffs)
+		t.Logf("FIGURE CoreDNS zones differential %s (nsid, dns64, acl, k8s_external, kubernetes, file, forward), %s: %d questions (UDP and TCP, IPv4 and IPv6, with and without NSID), %d differences",
+			cfg.name, phase, len(qs), diffs)
 	}
 	// dns64's counter: the same count of translations on both sides for
 	// the same questions (each reply synthesized, a CNAME target's
@@ -255,7 +289,7 @@ func TestCoreDNSZonesDifferential(t *testing.T) {
 		if c == 0 || c != n {
 			t.Errorf("%s: coredns_dns64_requests_translated_total went up by %v in CoreDNS, %v in nodedns", phase, c, n)
 		}
-		t.Logf("FIGURE CoreDNS zones differential, %s: coredns_dns64_requests_translated_total +%v in CoreDNS, +%v in nodedns", phase, c, n)
+		t.Logf("FIGURE CoreDNS zones differential %s, %s: coredns_dns64_requests_translated_total +%v in CoreDNS, +%v in nodedns", cfg.name, phase, c, n)
 	}
 	compare("before the edit")
 	compareTranslated("before the edit", map[string]float64{})
@@ -267,9 +301,9 @@ func TestCoreDNSZonesDifferential(t *testing.T) {
 	if err := os.WriteFile(zonefile, []byte(czZoneText(ns, "2026120202", "192.0.2.82")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	want := net.ParseIP("64:ff9b::c000:252")
-	for _, s := range []struct{ who, addr string }{{"CoreDNS", cdns}, {"nodedns", nd}} {
-		q := zfQuestion{name: "v4.example.org.", qtype: AAAA, proto: "udp"}
+	want := net.IP(dns64.Embed(prefix, netip.MustParseAddr("192.0.2.82")).AsSlice())
+	for _, s := range []struct{ who, addr string }{{"CoreDNS", cdns6}, {"nodedns", nd6}} {
+		q := zfQuestion{name: "v4.example.org.", qtype: AAAA, proto: "udp6"}
 		dnstest.WaitFor(t, 2*zfReload+3*time.Second, s.who+" answering the edited zone through dns64", func() bool {
 			r := zfAsk(t, s.addr, q)
 			for _, rr := range r.Answer {
@@ -279,12 +313,24 @@ func TestCoreDNSZonesDifferential(t *testing.T) {
 			}
 			return false
 		})
-		t.Logf("FIGURE CoreDNS zones differential: zone file edit seen by %s after %v (reload %v)", s.who, time.Since(edited).Round(10*time.Millisecond), zfReload)
+		t.Logf("FIGURE CoreDNS zones differential %s: zone file edit seen by %s after %v (reload %v)", cfg.name, s.who, time.Since(edited).Round(10*time.Millisecond), zfReload)
 	}
 	afterWaits := translated()
 	compare("after the edit")
 	compareTranslated("after the edit", afterWaits)
-	t.Logf("FIGURE CoreDNS zones differential: %d answers compared", total)
+	t.Logf("FIGURE CoreDNS zones differential %s: %d answers compared", cfg.name, total)
+}
+
+// czSynthesized reports whether m holds an AAAA record in prefix.
+func czSynthesized(m *dns.Msg, prefix netip.Prefix) bool {
+	for _, rr := range m.Answer {
+		if a, ok := rr.(*dns.AAAA); ok {
+			if ip, ok := netip.AddrFromSlice(a.AAAA); ok && prefix.Contains(ip) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // czCounter is the sum over its series of the counter name at url.
