@@ -111,7 +111,7 @@ func (p *Pipeline) translate(c *call, d stage.DNS64, name string, a answer) (ans
 // client dns64 applies to. Waiting (c.wait).
 func (p *Pipeline) lookupTarget(c *call, name string, qtype uint16) answer {
 	a := p.lookupMsg(c, name, qtype)
-	if pl := p.plugins.Load(); pl != nil && pl.DNS64 != nil && pl.DNS64.Applies(c.req.Client, qtype, c.q.Class) {
+	if pl := p.plugins.Load(); pl != nil && pl.DNS64 != nil && pl.DNS64.Applies(c.req.Client, name, qtype, c.q.Class) {
 		a, _ = p.translate(c, pl.DNS64, name, a)
 	}
 	return a

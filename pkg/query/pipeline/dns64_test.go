@@ -76,6 +76,32 @@ func TestDNS64(t *testing.T) {
 	}
 }
 
+// TestDNS64Except: names of the except zones (a Corefile's other server
+// blocks) are answered as without dns64, a CNAME target there too; the
+// rest are translated.
+func TestDNS64Except(t *testing.T) {
+	pl := &Plugins{DNS64: mustDNS64(t, dns64.Config{AllowIPv4: true, Except: []string{"team-b.svc.cluster.local.", "example.com."}})}
+	_, addr := start(t, Config{Resolver: externalResolver(), Cluster: testCluster(), Plugins: pl})
+	r := dnstest.Exchange(t, addr, "udp", q("db.team-b.svc.cluster.local.", dns.TypeAAAA))
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 0 || !r.Authoritative {
+		t.Errorf("except zone: %v, want the cluster's NODATA", r)
+	}
+	// ExternalName to api.example.com, its target in an except zone: not
+	// translated there (the cluster's reply, the CNAME alone, would keep
+	// its AA), so the reply is translated as a whole: CoreDNS's root
+	// block's dns64 gets the CNAME without AAAA and synthesizes a fresh
+	// reply from the A lookup of the name.
+	r = dnstest.Exchange(t, addr, "udp", q("ext.team-a.svc.cluster.local.", dns.TypeAAAA))
+	if len(r.Answer) != 2 || r.Answer[0].Header().Rrtype != dns.TypeCNAME || r.Authoritative ||
+		r.Answer[1].(*dns.AAAA).AAAA.String() != "64:ff9b::c000:20a" {
+		t.Errorf("target in an except zone: %v, want the reply translated as a whole (no AA)", r)
+	}
+	r = dnstest.Exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeAAAA))
+	if len(r.Answer) != 1 || r.Answer[0].(*dns.AAAA).AAAA.String() != "64:ff9b::a60:a" {
+		t.Errorf("outside the except zones: %v, want the synthesized AAAA", r)
+	}
+}
+
 // TestDNS64Family: without allow_ipv4 only IPv6 clients get translations.
 func TestDNS64Family(t *testing.T) {
 	pl := &Plugins{DNS64: mustDNS64(t, dns64.Config{})}

@@ -124,7 +124,7 @@ func (p *Pipeline) serve(dst []byte, c *call) (out []byte, v server.Verdict) {
 	}
 	pl := p.plugins.Load()
 	if pl != nil {
-		if pl.DNS64 != nil && pl.DNS64.Applies(c.req.Client, c.q.Type, c.q.Class) {
+		if pl.DNS64 != nil && pl.DNS64.Applies(c.req.Client, c.name, c.q.Type, c.q.Class) {
 			// Before the access list, which it asks itself (dns64.go).
 			c.hdr = pl.Header
 			return p.dns64(dst, c, pl)
