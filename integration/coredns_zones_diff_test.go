@@ -65,6 +65,20 @@ sub      IN NS  ns.sub
 ns.sub   IN A   192.0.2.77
 `
 
+// czOther is a zone served by a server block of its own, without nsid,
+// dns64 or acl: CoreDNS answers its names from that block alone, so its
+// IPv4-only name is not translated, while its CNAME targets, looked up
+// through the whole server, are answered by the root block, dns64
+// included.
+const czOther = `$ORIGIN other.test.
+@     300 IN SOA ns.other.test. hm.other.test. 7 7200 1800 86400 30
+@     300 IN NS  ns.other.test.
+ns    300 IN A   192.0.2.60
+host  300 IN A   192.0.2.61
+svc   300 IN CNAME v4.NAMESPACE.svc.cluster.local.
+ext   300 IN CNAME v4only.example.com.
+`
+
 func czZoneText(ns, serial, v4 string) string {
 	return strings.NewReplacer("NAMESPACE", ns, "SERIAL", serial, "WWW", v4).Replace(czZone)
 }
@@ -72,8 +86,13 @@ func czZoneText(ns, serial, v4 string) string {
 // czCorefile is the test's Corefile (one server block, on 127.0.0.1 and
 // ::1: dns64 translates for IPv6 clients, and for IPv4 ones with
 // allow_ipv4); plugins are the configuration's dns64 and k8s_external.
-func czCorefile(port, ready, metrics int, plugins, kubeconfig, zonefile, upstream string) string {
-	return fmt.Sprintf(`.:%d {
+func czCorefile(port, ready, metrics int, plugins, kubeconfig, zonefile, other, upstream string) string {
+	return fmt.Sprintf(`other.test:%d {
+  bind 127.0.0.1 ::1
+  errors
+  file %s
+}
+.:%d {
   bind 127.0.0.1 ::1
   errors
   ready 127.0.0.1:%d
@@ -94,7 +113,7 @@ func czCorefile(port, ready, metrics int, plugins, kubeconfig, zonefile, upstrea
   }
   forward . %s
 }
-`, port, ready, metrics, plugins, kubeconfig, zonefile, zfReload, upstream)
+`, port, other, port, ready, metrics, plugins, kubeconfig, zonefile, zfReload, upstream)
 }
 
 // czRender is d64Render with the NSID payload in the head and the TTLs of
@@ -166,11 +185,15 @@ func czRun(t *testing.T, cp *ControlPlane, coredns, ns, upstream string, cfg czC
 	if err := os.WriteFile(zonefile, []byte(czZoneText(ns, "2026120201", "192.0.2.81")), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	other := filepath.Join(t.TempDir(), "db.other.test")
+	if err := os.WriteFile(other, []byte(strings.ReplaceAll(czOther, "NAMESPACE", ns)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var corefile string
 	var cPort, cMetrics int
 	cdns, _ := startCoreDNSCorefile(t, coredns, func(port, ready int) string {
 		cPort, cMetrics = port, dnstest.FreePort(t)
-		corefile = czCorefile(port, ready, cMetrics, cfg.plugins, cp.Kubeconfig, zonefile, upstream)
+		corefile = czCorefile(port, ready, cMetrics, cfg.plugins, cp.Kubeconfig, zonefile, other, upstream)
 		return corefile
 	})
 	cdns6 := net.JoinHostPort("::1", strconv.Itoa(cPort))
@@ -211,6 +234,14 @@ func czRun(t *testing.T, cp *ControlPlane, coredns, ns, upstream string, cfg czC
 		{"lbhost" + ext, []uint16{A, AAAA}},
 		{"noext" + ext, []uint16{AAAA}},
 		{"ext.test.", []uint16{SOA}},
+		// another server block's zone: without dns64 (nor nsid), but
+		// for its CNAME targets; its ANY questions are left out (the
+		// root block's access list applies there too: a departure)
+		{"other.test.", []uint16{SOA, AAAA}},
+		{"host.other.test.", []uint16{A, AAAA}},
+		{"svc.other.test.", []uint16{A, AAAA}},
+		{"ext.other.test.", []uint16{AAAA}},
+		{"nope.other.test.", []uint16{AAAA}},
 		// forwarded, through dns64
 		{"v4only.example.com.", []uint16{A, AAAA, ANY}},
 		{"cname.example.com.", []uint16{AAAA}},
@@ -248,8 +279,10 @@ func czRun(t *testing.T, cp *ControlPlane, coredns, ns, upstream string, cfg czC
 			// nothing translated where it does not.
 			applies := cfg.allowIPv4 || strings.HasSuffix(q.proto, "6")
 			mustTranslate := q.qtype == AAAA && applies && (q.name == "v4.example.org." || q.name == "svc.example.org." || q.name == "ext.example.org." ||
-				q.name == "v4"+svc || q.name == "ext4"+ext || slices.Contains(cfg.translated, q.name))
+				q.name == "v4"+svc || q.name == "ext4"+ext || q.name == "svc.other.test." || q.name == "ext.other.test." || slices.Contains(cfg.translated, q.name))
 			switch {
+			case q.qtype == AAAA && (q.name == "host.other.test." || q.name == "other.test.") && czSynthesized(rc, prefix):
+				t.Errorf("%s, %s: CoreDNS translated in another block's zone:\n%s", phase, q, rc)
 			case q.qtype == ANY && rc.Rcode != dns.RcodeRefused:
 				t.Errorf("%s, %s: CoreDNS answered %s, not REFUSED", phase, q, dns.RcodeToString[rc.Rcode])
 			case mustTranslate && !czSynthesized(rc, prefix):
