@@ -164,18 +164,32 @@ func zfRender(m *dns.Msg) string {
 	}
 	s := diffRender(c)
 	head, rest, _ := strings.Cut(s, "\n")
-	if o := m.IsEdns0(); o != nil {
-		for _, e := range o.Option {
-			if x, ok := e.(*dns.EDNS0_NSID); ok {
-				b, _ := hex.DecodeString(x.Nsid)
-				head += fmt.Sprintf(" nsid=%q", b)
-			}
-		}
-	}
+	head += nsidNote(m)
 	if rest == "" {
 		return head
 	}
 	return head + "\n" + rest
+}
+
+// nsidNote is m's NSID payload as " nsid=%q" (the hex undecodable
+// shown as such), or "".
+func nsidNote(m *dns.Msg) string {
+	o := m.IsEdns0()
+	if o == nil {
+		return ""
+	}
+	var s string
+	for _, e := range o.Option {
+		if x, ok := e.(*dns.EDNS0_NSID); ok {
+			b, err := hex.DecodeString(x.Nsid)
+			if err != nil {
+				s += fmt.Sprintf(" nsid=bad-hex(%q)", x.Nsid)
+				continue
+			}
+			s += fmt.Sprintf(" nsid=%q", b)
+		}
+	}
+	return s
 }
 
 // TestZoneFileDifferential: see the file's comment.

@@ -133,6 +133,7 @@ func (m *migrator) run(f *File) error {
 	}
 	m.finish(plain)
 	m.nsidZones(plain)
+	m.dns64Except(plain)
 	m.viewsDepart()
 	return nil
 }

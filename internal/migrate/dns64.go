@@ -2,9 +2,11 @@ package migrate
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/nodedns/nodedns/pkg/config"
+	"github.com/nodedns/nodedns/pkg/query/dns64"
 	"github.com/nodedns/nodedns/pkg/query/dnsname"
 )
 
@@ -52,9 +54,6 @@ func (m *migrator) dns64(b *block, d *Directive) {
 			return
 		}
 	}
-	if m.otherBlocks > 0 {
-		comments = append(comments, fmt.Sprintf("line %d: dns64 of the root block translates in the other server blocks' zones too (CoreDNS answers those from their own blocks)", d.Line))
-	}
 	if cfg.Prefix == "64:ff9b::/96" {
 		cfg.Prefix = "" // the default
 	}
@@ -64,6 +63,37 @@ func (m *migrator) dns64(b *block, d *Directive) {
 		return
 	}
 	set(m, &m.cfg.DNS64Opts, cfg, d.Line, comments...)
+}
+
+// dns64Except sets the dns64 key's except zones (after every block is
+// read): the zones of the server blocks without dns64, whose names
+// CoreDNS answers from their own blocks, never translated by the root
+// block's dns64.
+func (m *migrator) dns64Except(blocks []*block) {
+	if m.cfg.DNS64Opts == nil || !m.isSet(&m.cfg.DNS64Opts) {
+		return
+	}
+	var off config.List
+	for _, b := range blocks {
+		if b.root || hasDirective(b.sb, "dns64") {
+			continue
+		}
+		for _, z := range b.zones {
+			if z := trimDot(z); z != "" && z != "." && !slices.Contains(off, z) {
+				off = append(off, z)
+			}
+		}
+	}
+	if len(off) == 0 {
+		return
+	}
+	if len(off) > dns64.MaxExcept {
+		m.drop(m.origins[m.key(&m.cfg.DNS64Opts)].line, "dns64: %d other server blocks' zones, at most %d are kept apart; not carried", len(off), dns64.MaxExcept)
+		m.unset(&m.cfg.DNS64Opts)
+		return
+	}
+	m.cfg.DNS64Opts.Except = off
+	m.comment(&m.cfg.DNS64Opts, "except: the zones of the server blocks without dns64 (CoreDNS answers those from their own blocks)")
 }
 
 // k8sExternal maps `k8s_external [ZONES...] { apex; ttl; headless;

@@ -25,6 +25,10 @@ func TestDNS64AndK8sExternal(t *testing.T) {
 		{".:53 {\n  kubernetes cluster.local\n  k8s_external example.org Example.NET. {\n    apex ns\n    ttl 30\n    headless\n    fallthrough example.net\n  }\n  forward . 169.254.0.1\n}\n",
 			map[string]any{"k8s-external": map[string]any{"zones": []any{"example.org", "example.net"}, "apex": "ns", "ttl": float64(30),
 				"headless": true, "fallthrough": []any{"example.net"}}}},
+		// The other server blocks' names are not translated: CoreDNS
+		// answers them from their own blocks, without dns64.
+		{".:53 {\n  kubernetes cluster.local\n  dns64\n  forward . 169.254.0.1\n}\nother.test Example.NET. {\n  file /dev/null\n}\n",
+			map[string]any{"dns64": map[string]any{"except": []any{"other.test", "example.net"}}}},
 		{".:53 {\n  kubernetes cluster.local\n  forward . 169.254.0.1\n}\nexample.org {\n  k8s_external {\n    fallthrough\n  }\n}\n",
 			map[string]any{"k8s-external": map[string]any{"zones": []any{"example.org"}, "fallthrough": []any{}}}},
 	} {

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/miekg/dns"
+
 	"github.com/nodedns/nodedns/pkg/k8s"
 	"github.com/nodedns/nodedns/pkg/query/dns64"
 	"github.com/nodedns/nodedns/pkg/query/dnsname"
@@ -26,6 +28,9 @@ type DNS64Config struct {
 	TranslateAll bool `json:"translate-all,omitempty"`
 	// AllowIPv4 translates for clients asking over IPv4 too.
 	AllowIPv4 bool `json:"allow-ipv4,omitempty"`
+	// Except are zones whose names are not translated (a Corefile's
+	// other server blocks, without the root block's dns64); at most 64.
+	Except List `json:"except,omitempty"`
 }
 
 // DNS64 builds the `dns64:` key; nil when it is not set.
@@ -43,6 +48,15 @@ func (c *Config) DNS64() (*dns64.DNS64, error) {
 		cfg.Prefix = p
 	}
 	cfg.TranslateAll, cfg.AllowIPv4 = d.TranslateAll, d.AllowIPv4
+	for _, z := range d.Except {
+		if _, err := netip.ParseAddr(strings.TrimSuffix(z, ".")); err == nil || z == "" {
+			return nil, fmt.Errorf("dns64 except zone %q: want a name", z)
+		}
+		if _, ok := dns.IsDomainName(z); !ok {
+			return nil, fmt.Errorf("dns64 except zone %q: not a domain name", z)
+		}
+	}
+	cfg.Except = d.Except
 	return dns64.New(cfg)
 }
 

@@ -323,6 +323,7 @@ type corednsCollector struct {
 	proxyDuration, proxyHCFailures                                                       *prometheus.Desc
 
 	autopathSuccess *prometheus.Desc
+	dns64Translated *prometheus.Desc
 }
 
 func newCorednsCollector(r *Recorder, c *compat) *corednsCollector {
@@ -362,6 +363,7 @@ func newCorednsCollector(r *Recorder, c *compat) *corednsCollector {
 		proxyHCFailures:  d("proxy_healthcheck_failures_total", "Counter of the number of failed healthchecks.", "proxy_name", "to"),
 
 		autopathSuccess: d("autopath_success_total", "Counter of requests that did autopath.", "server"),
+		dns64Translated: d("dns64_requests_translated_total", "Counter of DNS requests translated by dns64.", "server"),
 	}
 }
 
@@ -370,7 +372,7 @@ func (cc *corednsCollector) Describe(ch chan<- *prometheus.Desc) {
 		cc.requests, cc.responses, cc.doRequests, cc.duration, cc.reqSize, cc.respSize,
 		cc.cacheEntries, cc.cacheHits, cc.cacheMisses, cc.cacheRequests, cc.cacheStale, cc.cachePrefetch, cc.cacheEvictions,
 		cc.fwdRequests, cc.fwdResponses, cc.fwdDuration, cc.fwdHCFailures, cc.fwdHCBroken, cc.fwdMaxConcurrent,
-		cc.proxyDuration, cc.proxyHCFailures, cc.autopathSuccess} {
+		cc.proxyDuration, cc.proxyHCFailures, cc.autopathSuccess, cc.dns64Translated} {
 		ch <- d
 	}
 }
@@ -442,6 +444,10 @@ func (cc *corednsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	counter(cc.autopathSuccess, r.apShortcuts.Load(), first)
+	// As CoreDNS's, whose series appears with the first translation.
+	if v := r.dns64Translated.Load(); v > 0 {
+		counter(cc.dns64Translated, v, first)
+	}
 
 	src := r.cfg.Sources
 	if src.Server != nil {

@@ -208,6 +208,23 @@ func TestCoreDNSOtherSeries(t *testing.T) {
 	}
 }
 
+// coredns_dns64_requests_translated_total: CoreDNS's name and its one
+// label, server; absent until the first translation (CoreDNS's vector has
+// no series before), then the sum of the events' translations.
+func TestCoreDNSDNS64Translated(t *testing.T) {
+	r := compatRecorder(t)
+	r.Observe(ev(stage.SourceCluster, dns.RcodeSuccess, "web.team-a.svc.cluster.local."))
+	if _, ok := gather(t, r)["coredns_dns64_requests_translated_total"]; ok {
+		t.Error("coredns_dns64_requests_translated_total exported before any translation")
+	}
+	a := ev(stage.SourceCluster, dns.RcodeSuccess, "web.team-a.svc.cluster.local.")
+	a.Qtype, a.DNS64Translated = dns.TypeAAAA, 1
+	r.Observe(a)
+	a.DNS64Translated = 2 // a reply and its CNAME target's
+	r.Observe(a)
+	wantSeries(t, gather(t, r), "coredns_dns64_requests_translated_total", "server="+srvA, 3)
+}
+
 // Zones: the longest wins, a name equal to a zone is in it, a label
 // boundary is needed, and a zone dropped by a reload keeps its counters
 // when it comes back (counters never go backwards).

@@ -199,6 +199,9 @@ type Recorder struct {
 	qps       secondRing
 
 	apShortcuts, apSteps, apSaved atomic.Uint64
+	// dns64Translated counts dns64's synthesized replies
+	// (coredns_dns64_requests_translated_total).
+	dns64Translated atomic.Uint64
 
 	topMask  uint64        // sample when count&topMask == 0
 	logEvery atomic.Uint64 // log when count%logEvery == 0; 0: never (SetLogQueries)
@@ -310,6 +313,9 @@ func (r *Recorder) Observe(ev pipeline.Event) {
 		r.search.add(searchKeyOf(&ev), sec)
 	}
 	r.qps.add(sec)
+	if ev.DNS64Translated > 0 {
+		r.dns64Translated.Add(uint64(ev.DNS64Translated))
+	}
 	if ev.AutopathSteps > 0 || ev.AutopathSaved > 0 {
 		r.apSteps.Add(uint64(max(ev.AutopathSteps, 0)))
 		r.apSaved.Add(uint64(max(ev.AutopathSaved, 0)))

@@ -8,7 +8,9 @@
 //
 // What CoreDNS 1.15 does, and this package with it:
 //   - Only AAAA questions of class IN, and only from IPv6 clients unless
-//     allow_ipv4 (an IPv4-mapped address is an IPv4 client).
+//     allow_ipv4 (an IPv4-mapped address is an IPv4 client); not of the
+//     Except zones (a Corefile's other server blocks, without the root
+//     block's dns64).
 //   - A reply is translated unless it is a name error (NXDOMAIN without
 //     answers) or, without translate_all, it holds an AAAA record. Every
 //     other reply is translated: NODATA, a CNAME without AAAA, and error
@@ -31,6 +33,8 @@ import (
 	"net/netip"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/pkg/query/dnsname"
 )
 
 // DefaultPrefix is the well-known prefix of RFC 6052.
@@ -51,7 +55,16 @@ type Config struct {
 	TranslateAll bool
 	// AllowIPv4 translates for clients that asked over IPv4 too.
 	AllowIPv4 bool
+	// Except are zones (canonical: lower-case, fully qualified) whose
+	// names are not translated: the zones of a Corefile's other server
+	// blocks, which CoreDNS answers without the root block's dns64. At
+	// most MaxExcept.
+	Except []string
 }
+
+// MaxExcept bounds Config.Except: each is tried on an AAAA query dns64
+// applies to.
+const MaxExcept = 64
 
 // DNS64 decides which queries are translated and builds their replies.
 // It is immutable and safe for concurrent use.
@@ -59,6 +72,7 @@ type DNS64 struct {
 	prefix       netip.Prefix
 	translateAll bool
 	allowIPv4    bool
+	except       []string
 }
 
 // ParsePrefix reads a DNS64 prefix: an IPv6 CIDR of length 32, 40, 48,
@@ -90,7 +104,18 @@ func New(cfg Config) (*DNS64, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &DNS64{prefix: p, translateAll: cfg.TranslateAll, allowIPv4: cfg.AllowIPv4}, nil
+	if len(cfg.Except) > MaxExcept {
+		return nil, fmt.Errorf("dns64 except: %d zones: want at most %d", len(cfg.Except), MaxExcept)
+	}
+	except := make([]string, 0, len(cfg.Except))
+	for _, z := range cfg.Except {
+		c := dnsname.Canonical(z)
+		if c == "." {
+			return nil, fmt.Errorf("dns64 except %q: the root zone would turn dns64 off; want a zone below it", z)
+		}
+		except = append(except, c)
+	}
+	return &DNS64{prefix: p, translateAll: cfg.TranslateAll, allowIPv4: cfg.AllowIPv4, except: except}, nil
 }
 
 // Prefix returns the prefix the addresses are embedded in.
@@ -98,13 +123,13 @@ func (d *DNS64) Prefix() netip.Prefix { return d.prefix }
 
 // Applies reports whether a query of (qtype, qclass) from client may be
 // translated: an AAAA question of class IN, from an IPv6 client unless
-// AllowIPv4. It is asked on the reader about every query, at no
-// allocation.
-func (d *DNS64) Applies(client netip.Addr, qtype, qclass uint16) bool {
+// AllowIPv4, about a name (canonical) in none of the Except zones. It is
+// asked on the reader about every query, at no allocation.
+func (d *DNS64) Applies(client netip.Addr, name string, qtype, qclass uint16) bool {
 	if qtype != dns.TypeAAAA || qclass != dns.ClassINET {
 		return false
 	}
-	return d.allowIPv4 || !client.Unmap().Is4()
+	return (d.allowIPv4 || !client.Unmap().Is4()) && !dnsname.InZones(name, d.except)
 }
 
 // Translate reports whether the reply to an AAAA question is replaced by

@@ -1,7 +1,9 @@
 package dns64
 
 import (
+	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -58,9 +60,38 @@ func TestApplies(t *testing.T) {
 		{d, v6, dns.TypeAAAA, dns.ClassCHAOS, false},
 		{&DNS64{allowIPv4: true}, v4, dns.TypeAAAA, dns.ClassINET, true},
 	} {
-		if got := tc.d.Applies(tc.client, tc.qtype, tc.qclass); got != tc.want {
+		if got := tc.d.Applies(tc.client, "www.example.org.", tc.qtype, tc.qclass); got != tc.want {
 			t.Errorf("Applies(%s, %d, %d) allowIPv4=%v = %v", tc.client, tc.qtype, tc.qclass, tc.d.allowIPv4, got)
 		}
+	}
+}
+
+// TestAppliesExcept: names of the Except zones (and below) are not
+// translated, the rest are; the root zone and too many zones are refused.
+func TestAppliesExcept(t *testing.T) {
+	d, err := New(Config{Except: []string{"Other.Test", "b.example.org."}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v6 := netip.MustParseAddr("fd00::1")
+	for name, want := range map[string]bool{"other.test.": false, "host.other.test.": false, "xother.test.": true,
+		"b.example.org.": false, "a.b.example.org.": false, "example.org.": true, "web.ns.svc.cluster.local.": true} {
+		if got := d.Applies(v6, name, dns.TypeAAAA, dns.ClassINET); got != want {
+			t.Errorf("Applies(%s) = %v, want %v", name, got, want)
+		}
+	}
+	if _, err := New(Config{Except: []string{"."}}); err == nil || !strings.Contains(err.Error(), `"."`) {
+		t.Errorf("except .: %v, want an error naming it", err)
+	}
+	many := make([]string, MaxExcept+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("z%d.test.", i)
+	}
+	if _, err := New(Config{Except: many}); err == nil {
+		t.Errorf("%d except zones accepted", len(many))
+	}
+	if n := testing.AllocsPerRun(100, func() { d.Applies(v6, "host.other.test.", dns.TypeAAAA, dns.ClassINET) }); n != 0 {
+		t.Errorf("Applies allocates %v times", n)
 	}
 }
 

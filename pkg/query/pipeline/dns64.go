@@ -100,6 +100,7 @@ func (p *Pipeline) translate(c *call, d stage.DNS64, name string, a answer) (ans
 	if v4.err != nil || v4.wait {
 		return v4, false
 	}
+	c.translated++
 	return answer{Result: stage.Result{Msg: d.Synthesize(a.Msg, v4.Msg), Source: v4.Source}}, true
 }
 
@@ -110,7 +111,7 @@ func (p *Pipeline) translate(c *call, d stage.DNS64, name string, a answer) (ans
 // client dns64 applies to. Waiting (c.wait).
 func (p *Pipeline) lookupTarget(c *call, name string, qtype uint16) answer {
 	a := p.lookupMsg(c, name, qtype)
-	if pl := p.plugins.Load(); pl != nil && pl.DNS64 != nil && pl.DNS64.Applies(c.req.Client, qtype, c.q.Class) {
+	if pl := p.plugins.Load(); pl != nil && pl.DNS64 != nil && pl.DNS64.Applies(c.req.Client, name, qtype, c.q.Class) {
 		a, _ = p.translate(c, pl.DNS64, name, a)
 	}
 	return a

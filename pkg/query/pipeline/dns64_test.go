@@ -2,7 +2,10 @@ package pipeline
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/nodedns/nodedns/pkg/query/acl"
 	"github.com/nodedns/nodedns/pkg/query/dns64"
 	"github.com/nodedns/nodedns/pkg/query/server"
+	"github.com/nodedns/nodedns/pkg/query/zonefile"
 )
 
 func mustDNS64(tb testing.TB, cfg dns64.Config) *dns64.DNS64 {
@@ -72,6 +76,32 @@ func TestDNS64(t *testing.T) {
 	}
 }
 
+// TestDNS64Except: names of the except zones (a Corefile's other server
+// blocks) are answered as without dns64, a CNAME target there too; the
+// rest are translated.
+func TestDNS64Except(t *testing.T) {
+	pl := &Plugins{DNS64: mustDNS64(t, dns64.Config{AllowIPv4: true, Except: []string{"team-b.svc.cluster.local.", "example.com."}})}
+	_, addr := start(t, Config{Resolver: externalResolver(), Cluster: testCluster(), Plugins: pl})
+	r := dnstest.Exchange(t, addr, "udp", q("db.team-b.svc.cluster.local.", dns.TypeAAAA))
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 0 || !r.Authoritative {
+		t.Errorf("except zone: %v, want the cluster's NODATA", r)
+	}
+	// ExternalName to api.example.com, its target in an except zone: not
+	// translated there (the cluster's reply, the CNAME alone, would keep
+	// its AA), so the reply is translated as a whole: CoreDNS's root
+	// block's dns64 gets the CNAME without AAAA and synthesizes a fresh
+	// reply from the A lookup of the name.
+	r = dnstest.Exchange(t, addr, "udp", q("ext.team-a.svc.cluster.local.", dns.TypeAAAA))
+	if len(r.Answer) != 2 || r.Answer[0].Header().Rrtype != dns.TypeCNAME || r.Authoritative ||
+		r.Answer[1].(*dns.AAAA).AAAA.String() != "64:ff9b::c000:20a" {
+		t.Errorf("target in an except zone: %v, want the reply translated as a whole (no AA)", r)
+	}
+	r = dnstest.Exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeAAAA))
+	if len(r.Answer) != 1 || r.Answer[0].(*dns.AAAA).AAAA.String() != "64:ff9b::a60:a" {
+		t.Errorf("outside the except zones: %v, want the synthesized AAAA", r)
+	}
+}
+
 // TestDNS64Family: without allow_ipv4 only IPv6 clients get translations.
 func TestDNS64Family(t *testing.T) {
 	pl := &Plugins{DNS64: mustDNS64(t, dns64.Config{})}
@@ -129,6 +159,61 @@ func TestDNS64Targets(t *testing.T) {
 	if len(r.Answer) != 2 || r.Answer[1].(*dns.AAAA).AAAA.String() != "64:ff9b::c000:20a" || !r.Authoritative {
 		t.Fatalf("ExternalName through dns64: %v", r)
 	}
+}
+
+// TestDNS64ZoneFileTargets: a zone file's CNAME target outside the zone
+// (a Service, an upstream name) is looked up through dns64, as CoreDNS's
+// file asks its whole server: the target's AAAA comes back synthesized,
+// so the zone's reply holds an AAAA record, is not translated again and
+// keeps its AA (CoreDNS 1.15, TestCoreDNSZonesDifferential).
+func TestDNS64ZoneFileTargets(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "db.example.org")
+	zone := "$ORIGIN example.org.\n$TTL 300\n@ IN SOA ns1 hm 1 7200 1800 86400 60\n@ IN NS ns1\nns1 IN A 192.0.2.53\n" +
+		"svc IN CNAME web.team-a.svc.cluster.local.\next IN CNAME api.example.com.\n"
+	if err := os.WriteFile(p, []byte(zone), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files, err := zonefile.New(zonefile.Config{Zones: []zonefile.Zone{{File: p, Origins: []string{"example.org."}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := &Plugins{DNS64: mustDNS64(t, dns64.Config{AllowIPv4: true})}
+	obs := &translatedObserver{}
+	_, addr := start(t, Config{Resolver: externalResolver(), Cluster: testCluster(), Files: files, Plugins: pl, Observer: obs})
+	for _, tc := range []struct {
+		name, target, aaaa string
+		ttl                uint32
+	}{
+		{"svc.example.org.", "web.team-a.svc.cluster.local.", "64:ff9b::a60:a", 5},
+		{"ext.example.org.", "api.example.com.", "64:ff9b::c000:20a", 60},
+	} {
+		r := dnstest.Exchange(t, addr, "udp", q(tc.name, dns.TypeAAAA))
+		if r.Rcode != dns.RcodeSuccess || !r.Authoritative || len(r.Answer) != 2 {
+			t.Fatalf("%s: %v, want the zone's authoritative CNAME and the target's synthesized AAAA", tc.name, r)
+		}
+		cn, ok1 := r.Answer[0].(*dns.CNAME)
+		aaaa, ok2 := r.Answer[1].(*dns.AAAA)
+		if !ok1 || !ok2 || cn.Target != tc.target || aaaa.Hdr.Name != tc.target || aaaa.AAAA.String() != tc.aaaa || aaaa.Hdr.Ttl != tc.ttl {
+			t.Errorf("%s: %v, want CNAME %s and %s %d AAAA %s", tc.name, r.Answer, tc.target, tc.target, tc.ttl, tc.aaaa)
+		}
+	}
+	// Each counted once (the target's translation; the reply holds an
+	// AAAA record then, not translated again), as CoreDNS counts its
+	// inner request; a direct AAAA question of a Service too.
+	dnstest.Exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeAAAA))
+	dnstest.Exchange(t, addr, "udp", q("web.team-a.svc.cluster.local.", dns.TypeA))
+	dnstest.WaitFor(t, 5*time.Second, "the 4 answers observed", func() bool { return obs.events.Load() == 4 })
+	if n := obs.translated.Load(); n != 3 {
+		t.Errorf("%d translations observed, want 3", n)
+	}
+}
+
+// translatedObserver adds up the events' DNS64Translated.
+type translatedObserver struct{ translated, events atomic.Int64 }
+
+func (o *translatedObserver) Observe(ev Event) {
+	o.translated.Add(int64(ev.DNS64Translated))
+	o.events.Add(1)
 }
 
 // TestDNS64BeforeACL: dns64 wraps the access list, as in CoreDNS: an AAAA

@@ -309,6 +309,11 @@ type Event struct {
 	// failed; the cluster DNS before the sync); a search-path walk may
 	// make several.
 	Upstream int
+	// DNS64Translated is how many replies dns64 synthesized for this
+	// answer: the reply's own and its CNAME targets' (each a request
+	// CoreDNS's dns64 translates and counts, its plugins asking their
+	// whole server).
+	DNS64Translated int
 	// Expansion: the query is a search-path expansion a pod sent: a first
 	// expansion `<name>.<ns>.svc.<zone>` (of a name that does not exist as
 	// asked), or an NXDOMAIN for a name under one of the pod's search

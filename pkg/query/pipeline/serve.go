@@ -71,6 +71,9 @@ type call struct {
 	// the search path (pkg/ndots's figures).
 	upstream int
 	sp       ndots.Figures
+	// translated counts dns64's translations for this query (the reply's
+	// and its CNAME targets').
+	translated int
 }
 
 // Answer implements server.Handler: it answers req on the reader when no
@@ -121,7 +124,7 @@ func (p *Pipeline) serve(dst []byte, c *call) (out []byte, v server.Verdict) {
 	}
 	pl := p.plugins.Load()
 	if pl != nil {
-		if pl.DNS64 != nil && pl.DNS64.Applies(c.req.Client, c.q.Type, c.q.Class) {
+		if pl.DNS64 != nil && pl.DNS64.Applies(c.req.Client, c.name, c.q.Type, c.q.Class) {
 			// Before the access list, which it asks itself (dns64.go).
 			c.hdr = pl.Header
 			return p.dns64(dst, c, pl)
@@ -584,7 +587,7 @@ func (p *Pipeline) observe(c *call, src stage.Source, rcode, steps, saved int, r
 	ev := Event{Source: src, Rcode: rcode, Proto: c.req.Proto, Client: c.req.Client, Name: c.q.Name,
 		Qtype: c.q.Type, Duration: now.Sub(c.req.Received), AutopathSteps: steps, AutopathSaved: saved,
 		Listener: c.req.Listener, RequestSize: len(c.req.Packet), ResponseSize: len(reply), DO: c.q.DO,
-		Upstream: c.upstream, SearchWinner: -1}
+		Upstream: c.upstream, SearchWinner: -1, DNS64Translated: c.translated}
 	if len(reply) >= dnswire.HeaderLen {
 		ev.Answers = int(reply[6])<<8 | int(reply[7])
 		ev.Truncated = reply[2]&0x02 != 0

@@ -17,8 +17,8 @@ var zoneFailed = &dns.Msg{MsgHdr: dns.MsgHdr{Rcode: dns.RcodeServerFailure, Auth
 const maxZoneDepth = 8
 
 // zoneFile turns a file zone's answer into the stage order's: a CNAME
-// target the zone does not hold is looked up through every stage (CoreDNS's
-// file asks its whole server) and handed back to the zone, which
+// target the zone does not hold is looked up through every stage, dns64
+// included (CoreDNS's file asks its whole server) and handed back to the zone, which
 // completes the answer. Without c.wait that lookup waits. A zone that
 // cannot answer is a SERVFAIL the pipeline writes (errZone), as CoreDNS's
 // server writes it for the file plugin.
@@ -38,7 +38,10 @@ func (p *Pipeline) zoneFile(c *call, za stage.ZoneAnswer, qtype uint16) answer {
 		return answer{Result: res, err: errZone}
 	}
 	c.zoneDepth++
-	a, _ := p.lookup(c, nil, za.Target, qtype, asMsg)
+	// Through dns64 too (lookupTarget): CoreDNS's file asks its whole
+	// server, so an AAAA target with only A records comes back translated
+	// and the zone's reply, holding an AAAA record, keeps its AA.
+	a := p.lookupTarget(c, za.Target, qtype)
 	c.zoneDepth--
 	failed := a.err != nil || a.Msg == nil
 	if a.Source == stage.SourceStale && !failed {

@@ -124,8 +124,8 @@ type ZoneFiles interface {
 type DNS64 interface {
 	// Applies is asked about every query, on the reader, at no
 	// allocation: whether a query of (qtype, qclass) from client may be
-	// translated.
-	Applies(client netip.Addr, qtype, qclass uint16) bool
+	// translated, name (canonical) being the name it would translate.
+	Applies(client netip.Addr, name string, qtype, qclass uint16) bool
 	// Translate reports whether the reply to the AAAA question is
 	// replaced by one synthesized from the A records.
 	Translate(aaaa *dns.Msg) bool
