@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -98,5 +99,12 @@ COMMIT
 `
 	if r := agentRules(saved); len(r) != 1 || !strings.Contains(r[0], " 169.254.20.10 ") {
 		t.Errorf("agentRules = %q, want the one nodedns rule", r)
+	}
+}
+
+func TestInNetns(t *testing.T) {
+	// Our own network namespace: the loopback link is there.
+	if out := InNetns(t, os.Getpid(), "ip", "link", "show", "lo"); !strings.Contains(out, "LOOPBACK") {
+		t.Errorf("ip link show lo in our own netns printed %q", out)
 	}
 }
