@@ -116,7 +116,7 @@ trap cleanup EXIT
 
 deps() {
 	local missing=() p
-	for p in dnsutils jq iptables curl conntrack nftables; do
+	for p in dnsutils iptables conntrack nftables; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -c "install ok installed" >/dev/null || missing+=("$p")
 	done
 	if ((${#missing[@]})); then

@@ -134,9 +134,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# deps: what the tests use on the node (dnsmasq: their upstream; dig,
+# iptables, nft, conntrack: what they read).
 deps() {
 	local missing=() p
-	for p in dnsmasq-base dnsutils jq iptables nftables conntrack curl; do
+	for p in dnsmasq-base dnsutils iptables nftables conntrack; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -c "install ok installed" >/dev/null || missing+=("$p")
 	done
 	if ((${#missing[@]})); then
