@@ -31,6 +31,10 @@ var stopUpstream = func() {}
 func TestMain(m *testing.M) {
 	code := m.Run()
 	stopUpstream()
+	if err := framework.RemoveTools(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: removing the tools built:", err)
+		code = 1
+	}
 	os.Exit(code)
 }
 

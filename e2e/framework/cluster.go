@@ -25,6 +25,8 @@
 //   - loads: dnsload (queries straight to a server: loss and the longest
 //     gap) and glibc-loop (getaddrinfo through the pod's resolv.conf) run
 //     in a client pod, their JSON results decoded;
+//   - Tool and Start: a program of internal/tools (resolvstub, ...) built
+//     and run on the node for the length of a test;
 //   - PodWatch: the pods of a selector counted from the API server's watch
 //     events (a rollout's surge, which sampling could miss);
 //   - Upstream: the test's external world (dnsmasq on the node's loopback

@@ -108,3 +108,26 @@ func TestInNetns(t *testing.T) {
 		t.Errorf("ip link show lo in our own netns printed %q", out)
 	}
 }
+
+func TestToolAndStart(t *testing.T) {
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{Root: root}
+	t.Cleanup(func() {
+		if err := RemoveTools(); err != nil {
+			t.Error(err)
+		}
+	})
+	bin := c.Tool(t, "resolvstub")
+	// An answering server on a loopback address: its "ready" line, then an
+	// A query answered with the address it came in on.
+	p := Start(t, "ready", bin, "-serve", "127.0.54.1=answer", "-for", "1m")
+	if out := Host(t, "dig", "+short", "+time=2", "+tries=1", "@127.0.54.1", "x.example", "A"); strings.TrimSpace(out) != "127.0.54.1" {
+		t.Errorf("resolvstub answered %q, want 127.0.54.1", out)
+	}
+	if err := p.Stop(); err != nil {
+		t.Logf("resolvstub ended: %v (stopped by SIGTERM)", err)
+	}
+}
