@@ -510,3 +510,10 @@ func (s *standIn) sync() error {
 	s.mu.Unlock()
 	return nil
 }
+
+// waitRollout waits until the agents' DaemonSet has rolled out its newest
+// generation (the controller given it before "rolled out" is judged).
+func waitRollout(t *testing.T, c *framework.Cluster) {
+	t.Helper()
+	c.WaitDaemonSet(t, ns, framework.AgentName, 2*time.Minute)
+}

@@ -269,14 +269,6 @@ func ensureKubeDNS(t *testing.T, c *framework.Cluster) {
 			t.Fatalf("local-ip not updated in ConfigMap %s/nodedns: %s", ns, c.AgentConfig(t))
 		}
 		c.RolloutRestart(t, ns, framework.AgentName)
-		waitRollout(t, c)
+		c.WaitDaemonSet(t, ns, framework.AgentName, 2*time.Minute)
 	}
-}
-
-// waitRollout waits until the agent's DaemonSet is rolled out and its one
-// pod is the only one (the old pod gone, not only unavailable).
-func waitRollout(t *testing.T, c *framework.Cluster) {
-	t.Helper()
-	// Give the controller the new generation before judging "rolled out".
-	c.WaitDaemonSet(t, ns, framework.AgentName, 2*time.Minute)
 }

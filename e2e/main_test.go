@@ -19,6 +19,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/nodedns/nodedns/e2e/framework"
@@ -30,31 +31,37 @@ var stopUpstream = func() {}
 func TestMain(m *testing.M) {
 	code := m.Run()
 	stopUpstream()
+	if err := framework.RemoveTools(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: removing the tools built:", err)
+		code = 1
+	}
 	os.Exit(code)
 }
 
-var upstreamErr error
-var upstreamDone bool
+var (
+	upstreamOnce sync.Once
+	upstreamErr  error
+)
 
-// setup connects to the cluster and makes sure the test upstream answers.
+// setup connects to the cluster and makes sure the test upstream answers
+// (the steps of scripts/e2e.sh; the chart's steps need no upstream).
 func setup(t *testing.T) *framework.Cluster {
 	t.Helper()
 	c := framework.Connect(t)
-	if !upstreamDone {
-		upstreamDone = true
+	upstreamOnce.Do(func() {
 		var stop func()
 		stop, upstreamErr = c.EnsureUpstream()
 		if upstreamErr == nil {
 			stopUpstream = stop
 		}
-	}
+	})
 	if upstreamErr != nil {
 		t.Fatalf("test upstream: %v", upstreamErr)
 	}
 	return c
 }
 
-// logf logs an "ok:" line: what a step showed.
+// ok logs an "ok:" line: what a step showed.
 func ok(t *testing.T, format string, args ...any) {
 	t.Helper()
 	t.Logf("ok: %s", fmt.Sprintf(format, args...))

@@ -45,6 +45,7 @@ scale_compile() {
 check "go vet" go vet ./...
 check "go vet -tags integration" go vet -tags integration ./integration/
 check "go vet -tags 'integration scale'" go vet -tags 'integration scale' ./integration/
+check "go vet -tags e2e" go vet -tags e2e ./e2e/...
 check "staticcheck $STATICCHECK_VERSION" staticcheck_pinned
 check "scale tests compile (go test -c -tags 'integration scale')" scale_compile
 
@@ -52,4 +53,4 @@ if ((${#failed[@]})); then
   echo "checks.sh: failed: ${failed[*]}"
   exit 1
 fi
-echo "checks.sh: go vet (3 tag sets), staticcheck and the scale tests' compile passed"
+echo "checks.sh: go vet (4 tag sets), staticcheck and the scale tests' compile passed"

@@ -223,7 +223,8 @@ func ServingPID(uid string) int {
 }
 
 // MemoryLimit is the memory limit of the cgroup of a process, as the
-// kernel reports it ("unknown" when unreadable).
+// kernel reports it (cgroup v1's memory.limit_in_bytes or v2's
+// memory.max), "unknown" when unreadable (the process gone).
 func MemoryLimit(pid int) string {
 	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
@@ -231,15 +232,19 @@ func MemoryLimit(pid int) string {
 	}
 	for _, l := range strings.Split(string(cg), "\n") {
 		parts := strings.SplitN(l, ":", 3)
-		if len(parts) != 3 {
+		var f string
+		switch {
+		case len(parts) != 3:
+			continue
+		case parts[1] == "memory":
+			f = "/sys/fs/cgroup/memory" + parts[2] + "/memory.limit_in_bytes"
+		case parts[0] == "0" && parts[1] == "":
+			f = "/sys/fs/cgroup" + parts[2] + "/memory.max"
+		default:
 			continue
 		}
-		for _, f := range []string{"/sys/fs/cgroup/memory" + parts[2] + "/memory.limit_in_bytes", "/sys/fs/cgroup" + parts[2] + "/memory.max"} {
-			if parts[1] == "memory" || parts[1] == "" {
-				if b, err := os.ReadFile(f); err == nil {
-					return strings.TrimSpace(string(b))
-				}
-			}
+		if b, err := os.ReadFile(f); err == nil {
+			return strings.TrimSpace(string(b))
 		}
 	}
 	return "unknown"

@@ -16,7 +16,8 @@
 //     (RenderManifest), waits on DaemonSets, Deployments, StatefulSets and
 //     pods by their status, rollout restarts;
 //   - Exec in a pod's container (stdin, stdout and stderr), Host commands
-//     on the node;
+//     on the node (the tests run there, as root), InNetns in a pod's network
+//     namespace;
 //   - the agent: its pod, `nodedns stats --json` (Stats), its metrics,
 //     ConfigMap edits, the host PIDs of its processes;
 //   - rules: the agent's iptables rules counted per address, in each
@@ -24,6 +25,8 @@
 //   - loads: dnsload (queries straight to a server: loss and the longest
 //     gap) and glibc-loop (getaddrinfo through the pod's resolv.conf) run
 //     in a client pod, their JSON results decoded;
+//   - Tool and Start: a program of internal/tools (resolvstub, ...) built
+//     and run on the node for the length of a test;
 //   - PodWatch: the pods of a selector counted from the API server's watch
 //     events (a rollout's surge, which sampling could miss);
 //   - Upstream: the test's external world (dnsmasq on the node's loopback
@@ -274,4 +277,13 @@ func WaitFor(t testing.TB, what string, timeout, interval time.Duration, cond fu
 		}
 		time.Sleep(interval)
 	}
+}
+
+// InNetns runs a command on the node inside the network namespace of the
+// process pid (a pod's container process, as PodPIDs or /proc finds it)
+// through nsenter(1): the pod's own view of links, routes and sockets with
+// the node's tools.
+func InNetns(t testing.TB, pid int, name string, args ...string) string {
+	t.Helper()
+	return Host(t, "nsenter", append([]string{"-t", fmt.Sprint(pid), "-n", "--", name}, args...)...)
 }

@@ -123,7 +123,10 @@ func (c *Cluster) Delete(t testing.TB, objs []*unstructured.Unstructured, timeou
 		}
 	}
 	for _, obj := range objs {
-		ri, _ := c.resource(obj)
+		ri, err := c.resource(obj)
+		if err != nil {
+			t.Fatalf("delete %s: %v", describe(obj), err)
+		}
 		WaitFor(t, "deleting "+describe(obj), timeout, 200*time.Millisecond, func() (bool, string) {
 			_, err := ri.Get(context.Background(), obj.GetName(), getOpts)
 			if apierrors.IsNotFound(err) {

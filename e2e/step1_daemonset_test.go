@@ -3,11 +3,8 @@
 package e2e
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodedns/nodedns/e2e/framework"
 )
@@ -26,27 +23,4 @@ func TestDaemonSet(t *testing.T) {
 	want := rulesWanted(t, c)
 	c.RulesOnce(t, want)
 	ok(t, "link nodelocaldns holds %v; its rules (16 for %s: 10, and 6 of the DNS fallback) exist once each (iptables-nft), beside kube-proxy's (%s mode)", want, agentIP, c.ProxyMode)
-}
-
-// TestDelete (step 6): `kubectl delete -f` of the manifest: the link and
-// every rule (the fallback's chain too) are gone.
-func TestDelete(t *testing.T) {
-	c := setup(t)
-	ensureAgent(t, c)
-	objs := framework.Decode(t, manifest(t, c))
-	c.Delete(t, objs, 2*time.Minute)
-	framework.WaitFor(t, "the agent's pods gone", 20*time.Second, 200*time.Millisecond, func() (bool, string) {
-		l, err := c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: framework.AgentSelector})
-		if err != nil {
-			return false, err.Error()
-		}
-		return len(l.Items) == 0, framework.ToYAML(len(l.Items)) + " pods"
-	})
-	if framework.LinkExists() {
-		t.Fatal("link nodelocaldns still there after delete, want none")
-	}
-	if n := c.AllRules(t); n != 0 {
-		t.Fatalf("%d nodedns rules left after delete, want 0", n)
-	}
-	ok(t, "the link and every rule are gone")
 }
