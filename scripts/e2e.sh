@@ -36,6 +36,8 @@
 #     SERVFAIL, at least half of LOAD_QPS reached, rules still once.
 #  5. TestStatsProbesMetrics: `nodedns stats` (text and --json), probes,
 #     metrics on the node.
+#  5c. TestDocsCommands: the marked shell blocks of docs/install.md and
+#     docs/troubleshooting.md run against this agent (scripts/docs-e2e.sh).
 #  5b. TestAgentDeath: kill -9, SIGSTOP, OOM kill and a crash loop under
 #     load: at most 0.5 % failed and 1 s without an answer (kill -9, OOM),
 #     at least 99 % answered (SIGSTOP, crash loop).
@@ -138,7 +140,7 @@ trap cleanup EXIT
 # iptables, nft, conntrack: what they read).
 deps() {
 	local missing=() p
-	for p in dnsmasq-base dnsutils iptables nftables conntrack; do
+	for p in dnsmasq-base dnsutils iptables nftables conntrack curl jq; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -c "install ok installed" >/dev/null || missing+=("$p")
 	done
 	if ((${#missing[@]})); then
@@ -172,7 +174,7 @@ ok "images ${IMAGE}, ${CLIENT} and ${CENTRAL} imported"
 export NODEDNS_E2E_IMAGE_NODEDNS=$IMAGE NODEDNS_E2E_IMAGE_CLIENT=$CLIENT NODEDNS_E2E_IMAGE_COREDNS=$CENTRAL
 
 # ------------------------------------------------------------------ steps 1-6
-tests='TestDaemonSet|TestLookups|TestKubeDNSClusterIP|TestRollouts|TestStatsProbesMetrics|TestAgentDeath'
+tests='TestDaemonSet|TestLookups|TestKubeDNSClusterIP|TestRollouts|TestStatsProbesMetrics|TestDocsCommands|TestAgentDeath'
 [[ ${E2E_DEATH_COMPARE:-0} == 1 ]] && tests+='|TestAgentDeathCompare'
 tests+='|TestDelete'
 step "steps 1-6: go test -tags e2e -run '^(${tests})$' ./e2e/"
