@@ -447,6 +447,10 @@ var notOurs = map[string]string{
 	"nodedns_supervisor_serving_process_start_time_seconds": "exported when supervised only",
 	"nodedns_supervisor_sockets_held":                       "exported when supervised only",
 	"nodedns_supervisor_socket_releases_total":              "exported when supervised only",
+	// Exported with dns64 configured, from its first translation on (as
+	// CoreDNS's): pkg/observe/metrics's TestCoreDNSDNS64Translated and
+	// integration's TestCoreDNSZonesDifferential have it.
+	"coredns_dns64_requests_translated_total": "exported with dns64 only, once it translated",
 }
 
 // exprNames returns the series expr names, histogram suffixes folded into
