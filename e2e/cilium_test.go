@@ -155,19 +155,42 @@ func TestCiliumPodMode(t *testing.T) {
 			}
 			return "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: dns-only, namespace: " + nsA + "}\nspec:\n  podSelector: {}\n  policyTypes: [Egress]\n  egress:\n  - to:\n    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: kube-system}}\n      podSelector: {matchLabels: {k8s-app: kube-dns}}" + agentPeer + "\n    ports: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}]\n"
 		}
+		// probe sends a second of queries through each address from its
+		// client in the policy's namespace.
+		probe := func(what string, d time.Duration) framework.DNSLoadResult {
+			nsName, pod, _ := strings.Cut(clients[what], "/")
+			return c.StartDNSLoad(nsName, pod, framework.DNSLoad{Server: servers[what], Names: names[:1], QPS: 20, For: d, Timeout: time.Second}).Wait(t)
+		}
 		objs := c.Apply(t, policy(false))
 		t.Cleanup(func() { c.Delete(t, objs, time.Minute) })
-		framework.WaitFor(t, "the kube-dns-only policy blocks the redirected queries", 30*time.Second, time.Second, func() (bool, string) {
-			r := c.StartDNSLoad(nsA, "legacy-client", framework.DNSLoad{Server: servers["kube-dns ClusterIP"], Names: names[:1], QPS: 20, For: time.Second, Timeout: time.Second}).Wait(t)
-			return r.OK == 0, r.String()
-		})
-		ok(t, "a default-deny egress policy allowing DNS to the kube-dns pods only: the redirected queries are dropped")
+		// The negative control: the rule as the Kubernetes documentation
+		// writes it, without the agent's peer; Cilium drops what the
+		// redirect sends to the agent's pod, through either address.
+		for _, what := range lrpSortedKeys(servers) {
+			framework.WaitFor(t, "the kube-dns-only policy blocks the queries redirected from "+what, 30*time.Second, time.Second, func() (bool, string) {
+				r := probe(what, time.Second)
+				return r.OK == 0, r.String()
+			})
+			ok(t, "negative control: a default-deny egress policy allowing DNS to the kube-dns pods only: the queries redirected from %s to the agent are dropped (Cilium enforces it)", what)
+		}
 		c.Apply(t, policy(true))
-		framework.WaitFor(t, "the policy with the agent's pods lets DNS through", 30*time.Second, time.Second, func() (bool, string) {
-			r := c.StartDNSLoad(nsA, "legacy-client", framework.DNSLoad{Server: servers["kube-dns ClusterIP"], Names: names[:1], QPS: 20, For: 2 * time.Second, Timeout: time.Second}).Wait(t)
-			return r.Failed == 0 && r.OK > 0, r.String()
-		})
-		ok(t, "with the agent's pods added as a peer, DNS resolves through the kube-dns ClusterIP")
+		agent := c.AgentPod(t)
+		for _, what := range lrpSortedKeys(servers) {
+			framework.WaitFor(t, "the policy with the agent's pods lets DNS through "+what, 30*time.Second, time.Second, func() (bool, string) {
+				r := probe(what, time.Second)
+				return r.Failed == 0 && r.OK > 0, r.String()
+			})
+			agentBefore, centralBefore := agentRequests(t, c, agent), centralRequests(t, c)
+			r := probe(what, 3*time.Second)
+			agentDelta, centralDelta := agentRequests(t, c, agent)-agentBefore, centralRequests(t, c)-centralBefore
+			if r.Failed != 0 || r.OK == 0 {
+				t.Errorf("with the agent's peer, through %s: %s", what, r)
+			}
+			if agentDelta < float64(r.OK) || centralDelta > float64(r.Sent)/100 {
+				t.Errorf("with the agent's peer, through %s: %s; the agent counted %.0f, CoreDNS %.0f: not answered by the agent", what, r, agentDelta, centralDelta)
+			}
+			ok(t, "with the agent's pods added as a peer (docs/install.md#networkpolicy), through %s: %s; counted: the agent %.0f, CoreDNS %.0f", what, r, agentDelta, centralDelta)
+		}
 	})
 
 	type bounds struct{ lostPct, gapMS float64 }

@@ -52,6 +52,23 @@ cilium_prepare() {
 	# started (the node stayed NotReady, "cni plugin not initialized"). `up`
 	# returns only once the agent is healthy, so no pod reaches the plugin
 	# before it.
+	# The pods' network namespaces, for the agent: it destroys the sockets
+	# connected to a load-balancing backend that goes away (an LRP's agent
+	# pod in a rollout: bpf-lb-sock-terminate-pod-connections, on by
+	# default) in each namespace under /var/run/cilium/netns, which its
+	# Helm chart mounts from the host's /run/netns; without them a client's
+	# connected UDP socket stays pinned to a gone pod. The agent's own mount
+	# namespace (below) binds /run/netns there; for the namespaces made
+	# after it starts to reach it, /run/netns must be a shared mount before
+	# (as `ip netns add` leaves it; down undoes it when made here).
+	if ! mountpoint -q /run/netns; then
+		mkdir -p /run/netns
+		mount --bind /run/netns /run/netns
+		mount --make-shared /run/netns
+		touch "${CILIUM_STATE}/mounted-netns"
+	elif [[ $(findmnt -no PROPAGATION /run/netns) != shared* ]]; then
+		die "/run/netns is a mount but not a shared one ($(findmnt -no PROPAGATION /run/netns)): the agent would not see the pods' network namespaces; make it shared (mount --make-shared /run/netns) or unmount it"
+	fi
 	mkdir -p "${STATE}/cni/net.d"
 	printf '%s\n' '{' '  "cniVersion": "1.0.0",' '  "name": "cilium",' '  "plugins": [' \
 		'    {"type": "cilium-cni", "enable-debug": false, "log-file": "/var/run/cilium/cilium-cni.log"}' \
@@ -106,8 +123,10 @@ cilium_up() {
 		--cni-exclusive=false
 	)
 	# shellcheck disable=SC2016 # expanded by the inner shell
-	start cilium-agent unshare --mount sh -c \
-		'mount --bind "$1" /proc/sys/kernel/unprivileged_bpf_disabled && shift && exec "$@"' \
+	# --propagation slave: the pods' namespaces mounted on the host's
+	# /run/netns later reach the agent's copy (and its mounts stay its own).
+	start cilium-agent unshare --mount --propagation slave sh -c \
+		'mount --bind "$1" /proc/sys/kernel/unprivileged_bpf_disabled && mkdir -p /run/cilium/netns && mount --rbind /run/netns /run/cilium/netns && shift && exec "$@"' \
 		sh "${CILIUM_STATE}/unprivileged_bpf_disabled" \
 		env "PATH=${CILIUM_DIR}/bin:${PATH}" "K8S_NODE_NAME=${NODE_NAME}" "${agent[@]}"
 	wait_for "cilium-agent healthy" 300 cilium_agent_healthy

@@ -752,6 +752,11 @@ down() {
 	kill_leftovers
 	cilium_cleanup
 	unmount_all
+	# /run/netns, made a shared mount for the Cilium agent by
+	# cluster-cilium.sh when it was none, once the pods' namespaces are gone.
+	if [[ -f "${STATE}/cilium/mounted-netns" ]] && mountpoint -q /run/netns; then
+		umount /run/netns 2>/dev/null || umount -l /run/netns
+	fi
 	# kube-proxy removes its own rules in every mode it knows.
 	if [[ -x "$(bin kube-proxy)" ]]; then
 		"$(bin kube-proxy)" --cleanup --v=0 >/dev/null 2>&1 || true

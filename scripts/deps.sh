@@ -3,10 +3,13 @@
 # need, once: `apt-get update` runs only when something is missing.
 # (iproute2: ip and ss -K; libcap2-bin: capsh, for the agent without NET_RAW;
 # musl-tools: musl-gcc, for the static musl resolver clients of
-# scripts/resolver-failover.sh and scripts/image.sh client.)
+# scripts/resolver-failover.sh and scripts/image.sh client; clang-19: the
+# clang the Cilium of scripts/cilium-bin.sh compiles its BPF with, which
+# that script installs itself too: here first, so that a full run's
+# background build of Cilium runs no apt-get beside a foreground step's.)
 set -euo pipefail
 
-pkgs=(iptables etcd-server dnsutils dnsperf conntrack iproute2 libcap2-bin procps unbound dnsmasq-base curl ca-certificates prometheus musl-tools)
+pkgs=(iptables etcd-server dnsutils dnsperf conntrack iproute2 libcap2-bin procps unbound dnsmasq-base curl ca-certificates prometheus musl-tools clang-19)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -12,14 +12,18 @@
 # arrangement, and on a real single-node cluster the end-to-end test in
 # both kube-proxy modes (scripts/e2e.sh: the DaemonSet, kubelet, kube-proxy
 # in iptables and then nftables mode, containerd, rolling updates under
-# load) and the Helm chart's (scripts/chart-e2e.sh: install, upgrade,
-# uninstall hooks).
+# load), the Helm chart's (scripts/chart-e2e.sh: install, upgrade,
+# uninstall hooks) and the pod-network mode's on a real Cilium
+# (scripts/cilium-e2e.sh: cilium-agent with kube-proxy replacement, the
+# chart's CiliumLocalRedirectPolicy objects, a NetworkPolicy Cilium
+# enforces).
 #
 #   scripts/test.sh               everything
 #   scripts/test.sh unit          vet, staticcheck, scale build, unit tests
 #   scripts/test.sh fuzz          every fuzz target, NODEDNS_FUZZ_SECONDS each
 #   scripts/test.sh integration   the integration suite and the bench round
-#   scripts/test.sh e2e           e2e.sh in both kube-proxy modes, chart-e2e.sh
+#   scripts/test.sh e2e           e2e.sh in both kube-proxy modes, chart-e2e.sh,
+#                                 cilium-e2e.sh
 #
 # A full run overlaps what computes with what waits. kube-apiserver and
 # CoreDNS (a fresh machine's longest builds) are built in the background
@@ -28,7 +32,10 @@
 # on servers and clusters, the background then builds the other Kubernetes
 # components (waited for before the e2e), runs the static checks
 # (scripts/checks.sh: go vet, staticcheck, the scale tests' compile) and
-# fuzzes, one after the other. Background jobs run at nice 19, their
+# fuzzes, one after the other; beside those two, once the Kubernetes
+# components are built, it builds Cilium (scripts/cilium-bin.sh: the
+# longest build of a fresh machine, waited for before the Cilium e2e, the
+# last e2e step). Background jobs run at nice 19, their
 # autogroup too, so the steps in the foreground keep the CPU they ask for;
 # their logs are printed when they are waited for, their failures fail the
 # run at its end, and a run that ends early stops them.
@@ -377,6 +384,13 @@ if [[ $what == all || $what == integration ]]; then
     bg_start checks bash -c 'tail --pid="$1" -f /dev/null && exec scripts/checks.sh' _ "${bg_pid[k8s]}"
     # shellcheck disable=SC2016 # expanded by the inner bash
     bg_start fuzz bash -c 'tail --pid="$1" -f /dev/null && exec scripts/fuzz.sh "$2"' _ "${bg_pid[checks]}" "$FUZZ_SECONDS"
+    # Cilium (cilium-agent, its CNI plugin and CLI from the Go module, and
+    # the Debian clang it compiles its BPF with): cold, half an hour of
+    # CPU, so it starts here, after the Kubernetes components (the first
+    # e2e's, which share much of its build cache), beside the checks and
+    # the fuzzing, and is waited for only before the Cilium e2e.
+    # shellcheck disable=SC2016 # expanded by the inner bash
+    bg_start cilium bash -c 'tail --pid="$1" -f /dev/null && exec scripts/cilium-bin.sh' _ "${bg_pid[k8s]}"
   fi
   step "kube-apiserver (cached in $NODEDNS_CACHE)"
   NODEDNS_KUBE_APISERVER=$(scripts/kube-apiserver.sh | tail -n 1)
@@ -427,6 +441,20 @@ if [[ $what == all || $what == e2e ]]; then
   done
   step "the Helm chart on a real single-node cluster (scripts/chart-e2e.sh)"
   locked scripts/chart-e2e.sh
+  # The pod-network mode on a real Cilium (scripts/cluster.sh's
+  # CLUSTER_CNI=cilium). Alone (scripts/test.sh e2e) the cluster's Cilium
+  # mode builds Cilium itself when the cache lacks it (scripts/cilium-bin.sh,
+  # under its own lock), outside the host lock only if built first: so it
+  # is built here first either way.
+  if bg_running cilium; then
+    step "wait for the background build of Cilium (scripts/cilium-bin.sh)"
+    bg_wait cilium || exit 1
+  else
+    step "Cilium (cached in $NODEDNS_CACHE)"
+    scripts/cilium-bin.sh >/dev/null
+  fi
+  step "the pod-network mode behind Cilium's Local Redirect Policy on a real single-node cluster (scripts/cilium-e2e.sh)"
+  locked scripts/cilium-e2e.sh
 fi
 
 checks_rc=0

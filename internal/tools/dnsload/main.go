@@ -17,6 +17,15 @@
 // the start to the first, or from the last to the end); per_second counts
 // the queries sent in each second by their outcome. Bounded: at most
 // 10,000 queries a second, 16 sockets, 1,000 names and an hour.
+//
+// Its sockets are connected UDP sockets held for the whole run. A socket
+// the kernel aborts (ECONNABORTED: Cilium's socket load balancer destroys
+// the sockets connected to a backend that goes away, a Local Redirect
+// Policy's agent pod in a rollout, so that the client connects again and
+// is sent to a live one) is connected again, as a client on Cilium must:
+// the queries it held unanswered are lost, counted as timeouts, and
+// "reconnects" in the JSON line counts the new sockets. Bounded: at most
+// 1,000 reconnects per socket.
 package main
 
 import (
@@ -29,6 +38,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
@@ -63,7 +74,11 @@ type result struct {
 	PerSecond    [][2]int `json:"per_second"`
 	QPSAsked     int      `json:"qps_asked"`
 	SecondsAsked float64  `json:"seconds"`
+	Reconnects   int      `json:"reconnects"`
 }
+
+// maxReconnects bounds the sockets made again for one source socket.
+const maxReconnects = 1000
 
 type load struct {
 	mu      sync.Mutex
@@ -73,6 +88,40 @@ type load struct {
 	lat     []time.Duration
 	goodAt  []time.Duration // times (since start) of good answers
 	timeout time.Duration
+	raddr   *net.UDPAddr
+	// conns holds each source socket's current connection (replaced when
+	// the kernel aborts it); stopping is set when the run ends, before the
+	// receivers' read deadlines are.
+	conns      []atomic.Pointer[net.UDPConn]
+	reconnects []int // per socket; under mu
+	stopping   atomic.Bool
+}
+
+// reconnect replaces socket i's connection old, which the kernel aborted,
+// with a new one (unless another caller did already, or the run is
+// ending, or the socket was connected again maxReconnects times). The
+// old connection is closed: its receiver goes on with the new one.
+func (l *load) reconnect(i int, old *net.UDPConn, cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conns[i].Load() != old || l.stopping.Load() || l.reconnects[i] >= maxReconnects {
+		return
+	}
+	nc, err := net.DialUDP("udp", nil, l.raddr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dnsload: socket %d aborted (%v), connecting again: %v\n", i, cause, err)
+		return
+	}
+	l.reconnects[i]++
+	l.res.Reconnects++
+	l.conns[i].Store(nc)
+	_ = old.Close()
+}
+
+// aborted says whether err is the kernel's abort of a connected socket:
+// ECONNABORTED, or EDESTADDRREQ from a send on the socket it disconnected.
+func aborted(err error) bool {
+	return errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EDESTADDRREQ)
 }
 
 func main() {
@@ -117,22 +166,30 @@ func run(server, names string, types []uint16, qps int, dur, timeout time.Durati
 	if err != nil {
 		return fmt.Errorf("-server %q: %w", server, err)
 	}
-	conns := make([]*net.UDPConn, sockets)
-	for i := range conns {
-		if conns[i], err = net.DialUDP("udp", nil, raddr); err != nil {
+	l := &load{timeout: timeout, raddr: raddr, res: result{QPSAsked: qps, SecondsAsked: dur.Seconds()}}
+	l.conns = make([]atomic.Pointer[net.UDPConn], sockets)
+	l.reconnects = make([]int, sockets)
+	for i := range l.conns {
+		c, err := net.DialUDP("udp", nil, raddr)
+		if err != nil {
 			return err
 		}
-		defer conns[i].Close()
+		l.conns[i].Store(c)
 	}
-	l := &load{start: time.Now(), timeout: timeout, res: result{QPSAsked: qps, SecondsAsked: dur.Seconds()}}
+	defer func() {
+		for i := range l.conns {
+			_ = l.conns[i].Load().Close()
+		}
+	}()
+	l.start = time.Now()
 	l.res.PerSecond = make([][2]int, int(dur/time.Second)+1)
-	for range conns {
+	for range l.conns {
 		l.inq = append(l.inq, map[uint16]pending{})
 	}
 	var wg sync.WaitGroup
-	for i, c := range conns {
+	for i := range l.conns {
 		wg.Add(1)
-		go func() { defer wg.Done(); l.receive(i, c) }()
+		go func() { defer wg.Done(); l.receive(i) }()
 	}
 	interval := time.Second / time.Duration(qps)
 	next := l.start
@@ -155,7 +212,7 @@ func run(server, names string, types []uint16, qps int, dur, timeout time.Durati
 		if err != nil {
 			return err
 		}
-		si := n % len(conns)
+		si := n % len(l.conns)
 		l.mu.Lock()
 		sent := time.Now()
 		sec := int(sent.Sub(l.start) / time.Second)
@@ -167,26 +224,33 @@ func run(server, names string, types []uint16, qps int, dur, timeout time.Durati
 		l.mu.Unlock()
 		// A send that fails (a refused port: ECONNREFUSED) leaves the
 		// query to time out: it got no answer.
-		_, _ = conns[si].Write(b)
+		c := l.conns[si].Load()
+		if _, err := c.Write(b); aborted(err) {
+			l.reconnect(si, c, err)
+		}
 		if n%64 == 0 {
 			l.expire(time.Now())
 		}
 	}
 	time.Sleep(timeout)
 	stop := time.Now()
-	for _, c := range conns {
-		_ = c.SetReadDeadline(time.Unix(1, 0))
+	l.mu.Lock() // no reconnect from here on
+	l.stopping.Store(true)
+	for i := range l.conns {
+		_ = l.conns[i].Load().SetReadDeadline(time.Unix(1, 0))
 	}
+	l.mu.Unlock()
 	wg.Wait()
 	l.expire(stop.Add(timeout))
 	return json.NewEncoder(os.Stdout).Encode(l.finish(end))
 }
 
 // receive matches answers on socket i to their queries until its read
-// deadline passes.
-func (l *load) receive(i int, c *net.UDPConn) {
+// deadline passes; it connects the socket again when the kernel aborts it.
+func (l *load) receive(i int) {
 	buf := make([]byte, 4096)
 	for {
+		c := l.conns[i].Load()
 		n, err := c.Read(buf)
 		if err != nil {
 			var ne net.Error
@@ -194,7 +258,15 @@ func (l *load) receive(i int, c *net.UDPConn) {
 				return
 			}
 			if errors.Is(err, net.ErrClosed) {
+				if l.conns[i].Load() != c {
+					continue // replaced (reconnect): read the new one
+				}
 				return
+			}
+			if aborted(err) {
+				// The socket is disconnected now (a send fails until it
+				// is replaced): connect a new one, as a client must.
+				l.reconnect(i, c, err)
 			}
 			continue // ECONNREFUSED from an ICMP error: the query times out
 		}
