@@ -51,6 +51,18 @@ func rollout(t *testing.T, c *framework.Cluster, what string, action func()) {
 	if _, err := c.ExecErr(nsA, "client", "", strings.NewReader(rolloutNames()), time.Minute, "sh", "-c", "cat > /tmp/names"); err != nil {
 		t.Fatal(err)
 	}
+	// An earlier step's restart (the kube-dns ClusterIP added to
+	// local-ip) may still have its old pod in its lameduck: wait until
+	// one pod is left, then count the rollout's pods from a watch of
+	// their own, so that the old pod does not count as its surge.
+	framework.WaitFor(t, what+": one agent pod before the rollout", 2*time.Minute, 200*time.Millisecond, func() (bool, string) {
+		pods := c.AgentPods(t, "")
+		names := make([]string, 0, len(pods))
+		for _, p := range pods {
+			names = append(names, p.Name)
+		}
+		return len(pods) == 1, fmt.Sprintf("%d agent pods: %v", len(pods), names)
+	})
 	pw := c.WatchPods(t, ns, framework.AgentSelector)
 	if maxPods, now, events, err := pw.Counts(); now != 1 || err != nil {
 		t.Fatalf("%s: the watch of the agent pods lists %d pods before the rollout (most %d), want 1 (%v; events %v)", what, now, maxPods, err, events)
