@@ -13,37 +13,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/nodedns/nodedns/internal/tools/dnsload/report"
 )
 
-// DNSLoadResult is the JSON line of internal/tools/dnsload.
+// DNSLoadResult is the JSON line of internal/tools/dnsload, with the
+// output it was read from.
 type DNSLoadResult struct {
-	Sent       int     `json:"sent"`
-	OK         int     `json:"ok"`
-	Failed     int     `json:"failed"`
-	Timeouts   int     `json:"timeouts"`
-	BadRcode   int     `json:"bad_rcode"`
-	Empty      int     `json:"empty"`
-	FailPct    float64 `json:"fail_pct"`
-	LongestGap float64 `json:"longest_gap_ms"`
-	GapAt      float64 `json:"gap_at_s"`
-	P50        float64 `json:"p50_ms"`
-	P99        float64 `json:"p99_ms"`
-	QPSAsked   int     `json:"qps_asked"`
-	Seconds    float64 `json:"seconds"`
-	Raw        string  `json:"-"`
-}
-
-// QPS is the rate reached: queries sent a second.
-func (r DNSLoadResult) QPS() float64 {
-	if r.Seconds <= 0 {
-		return 0
-	}
-	return float64(r.Sent) / r.Seconds
-}
-
-func (r DNSLoadResult) String() string {
-	return fmt.Sprintf("sent %d, ok %d, failed %d (timeouts %d, bad rcode %d, empty %d; %.2f %%), %.0f queries/s, longest gap %.0f ms at %.1f s, p50 %.1f ms, p99 %.1f ms",
-		r.Sent, r.OK, r.Failed, r.Timeouts, r.BadRcode, r.Empty, r.FailPct, r.QPS(), r.LongestGap, r.GapAt, r.P50, r.P99)
+	report.Result
+	Raw string `json:"-"`
 }
 
 // DNSLoad describes a run of dnsload (internal/tools/dnsload, in the

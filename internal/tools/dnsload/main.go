@@ -1,8 +1,8 @@
 // Command dnsload sends a steady DNS load to one server and reports what
 // an availability test needs: how many queries failed (no answer within
 // the timeout, an rcode other than NOERROR, or no address in the answer)
-// and the longest stretch without a good answer. scripts/e2e.sh runs it in
-// a client pod while it kills, crash-loops and stops the agent.
+// and the longest stretch without a good answer. The end-to-end tests (e2e/)
+// run it in a client pod while they roll out, kill and stop the agent.
 //
 // It sends -qps queries a second (each of -types, A and AAAA by default,
 // of each name of -names in turn) from -sockets sockets (source ports), each query waiting at most
@@ -43,6 +43,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodedns/nodedns/internal/tools/dnsload/report"
 )
 
 type outcome int
@@ -59,24 +61,6 @@ type pending struct {
 	sec  int
 }
 
-type result struct {
-	Sent         int      `json:"sent"`
-	OK           int      `json:"ok"`
-	Failed       int      `json:"failed"`
-	Timeouts     int      `json:"timeouts"`
-	BadRcode     int      `json:"bad_rcode"`
-	Empty        int      `json:"empty"`
-	FailPct      float64  `json:"fail_pct"`
-	LongestGap   float64  `json:"longest_gap_ms"`
-	GapAt        float64  `json:"gap_at_s"`
-	P50          float64  `json:"p50_ms"`
-	P99          float64  `json:"p99_ms"`
-	PerSecond    [][2]int `json:"per_second"`
-	QPSAsked     int      `json:"qps_asked"`
-	SecondsAsked float64  `json:"seconds"`
-	Reconnects   int      `json:"reconnects"`
-}
-
 // maxReconnects bounds the sockets made again for one source socket.
 const maxReconnects = 1000
 
@@ -84,7 +68,7 @@ type load struct {
 	mu      sync.Mutex
 	start   time.Time
 	inq     []map[uint16]pending // per socket, by ID
-	res     result
+	res     report.Result
 	lat     []time.Duration
 	goodAt  []time.Duration // times (since start) of good answers
 	timeout time.Duration
@@ -166,7 +150,7 @@ func run(server, names string, types []uint16, qps int, dur, timeout time.Durati
 	if err != nil {
 		return fmt.Errorf("-server %q: %w", server, err)
 	}
-	l := &load{timeout: timeout, raddr: raddr, res: result{QPSAsked: qps, SecondsAsked: dur.Seconds()}}
+	l := &load{timeout: timeout, raddr: raddr, res: report.Result{QPSAsked: qps, SecondsAsked: dur.Seconds()}}
 	l.conns = make([]atomic.Pointer[net.UDPConn], sockets)
 	l.reconnects = make([]int, sockets)
 	for i := range l.conns {
@@ -335,7 +319,7 @@ func (l *load) count(o outcome, sec int) {
 	l.res.PerSecond[sec][1]++
 }
 
-func (l *load) finish(end time.Time) result {
+func (l *load) finish(end time.Time) report.Result {
 	r := l.res
 	if r.Sent > 0 {
 		r.FailPct = 100 * float64(r.Failed) / float64(r.Sent)
