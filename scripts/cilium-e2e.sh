@@ -28,14 +28,11 @@
 # per address and glibc getent in a loop, with the queries lost and the
 # longest gap.
 #
-# Needs root. On a shared machine run it under the host lock:
+# What the three e2e scripts share is scripts/e2e-run.sh. Needs root;
+# installs what it needs. On a shared machine run it under the host lock:
 #   flock /tmp/nodedns-host.lock scripts/cilium-e2e.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-KEEP=${KEEP:-0}
-START=$(date +%s)
-work=$(mktemp -d "${TMPDIR:-/tmp}/nodedns-cilium-e2e.XXXXXX")
 
 if [[ "${CILIUM:-1}" != 0 ]] && grep -q 'CLUSTER_CNI' scripts/cluster.sh; then
 	LRP=cilium
@@ -45,64 +42,18 @@ else
 fi
 export NODEDNS_E2E_LRP=$LRP
 
-log() { printf '[cilium-e2e %s %3ds] %s\n' "$LRP" "$(($(date +%s) - START))" "$*" >&2; }
-
-# shellcheck disable=SC2317 # run by the EXIT trap
-cleanup() {
-	local rc=$? st
-	set +e
-	if [[ "$KEEP" != 1 ]]; then
-		if [[ $rc != 0 ]]; then
-			mkdir -p "${work}/logs"
-			scripts/cluster.sh kubectl -n kube-system logs -l app.kubernetes.io/name=nodedns --tail=200 --prefix >"${work}/logs/nodedns.log" 2>&1
-			scripts/cluster.sh kubectl get events -A --sort-by=.lastTimestamp >"${work}/logs/events.txt" 2>&1
-		fi
-		scripts/cluster.sh down
-		st=$?
-		if ((st != 0)); then
-			log "FAIL: cleanup: scripts/cluster.sh down failed (exit ${st})"
-			rc=1
-		elif ! scripts/cluster.sh snapshot "${work}/after.txt"; then
-			log "FAIL: cleanup: scripts/cluster.sh snapshot failed"
-			rc=1
-		elif ! diff -u "${work}/before.txt" "${work}/after.txt" >&2; then
-			log "FAIL: the machine differs from before 'up' (diff above)"
-			rc=1
-		fi
-	fi
-	if [[ $rc == 0 ]]; then
-		rm -rf "$work"
-		log "PASS in $(($(date +%s) - START))s (redirect: ${LRP})"
-	else
-		log "FAIL (exit ${rc}) after $(($(date +%s) - START))s (redirect: ${LRP}); logs in ${work}"
-	fi
-	exit "$rc"
+E2E_NAME="cilium-e2e ${LRP}"
+E2E_DEPS="dnsmasq-base dnsutils iptables conntrack"
+# shellcheck disable=SC2317 # run by e2e_cleanup
+e2e_collect_logs() {
+	k -n kube-system logs -l app.kubernetes.io/name=nodedns --tail=200 --prefix >"$1/nodedns.log" 2>&1 || log "cleanup: no agent logs ($1/nodedns.log says why)"
+	tail -n 40 "$1/nodedns.log" >&2
 }
-trap cleanup EXIT
-
-[[ $(id -u) == 0 ]] || {
-	log "needs root"
-	exit 1
-}
-for p in dnsmasq-base dnsutils iptables conntrack; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || {
-		export DEBIAN_FRONTEND=noninteractive
-		apt-get install -y -qq --no-install-recommends "$p" >/dev/null
-	}
-done
+# shellcheck source=scripts/e2e-run.sh
+source scripts/e2e-run.sh
 
 log "redirect: ${LRP} ($([[ $LRP == cilium ]] && echo "Cilium's Local Redirect Policy" || echo "the iptables DNAT stand-in: this tree's cluster has no Cilium mode, or CILIUM=0"))"
-if [[ -e "$(scripts/cluster.sh env | sed -n 's/^STATE=//p')" || -e /run/nodedns-cluster ]]; then
-	log "a cluster from an earlier run is present; taking it down first"
-	scripts/cluster.sh down
-fi
-scripts/cluster.sh snapshot "${work}/before.txt"
-KUBECONFIG=$(scripts/cluster.sh up | tail -n 1)
-export KUBECONFIG
-log "cluster up (${KUBECONFIG})"
+e2e_setup
 NODEDNS_HELM=$(scripts/helm.sh | tail -n 1)
 export NODEDNS_HELM
-go test -tags e2e -count=1 -v -timeout 30m -run '^TestCiliumPodMode$' ./e2e/ 2>&1 | tee "${work}/test.log"
-rc=${PIPESTATUS[0]}
-grep -E '^\s+(cilium_test|main_test)\.go:[0-9]+: ok:|--- (PASS|FAIL)' "${work}/test.log" >&2 || true
-exit "$rc"
+e2e_go_test 30m TestCiliumPodMode
