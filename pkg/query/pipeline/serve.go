@@ -384,7 +384,10 @@ func (p *Pipeline) lookup(c *call, dst []byte, name string, qtype uint16, f form
 // ok is false when none holds the name. A cluster answer may still be
 // pending (NotSynced, ExternalTarget): lookup resolves it.
 func (p *Pipeline) held(c *call, name string, qtype uint16) (a answer, ok bool) {
-	if pl := p.plugins.Load(); pl != nil && pl.Templates != nil && !c.noTemplates {
+	// One load of the plugins: a configuration reload between the template
+	// and the k8s_external lookups must not answer from two generations.
+	pl := p.plugins.Load()
+	if pl != nil && pl.Templates != nil && !c.noTemplates {
 		if a, ok := p.template(c, pl.Templates, name, qtype); ok {
 			return a, true
 		}
@@ -395,7 +398,7 @@ func (p *Pipeline) held(c *call, name string, qtype uint16) (a answer, ok bool) 
 			return answer{Result: res, stable: true}, true
 		}
 	}
-	if pl := p.plugins.Load(); pl != nil && pl.External != nil {
+	if pl != nil && pl.External != nil {
 		if res, ok := pl.External.Lookup(name, qtype); ok {
 			res.Source = stage.SourceCluster
 			return answer{Result: res}, true
