@@ -46,7 +46,8 @@ const (
 	podLoadQPS = 400
 )
 
-// TestCiliumPodMode: the chart in pod mode behind the redirect; cluster
+// TestCiliumPodMode: on Cilium, the cluster first (checkCiliumCluster);
+// the chart in pod mode behind the redirect; cluster
 // and external names answered through the kube-dns ClusterIP and through
 // 169.254.20.10 by the agent (its count against CoreDNS's); then, each
 // under a direct load of 400 q/s per address and glibc getent in a loop
@@ -69,7 +70,15 @@ func TestCiliumPodMode(t *testing.T) {
 	}
 	c.Apply(t, central)
 	c.WaitDeployment(t, ns, "central-dns", 2*time.Minute)
-	c.WaitPod(t, nsA, "legacy-client", 2*time.Minute)
+	legacy := c.WaitPod(t, nsA, "legacy-client", 2*time.Minute)
+
+	t.Run("the cluster is Cilium's", func(t *testing.T) {
+		if mode != "cilium" {
+			t.Log("not run: the stand-in's cluster runs kube-proxy and the bridge CNI plugin")
+			return
+		}
+		checkCiliumCluster(t, c, legacy)
+	})
 
 	chartObjs := framework.Decode(t, renderPodChart(t, c, mode == "cilium"))
 	t.Cleanup(func() { c.Delete(t, chartObjs, 2*time.Minute) })
@@ -283,6 +292,47 @@ func TestCiliumPodMode(t *testing.T) {
 		}
 		ok(t, "without an agent the kube-dns ClusterIP is answered by CoreDNS (the serviceMatcher's fallback)")
 	})
+}
+
+// checkCiliumCluster: what the pod mode relies on in the cluster's Cilium
+// mode (scripts/cluster.sh, CLUSTER_CNI=cilium), before the chart: the
+// pod's addresses are Cilium endpoints', one a family; no kube-proxy ran
+// (no KUBE-SERVICES chain in either iptables backend); Cilium's service
+// table holds the kube-dns ClusterIP with an active backend, which the
+// socket load balancer then serves (the tests after this one query it).
+func checkCiliumCluster(t *testing.T, c *framework.Cluster, pod *corev1.Pod) {
+	t.Helper()
+	dir := strings.Split(strings.TrimSpace(framework.Host(t, filepath.Join(c.Root, "scripts", "cilium-bin.sh"))), "\n")
+	dbg := filepath.Join(dir[len(dir)-1], "bin", "cilium-dbg")
+	ips := podIPs(pod)
+	if len(ips) != 2 {
+		t.Fatalf("pod %s/%s has addresses %v: want one a family", pod.Namespace, pod.Name, ips)
+	}
+	endpoints := framework.Host(t, dbg, "endpoint", "list", "-o", "json")
+	for _, ip := range ips {
+		if !strings.Contains(endpoints, `"`+ip+`"`) {
+			t.Errorf("no Cilium endpoint holds %s (cilium-dbg endpoint list)", ip)
+		}
+	}
+	ok(t, "the pod's addresses %v are Cilium endpoints'", ips)
+	for _, save := range []string{"iptables-nft-save", "ip6tables-nft-save", "iptables-legacy-save", "ip6tables-legacy-save"} {
+		if n := framework.CountPrefix(framework.Host(t, save), ":KUBE-SERVICES"); n != 0 {
+			t.Errorf("%s: a KUBE-SERVICES chain: kube-proxy ran beside Cilium's kube-proxy replacement", save)
+		}
+	}
+	ok(t, "no kube-proxy chains in either iptables backend")
+	front := "[" + kubeDNSIP + "]:53/UDP"
+	services := framework.Host(t, dbg, "service", "list")
+	active := false
+	for _, l := range strings.Split(services, "\n") {
+		if strings.Contains(l, front) && strings.Contains(l, "active") {
+			active = true
+		}
+	}
+	if !active {
+		t.Fatalf("Cilium's service table has no active backend for kube-dns %s:\n%s", front, services)
+	}
+	ok(t, "kube-dns %s has an active backend in Cilium's service table (socket LB)", front)
 }
 
 // renderPodChart renders the chart for pod mode: this tree's image, the

@@ -21,7 +21,9 @@
 #    how); the bridge plugin enforces no NetworkPolicy, so that check does
 #    not run, and the test says so.
 #
-# Steps (each a subtest): the chart in pod mode (no link, no rules on the
+# Steps (each a subtest): on Cilium, the cluster itself (the pods'
+# addresses Cilium endpoints', no kube-proxy chains, kube-dns in Cilium's
+# service table with an active backend); the chart in pod mode (no link, no rules on the
 # node); cluster and external names through both addresses, counted by the
 # agent and not by CoreDNS; a rolling update, a kill -9 of the serving
 # process and the DaemonSet deleted, each under a direct load of 400 q/s
