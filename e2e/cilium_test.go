@@ -301,7 +301,6 @@ func TestCiliumPodMode(t *testing.T) {
 // table holds the kube-dns ClusterIP with an active backend, which the
 // socket load balancer then serves (the tests after this one query it).
 func checkCiliumCluster(t *testing.T, c *framework.Cluster, pod *corev1.Pod) {
-	t.Helper()
 	dir := strings.Split(strings.TrimSpace(framework.Host(t, filepath.Join(c.Root, "scripts", "cilium-bin.sh"))), "\n")
 	dbg := filepath.Join(dir[len(dir)-1], "bin", "cilium-dbg")
 	ips := podIPs(pod)
