@@ -28,7 +28,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -408,24 +407,55 @@ current-context: c
 	if st := nsStatuses(out); st["SERVFAIL"] != 1 || nsEDE(out) != "14" {
 		t.Errorf("cluster name before the sync: %v, EDE %q; want SERVFAIL, EDE 14:\n%s", st, nsEDE(out), out)
 	}
-	// One exchange that never ends holds the only slot; the next query
-	// that must wait is refused at once.
-	var wg sync.WaitGroup
-	wg.Add(1)
+	// An exchange that never ends holds the only slot (the agent gives up
+	// on it after its attempts, about 4 s: the holder asks again, a new
+	// name each time, until the check is done); a query that must wait
+	// while the slot is held, as /stats says it is, is refused at once.
+	admin := fmt.Sprintf("127.0.0.1:%d", ports[1])
+	stop := make(chan struct{})
+	holder := make(chan error, 1)
 	go func() {
-		defer wg.Done()
-		_ = exec.Command("dig", append(at, "+tries=1", "+time=10", "hang3.example.net.", "A")...).Run()
+		for i := 0; i < 15; i++ {
+			select {
+			case <-stop:
+				holder <- nil
+				return
+			default:
+			}
+			out, err := exec.Command("dig", append(at, "+tries=1", "+time=10", fmt.Sprintf("hang-hold%d.example.net.", i), "A")...).CombinedOutput()
+			if err != nil {
+				holder <- fmt.Errorf("dig hang-hold%d.example.net: %w: %s", i, err, out)
+				return
+			}
+		}
+		holder <- nil
 	}()
-	defer wg.Wait()
+	defer func() {
+		close(stop)
+		if err := <-holder; err != nil {
+			t.Error(err)
+		}
+	}()
 	n := 0
-	dnstest.Eventually(t, 10*time.Second, "the in-flight bound refuses", func() error {
+	dnstest.Eventually(t, 30*time.Second, "the in-flight bound refuses while the slot is held", func() error {
+		var st struct {
+			Server struct {
+				InFlight int `json:"in_flight"`
+			} `json:"server"`
+		}
+		if err := nsGetJSON(admin, "/stats", &st); err != nil {
+			return err
+		}
+		if st.Server.InFlight != 1 {
+			return fmt.Errorf("not yet: %d queries in flight, want the hanging one", st.Server.InFlight)
+		}
 		n++ // a name never asked: it must wait for an exchange
 		out, err := nsDigErr(nil, append(at, "+time=3", fmt.Sprintf("probe%d.example.org.", n), "A")...)
 		if err != nil {
 			return err
 		}
 		if st := nsStatuses(out); st["SERVFAIL"] != 1 || nsEDE(out) != "0" {
-			return fmt.Errorf("%v, EDE %q; want SERVFAIL, EDE 0:\n%s", st, nsEDE(out), out)
+			return fmt.Errorf("with the one slot held: %v, EDE %q; want SERVFAIL, EDE 0:\n%s", st, nsEDE(out), out)
 		}
 		t.Logf("in-flight bound: dig probe%d.example.org A\n%s", n, out)
 		return nil
