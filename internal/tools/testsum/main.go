@@ -14,7 +14,9 @@
 // progress: each package's result, each failed test with its output, each
 // skipped test with its reason, output lines matching -show (all of it
 // with -v). With FILEs (streams kept earlier with -json) it prints only the
-// summary, over all of them: scripts/test.sh ends with that.
+// summary, over all of them: scripts/test.sh ends with that. The summary
+// names each failed test with its last messages (the first line of each):
+// the failure is among them.
 //
 // PKG matches a package path or its last elements ("integration" matches
 // github.com/nodedns/nodedns/integration); TEST matches a test and its
@@ -236,6 +238,36 @@ func reason(out []string) string {
 	return s
 }
 
+// maxMessages and maxMessageLen bound what the summary quotes of a failed
+// test: its last messages, each cut short.
+const (
+	maxMessages   = 6
+	maxMessageLen = 240
+)
+
+// fileLine matches the first line of a message of t.Log, t.Error or
+// t.Fatal: "    name_test.go:123: text".
+var fileLine = regexp.MustCompile(`^\s+[\w.-]+\.go:\d+: `)
+
+// messages is what a failed test said, for the summary: the first line of
+// each of its last n messages (the failure is among them: a t.Fatal ends
+// the test, and only its cleanups' messages can follow), each at most
+// maxMessageLen bytes.
+func messages(out []string, n int) []string {
+	var ms []string
+	for _, o := range out {
+		if !fileLine.MatchString(o) {
+			continue
+		}
+		m := strings.TrimSpace(o)
+		if len(m) > maxMessageLen {
+			m = m[:maxMessageLen] + "..."
+		}
+		ms = append(ms, m)
+	}
+	return tail(ms, n)
+}
+
 func short(pkg string) string {
 	return strings.TrimPrefix(pkg, "github.com/nodedns/nodedns/")
 }
@@ -255,6 +287,9 @@ func verdict(runs []*run, allow allowList) (string, bool) {
 	for _, r := range runs {
 		var pass, fail, skip, subtests int
 		var failed []string
+		// A failed test's own messages, by its name: a test whose
+		// subtests failed has none of its own (its subtests are listed).
+		said := map[string][]string{}
 		for _, t := range r.done {
 			if strings.Contains(t.test, "/") {
 				subtests++
@@ -265,6 +300,7 @@ func verdict(runs []*run, allow allowList) (string, bool) {
 			case "fail":
 				fail++
 				failed = append(failed, short(t.pkg)+" "+t.test)
+				said[short(t.pkg)+" "+t.test] = messages(t.output, maxMessages)
 			case "skip":
 				skip++
 				line := fmt.Sprintf("%s %s: %s", short(t.pkg), t.test, reason(t.output))
@@ -302,6 +338,9 @@ func verdict(runs []*run, allow allowList) (string, bool) {
 			r.label, pass, fail, skip, subtests, len(r.pkgs)-len(noTests), len(noTests))
 		for _, f := range failed {
 			fmt.Fprintf(&b, "  failed: %s\n", f)
+			for _, m := range said[f] {
+				fmt.Fprintf(&b, "      %s\n", m)
+			}
 		}
 		for _, f := range unfinished {
 			fmt.Fprintf(&b, "  unfinished (a panic or a timeout?): %s\n", f)

@@ -171,3 +171,41 @@ func TestFiles(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 }
+
+// TestFailureMessages: the summary quotes a failed test's last messages
+// (the first line of each, cut short), so that a run's last lines say why
+// it failed; a passed test's are not quoted.
+func TestFailureMessages(t *testing.T) {
+	long := strings.Repeat("x", 400)
+	lines := []string{"run " + pkg + " TestNS", "output " + pkg + " TestNS === RUN   TestNS"}
+	for i := 0; i < 8; i++ {
+		lines = append(lines, "output "+pkg+" TestNS     namespaces_test.go:29"+string(rune('0'+i))+": step "+string(rune('0'+i)))
+	}
+	lines = append(lines,
+		"output "+pkg+" TestNS     namespaces_test.go:421: timed out after 10s waiting for the bound: map[NXDOMAIN:1]",
+		"output "+pkg+" TestNS         a continuation line of that message",
+		"output "+pkg+" TestNS     controlplane_test.go:104: control plane logs: "+long,
+		"output "+pkg+" TestNS --- FAIL: TestNS (24.00s)",
+		"fail "+pkg+" TestNS",
+		"run "+pkg+" TestOK", "output "+pkg+" TestOK     ok_test.go:1: fine", "pass "+pkg+" TestOK",
+		"fail "+pkg+" -")
+	out, code := runSum(t, stream(lines...))
+	if code != 1 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	_, summary, _ := strings.Cut(out, "tests passed")
+	for _, want := range []string{
+		"  failed: integration TestNS\n      namespaces_test.go:294: step 4\n",
+		"      namespaces_test.go:421: timed out after 10s waiting for the bound: map[NXDOMAIN:1]\n",
+		"      controlplane_test.go:104: control plane logs: " + long[:240-len("controlplane_test.go:104: control plane logs: ")] + "...\n",
+	} {
+		if !strings.Contains(summary, want) {
+			t.Errorf("summary lacks %q:\n%s", want, summary)
+		}
+	}
+	for _, not := range []string{"step 3", "a continuation line", "ok_test.go"} {
+		if strings.Contains(summary, not) {
+			t.Errorf("summary quotes %q (an older message, a continuation or a passed test's):\n%s", not, summary)
+		}
+	}
+}
