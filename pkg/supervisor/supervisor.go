@@ -44,6 +44,9 @@ type Config struct {
 	bindUDP, bindTCP func(netip.AddrPort) (*os.File, error)
 	oomKills         func() (uint64, bool)
 	now              func() time.Time
+	// received, when set, is called with each control message as it is
+	// read, before the loop sees it (a test slows the reader with it).
+	received func(request)
 }
 
 const (
@@ -58,6 +61,11 @@ const (
 	stableAfter = 10 * time.Second
 	restartMin  = 100 * time.Millisecond
 	restartMax  = 5 * time.Second
+	// readDrainMax bounds how long the waiter of a process that ended
+	// waits for the reader to pass on what the process sent before it
+	// ended (its end of the control socket closed with it, so the reader
+	// ends at once, unless a process it started kept a copy).
+	readDrainMax = time.Second
 	// startGrace is how many hang timeouts a starting serving process
 	// may take before it asks for the sockets (checkRelease).
 	startGrace = 5
@@ -79,6 +87,8 @@ type child struct {
 	oomAt        uint64 // OOM kills counted when it started
 	oomOK        bool
 	hung         string // why the supervisor killed it
+	// readDone is closed when the reader of its control socket ends.
+	readDone chan struct{}
 }
 
 // event is what the goroutines around the loop report to it.
@@ -306,7 +316,7 @@ func (s *supervisor) start(done <-chan struct{}) error {
 		s.log.Warn("could not make the serving process the OOM killer's first choice; at the memory limit the kernel may pick the supervisor", "pid", pid, "err", err)
 	}
 	now := s.cfg.now()
-	c := &child{pid: pid, started: now, ctl: ctl, oomAt: oom, oomOK: oomOK}
+	c := &child{pid: pid, started: now, ctl: ctl, oomAt: oom, oomOK: oomOK, readDone: make(chan struct{})}
 	s.cur = c
 	s.st.Children++
 	s.st.ChildPID, s.st.ChildStarted = pid, now
@@ -319,11 +329,15 @@ func (s *supervisor) start(done <-chan struct{}) error {
 // read passes c's control messages to the loop (and the loop's replies
 // back) until the socket closes.
 func (s *supervisor) read(c *child, done <-chan struct{}) {
+	defer close(c.readDone)
 	for {
 		var req request
 		f, err := recv(c.ctl, &req)
 		if f != nil {
 			_ = f.Close() // a child sends no descriptors
+		}
+		if err == nil && s.cfg.received != nil {
+			s.cfg.received(req)
 		}
 		if err != nil {
 			select {
@@ -365,7 +379,11 @@ func (s *supervisor) read(c *child, done <-chan struct{}) {
 }
 
 // wait reaps c (only c: a wait for any child would take the exit status
-// of the commands the teardown runs).
+// of the commands the teardown runs). The loop hears of the end after
+// what c sent before it: a process that says it serves and crashes at
+// once served (a query of death), it did not fail to start; with the two
+// goroutines racing, the loop could see the exit first and give up as on
+// a start that failed.
 func (s *supervisor) wait(c *child, done <-chan struct{}) {
 	var e exitInfo
 	e.c = c
@@ -380,6 +398,15 @@ func (s *supervisor) wait(c *child, done <-chan struct{}) {
 		s.log.Error("waiting for the serving process", "pid", c.pid, "err", err)
 		e.ws = unix.WaitStatus(0xff00) // "exited 255": it is gone for us
 		break
+	}
+	drain := time.NewTimer(readDrainMax)
+	defer drain.Stop()
+	select {
+	case <-c.readDone:
+	case <-drain.C:
+		s.log.Warn("the ended serving process's control socket is still open (a process it started holds it?): its end is handled without waiting for its last messages", "pid", c.pid)
+	case <-done:
+		return
 	}
 	select {
 	case s.events <- event{exited: &e}:

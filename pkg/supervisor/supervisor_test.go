@@ -111,7 +111,7 @@ type rig struct {
 	log    *dnstest.SyncBuffer
 }
 
-func startRig(t *testing.T, mode string, hang time.Duration) *rig {
+func startRig(t *testing.T, mode string, hang time.Duration, opts ...func(*Config)) *rig {
 	t.Helper()
 	r := &rig{t: t, addr: dnstest.FreeAddrPort(t), done: make(chan error, 1), log: &dnstest.SyncBuffer{}}
 	exe, err := os.Executable()
@@ -123,6 +123,9 @@ func startRig(t *testing.T, mode string, hang time.Duration) *rig {
 		Log:      slog.New(slog.NewTextHandler(r.log, nil)),
 		Teardown: func() { r.tears.Add(1) },
 		oomKills: func() (uint64, bool) { return r.oom.Load(), true }}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { r.done <- Run(ctx, cfg) }()
@@ -274,6 +277,39 @@ func TestCrashLoopReleasesSockets(t *testing.T) {
 	})
 	if !strings.Contains(r.log.String(), "reason=exit") || !strings.Contains(r.log.String(), "code=3") {
 		t.Errorf("the crashes' exit code is not logged:\n%s", r.log)
+	}
+}
+
+// TestServedThenCrashedIsReplaced: a process that says it serves and
+// exits at once served (a query of death on its first query), whichever
+// the supervisor hears of first: its message or its end. It is replaced;
+// the supervisor does not give up as on a start that failed. The reader
+// of the control socket is slowed so that the end comes first (warm run 1
+// of 2026-12-02 failed TestCrashLoopReleasesSockets on this race, about 1
+// run of the package in 10 before the fix).
+func TestServedThenCrashedIsReplaced(t *testing.T) {
+	slow := func(c *Config) {
+		c.received = func(req request) {
+			if req.Op == opServing {
+				time.Sleep(300 * time.Millisecond)
+			}
+		}
+	}
+	r := startRig(t, "crash", 10*time.Second, slow)
+	dnstest.Eventually(t, 20*time.Second, "two serving processes replaced after they served", func() error {
+		select {
+		case err := <-r.done:
+			r.done <- err // for the cleanup
+			t.Fatalf("the supervisor ended (%v); its log:\n%s", err, r.log)
+		default:
+		}
+		if n := strings.Count(r.log.String(), "serving process ended; starting another"); n < 2 {
+			return fmt.Errorf("%d replaced; supervisor log:\n%s", n, r.log)
+		}
+		return nil
+	})
+	if strings.Contains(r.log.String(), "ended before it served") {
+		t.Errorf("a process that served is logged as one that did not:\n%s", r.log)
 	}
 }
 
