@@ -79,6 +79,9 @@ type fdUp struct {
 	doh  *dnstest.DoHServer
 	mode atomic.Int32
 	ip   atomic.Pointer[string] // the A record it answers
+	// unanswered: a question other than a health probe came while it
+	// was silent (the servers then start probing it).
+	unanswered atomic.Bool
 
 	mu  sync.Mutex
 	log []fdAsked
@@ -115,7 +118,11 @@ func (u *fdUp) handle(w dns.ResponseWriter, r *dns.Msg) {
 	u.mu.Lock()
 	u.log = append(u.log, fdAsked{name: strings.ToLower(q.Name), qtype: q.Qtype, rd: r.RecursionDesired, at: time.Now()})
 	u.mu.Unlock()
-	if m := u.reply(r); m != nil {
+	m := u.reply(r)
+	if m == nil && (q.Qtype != dns.TypeNS || strings.HasSuffix(strings.ToLower(q.Name), fdZone)) {
+		u.unanswered.Store(true)
+	}
+	if m != nil {
 		_ = w.WriteMsg(m)
 	}
 }
@@ -741,9 +748,14 @@ func runFD(t *testing.T, e *fdEnv, cfgs []fdConfig, allowed []fdAllow) {
 			r := &fdRun{t: t, cfg: cfg, c: c, n: n, names: map[string]bool{}, render: fdRender}
 			cfg.run(r)
 			// A probe started by the last question may reach one side's
-			// upstream a moment before the other's: up to 2 s for the
-			// probes' questions to agree.
-			for deadline := time.Now().Add(2 * time.Second); probeKinds(c) != probeKinds(n) && time.Now().Before(deadline); {
+			// upstream a moment before the other's, and both may be yet
+			// to come: up to 2 s for the probes' questions to agree and for each
+			// upstream that left a question unanswered to have its first
+			// probe on both sides (with max_fails 0 none comes: the 2 s
+			// pass and both say none). Checking only for agreement let a
+			// probe land between the wait and the comparison (warm run 2
+			// of cb0c9e7, no_failover).
+			for deadline := time.Now().Add(2 * time.Second); !probesSettled(c, n) && time.Now().Before(deadline); {
 				time.Sleep(20 * time.Millisecond)
 			}
 			r.same("health probes per upstream (question, RD)", probeKinds)
@@ -848,6 +860,22 @@ func fdCompare(t *testing.T, r *fdRun, allowed []fdAllow, seen map[int]bool) {
 // probeKinds lists, per upstream, the distinct questions of the health
 // probes it got (their number depends on how long a server stayed
 // down, which the configurations compare by questions instead).
+// probesSettled: both sides' probes agree, and every upstream that left
+// a question unanswered has been probed on both.
+func probesSettled(c, n *fdSide) bool {
+	if probeKinds(c) != probeKinds(n) {
+		return false
+	}
+	for _, s := range []*fdSide{c, n} {
+		for _, u := range s.ups {
+			if u.unanswered.Load() && len(u.probes()) == 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 func probeKinds(s *fdSide) string {
 	var out []string
 	for i, u := range s.ups {
