@@ -119,7 +119,7 @@ func (u *fdUp) handle(w dns.ResponseWriter, r *dns.Msg) {
 	u.log = append(u.log, fdAsked{name: strings.ToLower(q.Name), qtype: q.Qtype, rd: r.RecursionDesired, at: time.Now()})
 	u.mu.Unlock()
 	m := u.reply(r)
-	if m == nil && (q.Qtype != dns.TypeNS || strings.HasSuffix(strings.ToLower(q.Name), fdZone)) {
+	if m == nil && !isProbe(strings.ToLower(q.Name), q.Qtype) {
 		u.unanswered.Store(true)
 	}
 	if m != nil {
@@ -199,12 +199,18 @@ func (u *fdUp) asked(name string, qtype uint16) int {
 
 // probes are the health probes that arrived: NS questions other than a
 // test's own.
+// isProbe: a health probe is an NS question outside the test zone
+// (name lower-case).
+func isProbe(name string, qtype uint16) bool {
+	return qtype == dns.TypeNS && !strings.HasSuffix(name, fdZone)
+}
+
 func (u *fdUp) probes() []fdAsked {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	var out []fdAsked
 	for _, a := range u.log {
-		if a.qtype == dns.TypeNS && !strings.HasSuffix(a.name, fdZone) {
+		if isProbe(a.name, a.qtype) {
 			out = append(out, a)
 		}
 	}
