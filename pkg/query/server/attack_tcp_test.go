@@ -27,11 +27,29 @@ type holders struct {
 	conns map[net.Conn]bool
 	// sent counts the connections that sent their byte.
 	sent atomic.Int64
+	// redial, when not nil, holds a holder whose connection the server
+	// closed after holding it until the test sends on it (a test that
+	// counts evictions lets the evicted holder back only once the
+	// connection that took its place is gone); refused connections
+	// are retried as without it.
+	redial chan struct{}
 }
 
 func holdConnections(t *testing.T, addr string, srcs []string, perSrc int) *holders {
 	t.Helper()
-	h := &holders{stop: make(chan struct{}), conns: map[net.Conn]bool{}}
+	return startHolders(t, &holders{stop: make(chan struct{}), conns: map[net.Conn]bool{}}, addr, srcs, perSrc)
+}
+
+// holdConnectionsGated is holdConnections with h.redial set: a holder the
+// server evicted opens its next connection when the test lets it
+// (letRedial).
+func holdConnectionsGated(t *testing.T, addr string, srcs []string, perSrc int) *holders {
+	t.Helper()
+	return startHolders(t, &holders{stop: make(chan struct{}), conns: map[net.Conn]bool{}, redial: make(chan struct{})}, addr, srcs, perSrc)
+}
+
+func startHolders(t *testing.T, h *holders, addr string, srcs []string, perSrc int) *holders {
+	t.Helper()
 	t.Cleanup(h.close)
 	for _, src := range srcs {
 		for i := 0; i < perSrc; i++ {
@@ -88,12 +106,29 @@ func (h *holders) hold(src, addr string) {
 		pause := time.Millisecond
 		if time.Since(began) < 100*time.Millisecond {
 			pause = 50 * time.Millisecond
+		} else if h.redial != nil {
+			select {
+			case <-h.stop:
+				return
+			case <-h.redial:
+			}
 		}
 		select {
 		case <-h.stop:
 			return
 		case <-time.After(pause):
 		}
+	}
+}
+
+// letRedial lets one evicted holder of holdConnectionsGated open its next
+// connection; it fails the test if none is waiting within 5 s.
+func (h *holders) letRedial(t *testing.T) {
+	t.Helper()
+	select {
+	case h.redial <- struct{}{}:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no evicted holder waiting to reconnect within 5s")
 	}
 }
 
@@ -202,7 +237,12 @@ func TestTCPPartialMessagesEvictable(t *testing.T) {
 	for i := 0; i < 16; i++ {
 		srcs = append(srcs, sprintf("127.0.1.%d", i+1))
 	}
-	holdConnections(t, addr, srcs, 1)
+	// Gated: the holder evicted for a newcomer comes back only once the
+	// newcomer's connection is gone. Let back at once (as holders of
+	// other tests are), it could find the newcomer still open, every
+	// place taken, and evict a second holder: one eviction more than the
+	// queries, by the test's own timing (about 1 run in 100 here).
+	h := holdConnectionsGated(t, addr, srcs, 1)
 	for i := 0; i < 5; i++ {
 		// Every connection held, each stalled longer than a message sent
 		// whole ever is (the one closed for the last query made again).
@@ -210,6 +250,8 @@ func TestTCPPartialMessagesEvictable(t *testing.T) {
 		if _, err := tcpAsk("127.0.2.1", addr, sprintf("newcomer%d.example.", i), 2*time.Second); err != nil {
 			t.Fatalf("query %d of a new client while every connection holds a stalled partial message: %v (stats %+v)", i, err, s.Stats())
 		}
+		dnstest.WaitFor(t, 5*time.Second, "15 connections: the newcomer's closed, the evicted holder's not yet back", func() bool { return s.Stats().TCPConns == 15 })
+		h.letRedial(t)
 	}
 	if st := s.Stats(); st.TCPEvicted != 5 {
 		t.Fatalf("stats %+v: want a partial message's connection evicted per query", st)
