@@ -50,7 +50,7 @@ func parseKey(k string) (addr, error) {
 		return a, nil
 	}
 	z := dnsname.Canonical(zone)
-	if _, ok := dns.IsDomainName(z); !ok {
+	if _, ok := dns.IsDomainName(z); !ok || strings.ContainsFunc(z, isControl) {
 		return a, fmt.Errorf("zone %q", zone)
 	}
 	a.zones = []string{z}
@@ -288,3 +288,8 @@ func allReverse(zs []string) bool {
 	}
 	return len(zs) > 0
 }
+
+// isControl: a byte no zone name of a Corefile carries (CoreDNS's own
+// parser takes it, but no name served is spelled with it, and nodedns's
+// config, YAML, cannot hold it).
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
