@@ -197,14 +197,14 @@ func (u *fdUp) asked(name string, qtype uint16) int {
 	return n
 }
 
-// probes are the health probes that arrived: NS questions other than a
-// test's own.
 // isProbe: a health probe is an NS question outside the test zone
 // (name lower-case).
 func isProbe(name string, qtype uint16) bool {
 	return qtype == dns.TypeNS && !strings.HasSuffix(name, fdZone)
 }
 
+// probes are the health probes that arrived: NS questions other than a
+// test's own.
 func (u *fdUp) probes() []fdAsked {
 	u.mu.Lock()
 	defer u.mu.Unlock()

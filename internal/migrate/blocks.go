@@ -289,7 +289,7 @@ func allReverse(zs []string) bool {
 	return len(zs) > 0
 }
 
-// isControl: a byte no zone name of a Corefile carries (CoreDNS's own
-// parser takes it, but no name served is spelled with it, and nodedns's
-// config, YAML, cannot hold it).
+// isControl: an ASCII control byte, which dns.IsDomainName lets through
+// but nodedns's YAML config cannot hold (and no zone a cluster serves is
+// spelled with).
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }

@@ -241,7 +241,7 @@ func TestTCPPartialMessagesEvictable(t *testing.T) {
 	// newcomer's connection is gone. Let back at once (as holders of
 	// other tests are), it could find the newcomer still open, every
 	// place taken, and evict a second holder: one eviction more than the
-	// queries, by the test's own timing (about 1 run in 100 here).
+	// queries, by the test's own timing (at least 6 runs in 300 here).
 	h := holdConnectionsGated(t, addr, srcs, 1)
 	for i := 0; i < 5; i++ {
 		// Every connection held, each stalled longer than a message sent
